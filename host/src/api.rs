@@ -1,0 +1,162 @@
+//! The HTTP surface: the router, readiness, and the small endpoints.
+//!
+//! The router is built by [`router`] so tests can drive it in-process. The server listens
+//! before the model is loaded: `/health` reports progress and decision requests get 503 with
+//! Retry-After until the engine is ready (or the reason it failed to load).
+
+use std::sync::{Arc, RwLock};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::config::Config;
+use crate::error::{ApiError, Wire};
+use crate::frontends::{openai, systemone};
+use crate::metrics::Metrics;
+use crate::pipeline::Engine;
+
+/// Seconds a client is told to wait while the server is loading.
+const LOADING_RETRY_AFTER_S: u64 = 2;
+
+/// Where the server is in its life.
+enum Phase {
+    Loading(String),
+    Ready(Arc<Engine>, String),
+    Failed(String),
+}
+
+/// State shared by all handlers.
+pub struct AppState {
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    phase: RwLock<Phase>,
+}
+
+/// What handlers receive.
+pub type SharedState = Arc<AppState>;
+
+impl AppState {
+    pub fn new(config: Config, metrics: Arc<Metrics>) -> SharedState {
+        Arc::new(AppState { config, metrics, phase: RwLock::new(Phase::Loading("starting".into())) })
+    }
+
+    /// Records loading progress shown by `/health`.
+    pub fn set_loading(&self, step: impl Into<String>) {
+        *self.phase.write().unwrap_or_else(|p| p.into_inner()) = Phase::Loading(step.into());
+    }
+
+    /// The engine is ready; `served` is the model name reported in responses.
+    pub fn set_ready(&self, engine: Arc<Engine>, served: String) {
+        *self.phase.write().unwrap_or_else(|p| p.into_inner()) = Phase::Ready(engine, served);
+    }
+
+    /// Loading failed; decision requests get 503 with this reason.
+    pub fn set_failed(&self, reason: String) {
+        *self.phase.write().unwrap_or_else(|p| p.into_inner()) = Phase::Failed(reason);
+    }
+
+    /// The engine, or why there is none.
+    pub fn engine(&self) -> Result<Arc<Engine>, ApiError> {
+        match &*self.phase.read().unwrap_or_else(|p| p.into_inner()) {
+            Phase::Ready(engine, _) => Ok(engine.clone()),
+            Phase::Loading(step) => Err(ApiError::NotReady {
+                reason: format!("the server is loading ({step}); retry shortly"),
+                retry_after_s: Some(LOADING_RETRY_AFTER_S),
+            }),
+            Phase::Failed(reason) => {
+                Err(ApiError::NotReady { reason: format!("the server cannot answer decisions: {reason}"), retry_after_s: None })
+            }
+        }
+    }
+
+    /// The model name reported in responses.
+    pub fn served_model_name(&self) -> String {
+        match &*self.phase.read().unwrap_or_else(|p| p.into_inner()) {
+            Phase::Ready(_, served) => served.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// Names a request may use for the served model: its served name, the model file's stem,
+    /// and for Jev clients the SDK's default alias `jev-latest`.
+    pub fn model_aliases(&self, wire: Wire) -> Vec<String> {
+        let mut names = vec![self.served_model_name()];
+        if let Some(stem) = self.config.model.file_stem().and_then(|s| s.to_str()) {
+            if !names.iter().any(|n| n == stem) {
+                names.push(stem.to_string());
+            }
+        }
+        if wire == Wire::SystemOne {
+            names.push("jev-latest".to_string());
+        }
+        names
+    }
+}
+
+/// The whole HTTP API.
+pub fn router(state: SharedState) -> Router {
+    Router::new()
+        .route("/v1/decisions", post(openai::handle))
+        .route("/v1/systemone", post(systemone::handle))
+        .route("/v1/models", get(models))
+        .route("/v1/plugins", get(plugins))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        // Bodies are read with our own limit so the 413 names the setting.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+async fn health(State(state): State<SharedState>) -> Response {
+    let (status, body) = match &*state.phase.read().unwrap_or_else(|p| p.into_inner()) {
+        Phase::Ready(engine, served) => {
+            let info = engine.model().info();
+            (StatusCode::OK, json!({"status": "ok", "model": served, "arch": info.arch, "device": state.config.device}))
+        }
+        Phase::Loading(step) => (StatusCode::SERVICE_UNAVAILABLE, json!({"status": "loading", "step": step})),
+        Phase::Failed(reason) => (StatusCode::SERVICE_UNAVAILABLE, json!({"status": "failed", "reason": reason})),
+    };
+    (status, Json(body)).into_response()
+}
+
+/// `GET /v1/models` in the shapes both SDKs read: OpenAI's `data` list and Jev's `models` list.
+async fn models(State(state): State<SharedState>) -> Response {
+    if let Err(error) = state.engine() {
+        return error.into_response_for(Wire::OpenAi);
+    }
+    let served = state.served_model_name();
+    let body: Value = json!({
+        "object": "list",
+        "data": [{"id": served, "object": "model", "created": 0, "owned_by": "decide"}],
+        "models": [{
+            "name": served,
+            "description": format!("{served} served by decide: typed decisions read from next-token probabilities"),
+            "release_date": "2026-11-29",
+        }],
+    });
+    Json(body).into_response()
+}
+
+async fn plugins(State(state): State<SharedState>) -> Response {
+    match state.engine() {
+        Ok(engine) => Json(json!({"plugins": engine.plugins().list()})).into_response(),
+        Err(error) => error.into_response_for(Wire::OpenAi),
+    }
+}
+
+async fn metrics(State(state): State<SharedState>) -> Response {
+    ([("content-type", "text/plain; version=0.0.4")], state.metrics.render()).into_response()
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"error": {"message": "no such endpoint; see /v1/decisions, /v1/systemone, /v1/models, /health", "type": "invalid_request_error", "param": null, "code": "not_found"}})),
+    )
+        .into_response()
+}

@@ -1,0 +1,119 @@
+//! The one `Config` of the server: every flag has an environment-variable twin (`DECIDE_*`), and
+//! the whole struct is printed at startup so an operator sees what the server actually runs with.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// `decide`: typed decisions from a language model's next-token probabilities.
+#[derive(Debug, Parser)]
+#[command(name = "decide", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// What the binary does.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API (`/v1/decisions`, `/v1/systemone`, `/v1/models`, `/health`, `/metrics`).
+    Serve(Box<Config>),
+}
+
+/// Server configuration. Limits are enforced before any model work; each error message names
+/// the flag that changes the limit.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// GGUF model file to serve (see scripts/fetch-model.sh).
+    #[arg(long, env = "DECIDE_MODEL")]
+    pub model: PathBuf,
+
+    /// Name reported as `model` in responses; defaults to the GGUF's `general.name`.
+    #[arg(long, env = "DECIDE_SERVED_MODEL_NAME")]
+    pub served_model_name: Option<String>,
+
+    /// Compute device: `cpu` or `cuda` (`cuda:N` for GPU N; needs a build with `--features cuda`).
+    #[arg(long, env = "DECIDE_DEVICE", default_value = "cpu")]
+    pub device: String,
+
+    /// Address to listen on.
+    #[arg(long, env = "DECIDE_HOST", default_value = "127.0.0.1")]
+    pub host: IpAddr,
+
+    /// Port to listen on (0 picks a free port; the chosen one is logged).
+    #[arg(long, env = "DECIDE_PORT", default_value_t = 8000)]
+    pub port: u16,
+
+    /// Directory of extra plugins (`NAME.wasm`); they add to or replace the built-ins, and are
+    /// reloaded when their files change.
+    #[arg(long, env = "DECIDE_PLUGINS")]
+    pub plugins: Option<PathBuf>,
+
+    /// How often the plugins directory is checked for changes, in milliseconds.
+    #[arg(long, env = "DECIDE_PLUGIN_POLL_MS", default_value_t = 500)]
+    pub plugin_poll_ms: u64,
+
+    /// Wall-clock deadline of one plugin call, in milliseconds.
+    #[arg(long, env = "DECIDE_PLUGIN_TIMEOUT_MS", default_value_t = 1000)]
+    pub plugin_timeout_ms: u64,
+
+    /// Memory cap of one plugin instance, in MiB.
+    #[arg(long, env = "DECIDE_PLUGIN_MEMORY_MIB", default_value_t = 64)]
+    pub plugin_memory_mib: u64,
+
+    /// Where precompiled plugin artifacts are cached (default: $XDG_CACHE_HOME/decide/wasm).
+    #[arg(long, env = "DECIDE_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Renderer plugin that turns a compiled question into chat messages.
+    #[arg(long, env = "DECIDE_RENDERER", default_value = "direct-options")]
+    pub renderer: String,
+
+    /// Calibration policy plugin that maps option scores to probabilities.
+    #[arg(long, env = "DECIDE_CALIBRATION", default_value = "temperature")]
+    pub calibration: String,
+
+    /// Temperature applied when a request sets none (operator override).
+    #[arg(long, env = "DECIDE_TEMPERATURE")]
+    pub temperature: Option<f64>,
+
+    /// Most questions in one request.
+    #[arg(long, env = "DECIDE_MAX_QUESTIONS", default_value_t = 400)]
+    pub max_questions: usize,
+
+    /// Most options in one question (choices, levels, criteria).
+    #[arg(long, env = "DECIDE_MAX_OPTIONS", default_value_t = 255)]
+    pub max_options: usize,
+
+    /// Most bytes of input text (the state as rendered) in one request.
+    #[arg(long, env = "DECIDE_MAX_INPUT_BYTES", default_value_t = 256 * 1024)]
+    pub max_input_bytes: usize,
+
+    /// Most bytes in one HTTP request body (after decompression).
+    #[arg(long, env = "DECIDE_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Most prompt tokens of one question (0: the model's context length).
+    #[arg(long, env = "DECIDE_MAX_PROMPT_TOKENS", default_value_t = 0)]
+    pub max_prompt_tokens: usize,
+
+    /// Delay readiness by this many milliseconds after loading (tests use it to observe the
+    /// 503-before-ready path deterministically).
+    #[arg(long, env = "DECIDE_READY_DELAY_MS", default_value_t = 0, hide = true)]
+    pub ready_delay_ms: u64,
+}
+
+impl Config {
+    /// The cache directory for precompiled plugins, resolved against the environment.
+    pub fn resolved_cache_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.cache_dir {
+            return dir.clone();
+        }
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir);
+        base.join("decide").join("wasm")
+    }
+}

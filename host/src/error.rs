@@ -1,0 +1,197 @@
+//! The host's error type and its one mapping to HTTP.
+//!
+//! Every failure a caller can cause is a 4xx whose message names the field, the limit and the
+//! setting to change. Each wire format wants its own error body (OpenAI: `{"error": {...}}`,
+//! Jev: `{"detail": [{loc, msg, type}]}`), so an error is rendered for a [`Wire`] format.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+/// The wire format an error is rendered in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// OpenAI's Decisions format (`/v1/decisions`).
+    OpenAi,
+    /// TypeSafe's Jev format (`/v1/systemone`).
+    SystemOne,
+}
+
+/// One location in the request body: field names and array indices.
+pub type Loc = Vec<LocPart>;
+
+/// A segment of a [`Loc`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocPart {
+    Field(String),
+    Index(usize),
+}
+
+impl From<&str> for LocPart {
+    fn from(field: &str) -> Self {
+        LocPart::Field(field.to_string())
+    }
+}
+impl From<String> for LocPart {
+    fn from(field: String) -> Self {
+        LocPart::Field(field)
+    }
+}
+impl From<usize> for LocPart {
+    fn from(index: usize) -> Self {
+        LocPart::Index(index)
+    }
+}
+
+/// Builds a [`Loc`] from mixed field names and indices: `loc!["questions", 2, "choices"]`.
+#[macro_export]
+macro_rules! loc {
+    ($($part:expr),* $(,)?) => { vec![$($crate::error::LocPart::from($part)),*] };
+}
+
+/// Renders a location as a dotted path with bracketed indices: `questions[2].choices`.
+pub fn dotted(loc: &[LocPart]) -> String {
+    let mut path = String::new();
+    for part in loc {
+        match part {
+            LocPart::Field(name) => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(name);
+            }
+            LocPart::Index(index) => path.push_str(&format!("[{index}]")),
+        }
+    }
+    path
+}
+
+/// Everything that can fail a whole request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed or breaks a rule; `loc` points at the field.
+    #[error("{message}")]
+    Invalid { loc: Loc, message: String, kind: &'static str },
+    /// The request is too large for a configured limit.
+    #[error("{message}")]
+    TooLarge { loc: Loc, message: String },
+    /// Unsupported body encoding or content type.
+    #[error("{message}")]
+    UnsupportedMedia { message: String },
+    /// The server is loading or could not load its model/plugins.
+    #[error("{reason}")]
+    NotReady { reason: String, retry_after_s: Option<u64> },
+    /// Every question of the request failed; this is the first failure.
+    #[error("{message}")]
+    QuestionFailed { status: StatusCode, loc: Loc, message: String, code: &'static str },
+    /// A model was named that this server does not serve.
+    #[error("{message}")]
+    UnknownModel { message: String },
+    /// A bug: never caused by input.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// An invalid field, with the conventional error kind.
+    pub fn invalid(loc: Loc, message: impl Into<String>) -> Self {
+        ApiError::Invalid { loc, message: message.into(), kind: "value_error" }
+    }
+
+    /// The HTTP status of this error. Validation is 400 for OpenAI and 422 for Jev, as each
+    /// format's clients expect.
+    pub fn status(&self, wire: Wire) -> StatusCode {
+        match self {
+            ApiError::Invalid { .. } => match wire {
+                Wire::OpenAi => StatusCode::BAD_REQUEST,
+                Wire::SystemOne => StatusCode::UNPROCESSABLE_ENTITY,
+            },
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMedia { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::NotReady { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::QuestionFailed { status, .. } => *status,
+            ApiError::UnknownModel { .. } => StatusCode::NOT_FOUND,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn loc(&self) -> &[LocPart] {
+        match self {
+            ApiError::Invalid { loc, .. }
+            | ApiError::TooLarge { loc, .. }
+            | ApiError::QuestionFailed { loc, .. } => loc,
+            _ => &[],
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            ApiError::Invalid { kind, .. } => kind,
+            ApiError::TooLarge { .. } => "too_large",
+            ApiError::UnsupportedMedia { .. } => "unsupported_media_type",
+            ApiError::NotReady { .. } => "not_ready",
+            ApiError::QuestionFailed { code, .. } => code,
+            ApiError::UnknownModel { .. } => "model_not_found",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The error body and headers in the given wire format.
+    pub fn into_response_for(self, wire: Wire) -> Response {
+        let status = self.status(wire);
+        let message = self.to_string();
+        let loc = self.loc().to_vec();
+        let body = match wire {
+            Wire::OpenAi => {
+                let kind = match status {
+                    StatusCode::SERVICE_UNAVAILABLE => "server_error",
+                    StatusCode::NOT_FOUND => "invalid_request_error",
+                    s if s.is_server_error() => "server_error",
+                    _ => "invalid_request_error",
+                };
+                let param = if loc.is_empty() { Value::Null } else { Value::String(dotted(&loc)) };
+                json!({"error": {"message": message, "type": kind, "param": param, "code": self.code()}})
+            }
+            Wire::SystemOne => {
+                let mut parts = vec![json!("body")];
+                parts.extend(loc.iter().map(|part| match part {
+                    LocPart::Field(name) => json!(name),
+                    LocPart::Index(index) => json!(index),
+                }));
+                json!({"detail": [{"loc": parts, "msg": message, "type": self.code()}]})
+            }
+        };
+        let retry_after = match &self {
+            ApiError::NotReady { retry_after_s, .. } => *retry_after_s,
+            _ => None,
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(seconds) = retry_after {
+            if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        if status.is_server_error() && !matches!(self, ApiError::NotReady { .. }) {
+            tracing::error!(%status, %message, "request failed");
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dotted_paths_mix_fields_and_indices() {
+        assert_eq!(dotted(&loc!["questions", 2, "choices", 0, "value"]), "questions[2].choices[0].value");
+        assert_eq!(dotted(&loc![]), "");
+    }
+
+    #[test]
+    fn validation_status_depends_on_the_wire_format() {
+        let error = ApiError::invalid(loc!["input"], "input: must not be empty");
+        assert_eq!(error.status(Wire::OpenAi), StatusCode::BAD_REQUEST);
+        assert_eq!(error.status(Wire::SystemOne), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+}

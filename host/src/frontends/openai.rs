@@ -1,0 +1,489 @@
+//! OpenAI's Decisions format: `POST /v1/decisions`.
+//!
+//! Request: `{model, input, questions: [{type, name?, instructions, ...}], prompt_cache_key?,
+//! prompt_cache_options?, safety_identifier?, extra?}`; `input` is a string or a list of
+//! messages and tool items, rendered to one text. Response: `{id, object, created, model,
+//! answers: [...] in question order, usage}`; a failed question is a `refusal` answer with the
+//! reason in `extra.error`.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+use super::json::{self as j, at};
+use crate::api::SharedState;
+use crate::error::{ApiError, Loc, Wire};
+use crate::loc;
+use crate::pipeline::{Decided, DecisionRequest, Outcome, Question, RENDER_VERSION};
+
+/// How much of the answer's `extra` block to return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    None,
+    Basic,
+    Full,
+}
+
+/// What the response needs besides the pipeline's outcomes.
+struct Parsed {
+    request: DecisionRequest,
+    names: Vec<Option<String>>,
+    types: Vec<String>,
+    detail: Detail,
+}
+
+/// `POST /v1/decisions`.
+pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
+    match run(&state, &headers, body).await {
+        Ok(response) => response,
+        Err(error) => {
+            state.metrics.record_rejected();
+            error.into_response_for(Wire::OpenAi)
+        }
+    }
+}
+
+async fn run(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let engine = super::ready_engine(state)?;
+    let value = super::read_json(state, headers, body).await?;
+    let parsed = parse(&value, state.config.max_questions)?;
+    let model = super::check_model(state, Wire::OpenAi, value.get("model").and_then(Value::as_str))?;
+    if let Some(id) = value.get("safety_identifier").and_then(Value::as_str) {
+        tracing::info!(safety_identifier = id, "decision request");
+    }
+    let Parsed { request, names, types, detail } = parsed;
+    let (decided, request) = super::decide(engine, request).await?;
+    Ok(axum::Json(respond(&model, &request, &decided, &names, &types, detail)).into_response())
+}
+
+fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
+    let root = loc![];
+    let body = j::object(value, &root)?;
+    j::only_fields(
+        body,
+        &["model", "input", "questions", "prompt_cache_key", "prompt_cache_options", "safety_identifier", "extra"],
+        &root,
+    )?;
+    match j::required(body, "model", &root)? {
+        Value::String(_) => {}
+        other => return Err(j::invalid(&loc!["model"], format!("expected a string, got {}", j::type_name(other)))),
+    }
+    for field in ["prompt_cache_key", "safety_identifier"] {
+        if let Some(value) = body.get(field) {
+            if !value.is_null() && !value.is_string() {
+                return Err(j::invalid(&loc![field], format!("expected a string, got {}", j::type_name(value))));
+            }
+        }
+    }
+    if let Some(options) = body.get("prompt_cache_options").filter(|v| !v.is_null()) {
+        let map = j::object(options, &loc!["prompt_cache_options"])?;
+        j::only_fields(map, &["mode", "ttl"], &loc!["prompt_cache_options"])?;
+    }
+    let state = render_input(j::required(body, "input", &root)?, &loc!["input"])?;
+    let (temperature, detail) = parse_extra(body.get("extra"))?;
+
+    let questions_loc = loc!["questions"];
+    let list = j::array(j::required(body, "questions", &root)?, &questions_loc)?;
+    if list.is_empty() {
+        return Err(j::invalid(&questions_loc, "at least one question is required"));
+    }
+    if list.len() > max_questions {
+        return Err(j::invalid(
+            &questions_loc,
+            format!(
+                "{} questions exceed the limit of {max_questions} per request (setting --max-questions / DECIDE_MAX_QUESTIONS)",
+                list.len()
+            ),
+        ));
+    }
+    let mut questions = Vec::with_capacity(list.len());
+    let mut names: Vec<Option<String>> = Vec::with_capacity(list.len());
+    let mut types = Vec::with_capacity(list.len());
+    for (index, item) in list.iter().enumerate() {
+        let loc = at(&questions_loc, index);
+        let map = j::object(item, &loc)?;
+        let kind = j::string(j::required(map, "type", &loc)?, &at(&loc, "type"))?.to_string();
+        let name = match map.get("name") {
+            None => None,
+            Some(Value::Null) => {
+                return Err(j::invalid(&at(&loc, "name"), "must be a string when present; omit it for an unnamed question"))
+            }
+            Some(value) => Some(j::string(value, &at(&loc, "name"))?.to_string()),
+        };
+        if let Some(name) = &name {
+            if let Some(first) = names.iter().position(|other| other.as_deref() == Some(name)) {
+                return Err(j::invalid(
+                    &at(&loc, "name"),
+                    format!("duplicate question name `{name}` (also questions[{first}].name); names must be unique"),
+                ));
+            }
+        }
+        let mut without_name: Map<String, Value> = map.clone();
+        without_name.remove("name");
+        questions.push(Question {
+            loc: loc.clone(),
+            plugin: format!("openai-{kind}"),
+            json: j::compact(&Value::Object(without_name)),
+        });
+        names.push(name);
+        types.push(kind);
+    }
+    Ok(Parsed { request: DecisionRequest { state, questions, temperature }, names, types, detail })
+}
+
+/// `extra` of the request: decide's own options.
+fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail), ApiError> {
+    let Some(extra) = extra.filter(|v| !v.is_null()) else { return Ok((None, Detail::Basic)) };
+    let loc = loc!["extra"];
+    let map = j::object(extra, &loc)?;
+    j::only_fields(map, &["calibration_temperature", "backend_options", "seed", "detail"], &loc)?;
+    let temperature = match map.get("calibration_temperature") {
+        None | Some(Value::Null) => None,
+        Some(value) => {
+            let loc = at(&loc, "calibration_temperature");
+            let t = value
+                .as_f64()
+                .ok_or_else(|| j::invalid(&loc, format!("expected a number, got {}", j::type_name(value))))?;
+            if !(t.is_finite() && t > 0.0 && t <= 100.0) {
+                return Err(j::invalid(&loc, format!("{t} is out of range; a temperature is > 0 and <= 100")));
+            }
+            Some(t)
+        }
+    };
+    if let Some(seed) = map.get("seed").filter(|v| !v.is_null()) {
+        if !seed.is_i64() && !seed.is_u64() {
+            return Err(j::invalid(&at(&loc, "seed"), "expected an integer (reads are deterministic; the seed is recorded only)"));
+        }
+    }
+    if let Some(options) = map.get("backend_options").filter(|v| !v.is_null()) {
+        let loc = at(&loc, "backend_options");
+        let options = j::object(options, &loc)?;
+        j::only_fields(options, &["readout"], &loc)?;
+        if let Some(readout) = options.get("readout") {
+            match readout.as_str() {
+                Some("auto") | Some("direct") => {}
+                _ => {
+                    return Err(j::invalid(
+                        &at(&loc, "readout"),
+                        format!("{readout} is not available; this server reads `direct` (or `auto`)"),
+                    ))
+                }
+            }
+        }
+    }
+    let detail = match map.get("detail") {
+        None | Some(Value::Null) => Detail::Basic,
+        Some(Value::String(s)) if s == "none" => Detail::None,
+        Some(Value::String(s)) if s == "basic" => Detail::Basic,
+        Some(Value::String(s)) if s == "full" => Detail::Full,
+        Some(other) => return Err(j::invalid(&at(&loc, "detail"), format!("{other} is not one of none, basic, full"))),
+    };
+    Ok((temperature, detail))
+}
+
+/// Renders `input` to the state text. A string (or a lone user message) is the text itself;
+/// a conversation becomes one block per item, labelled by role.
+fn render_input(input: &Value, loc: &Loc) -> Result<String, ApiError> {
+    match input {
+        Value::String(_) => Ok(j::string(input, loc)?.to_string()),
+        Value::Array(items) => {
+            if items.is_empty() {
+                return Err(j::invalid(loc, "must not be an empty list"));
+            }
+            let mut blocks = Vec::with_capacity(items.len());
+            for (index, item) in items.iter().enumerate() {
+                blocks.push(render_item(item, &at(loc, index))?);
+            }
+            if let [(role, text)] = blocks.as_slice() {
+                if role == "user" {
+                    return Ok(text.clone());
+                }
+            }
+            Ok(blocks.iter().map(|(role, text)| format!("{}: {text}", title(role))).collect::<Vec<_>>().join("\n\n"))
+        }
+        other => Err(j::invalid(loc, format!("expected a string or a list of messages, got {}", j::type_name(other)))),
+    }
+}
+
+fn title(role: &str) -> String {
+    let mut chars = role.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect::<String>().replace('_', " "),
+        None => String::new(),
+    }
+}
+
+/// One input item as (role, text).
+fn render_item(item: &Value, loc: &Loc) -> Result<(String, String), ApiError> {
+    let map = j::object(item, loc)?;
+    let kind = match map.get("type") {
+        None => "message",
+        Some(value) => j::string(value, &at(loc, "type"))?,
+    };
+    match kind {
+        "message" => {
+            j::only_fields(map, &["type", "role", "content", "phase"], loc)?;
+            let role = j::string(j::required(map, "role", loc)?, &at(loc, "role"))?;
+            let allowed: &[&str] = match role {
+                "user" => &["input_text", "input_json", "input_image"],
+                "developer" | "system" => &["input_text"],
+                "assistant" => &["output_text", "refusal"],
+                other => {
+                    return Err(j::invalid(
+                        &at(loc, "role"),
+                        format!("`{other}` is not one of user, developer, system, assistant"),
+                    ))
+                }
+            };
+            let text = render_content(j::required(map, "content", loc)?, allowed, &at(loc, "content"))?;
+            Ok((role.to_string(), text))
+        }
+        "function_call" | "custom_tool_call" => {
+            let input_field = if kind == "function_call" { "arguments" } else { "input" };
+            j::only_fields(map, &["type", "call_id", "name", input_field, "id", "namespace", "status"], loc)?;
+            let name = j::string(j::required(map, "name", loc)?, &at(loc, "name"))?;
+            let call_id = j::string(j::required(map, "call_id", loc)?, &at(loc, "call_id"))?;
+            let input = match j::required(map, input_field, loc)? {
+                Value::String(text) => text.clone(),
+                other => {
+                    return Err(j::invalid(&at(loc, input_field), format!("expected a string, got {}", j::type_name(other))))
+                }
+            };
+            Ok(("tool_call".to_string(), format!("{name}({input}) [call {call_id}]")))
+        }
+        "function_call_output" | "custom_tool_call_output" => {
+            j::only_fields(map, &["type", "call_id", "output", "id", "status"], loc)?;
+            let call_id = j::string(j::required(map, "call_id", loc)?, &at(loc, "call_id"))?;
+            let output = render_content(
+                j::required(map, "output", loc)?,
+                &["input_text", "input_image"],
+                &at(loc, "output"),
+            )?;
+            Ok(("tool_output".to_string(), format!("[call {call_id}] {output}")))
+        }
+        other => Err(j::invalid(
+            &at(loc, "type"),
+            format!("`{other}` is not one of message, function_call, function_call_output, custom_tool_call, custom_tool_call_output"),
+        )),
+    }
+}
+
+/// Message content: a string, or a list of parts of the `allowed` types joined by newlines.
+fn render_content(content: &Value, allowed: &[&str], loc: &Loc) -> Result<String, ApiError> {
+    let parts = match content {
+        Value::String(_) => return Ok(j::string(content, loc)?.to_string()),
+        Value::Array(parts) if parts.is_empty() => return Err(j::invalid(loc, "must not be an empty list")),
+        Value::Array(parts) => parts,
+        other => return Err(j::invalid(loc, format!("expected a string or a list of parts, got {}", j::type_name(other)))),
+    };
+    let mut texts = Vec::with_capacity(parts.len());
+    for (index, part) in parts.iter().enumerate() {
+        let loc = at(loc, index);
+        let map = j::object(part, &loc)?;
+        let kind = j::string(j::required(map, "type", &loc)?, &at(&loc, "type"))?;
+        if !allowed.contains(&kind) {
+            return Err(j::invalid(&at(&loc, "type"), format!("`{kind}` is not allowed here; use one of {}", allowed.join(", "))));
+        }
+        let text = match kind {
+            "input_text" | "output_text" => {
+                j::only_fields(map, &["type", "text", "prompt_cache_breakpoint"], &loc)?;
+                j::string(j::required(map, "text", &loc)?, &at(&loc, "text"))?.to_string()
+            }
+            "refusal" => {
+                j::only_fields(map, &["type", "refusal"], &loc)?;
+                j::string(j::required(map, "refusal", &loc)?, &at(&loc, "refusal"))?.to_string()
+            }
+            "input_json" => {
+                j::only_fields(map, &["type", "data", "prompt_cache_breakpoint"], &loc)?;
+                let data = j::required(map, "data", &loc)?;
+                let data_loc = at(&loc, "data");
+                match data {
+                    Value::Object(_) => {}
+                    Value::Array(items) if items.iter().all(Value::is_object) => {}
+                    other => {
+                        return Err(j::invalid(
+                            &data_loc,
+                            format!("expected an object or an array of objects, got {}", j::type_name(other)),
+                        ))
+                    }
+                }
+                j::check_json_limits(data, &j::INPUT_JSON_LIMITS, &data_loc)?;
+                j::compact(data)
+            }
+            _ => {
+                return Err(j::invalid(
+                    &at(&loc, "type"),
+                    "input_image is not supported: this server has no vision model; send text or JSON",
+                ))
+            }
+        };
+        texts.push(text);
+    }
+    Ok(texts.join("\n"))
+}
+
+fn respond(
+    model: &str,
+    request: &DecisionRequest,
+    decided: &Decided,
+    names: &[Option<String>],
+    types: &[String],
+    detail: Detail,
+) -> Value {
+    let state_sha = super::state_sha256(&request.state);
+    let answers: Vec<Value> = decided
+        .outcomes
+        .iter()
+        .enumerate()
+        .map(|(index, outcome)| {
+            let name = names[index].clone().map(Value::String).unwrap_or(Value::Null);
+            match outcome {
+                Outcome::Answer(answer) => {
+                    let mut object = Map::new();
+                    object.insert("type".into(), json!(types[index]));
+                    object.insert("name".into(), name);
+                    for (key, value) in &answer.fields {
+                        object.insert(key.clone(), value.clone());
+                    }
+                    if detail != Detail::None {
+                        let mut audit = json!({
+                            "calibration_temperature": answer.temperature,
+                            "temperature_source": answer.temperature_source.as_str(),
+                            "option_mass": answer.option_mass,
+                            "input_tokens": answer.input_tokens,
+                            "cached_input_tokens": 0,
+                        });
+                        let mut extra = Map::new();
+                        if detail == Detail::Full {
+                            let logits: Map<String, Value> = answer
+                                .option_keys
+                                .iter()
+                                .zip(&answer.logprobs)
+                                .map(|(key, logprob)| (option_id(key), json!(logprob)))
+                                .collect();
+                            extra.insert("backend".into(), json!({"name": "decide", "option_logits": logits}));
+                            let audit = audit.as_object_mut().expect("audit is an object");
+                            audit.insert("served_model".into(), json!(model));
+                            audit.insert("state_sha256".into(), json!(state_sha));
+                            audit.insert("confidence_formula".into(), json!("(k*max-1)/(k-1)"));
+                            audit.insert("render_version".into(), json!(RENDER_VERSION));
+                            audit.insert("forward_passes".into(), json!(1));
+                            audit.insert("readout".into(), json!("direct"));
+                            audit.insert("label_layout".into(), json!(answer.labels));
+                        }
+                        extra.insert("audit".into(), audit);
+                        object.insert("extra".into(), Value::Object(extra));
+                    }
+                    Value::Object(object)
+                }
+                Outcome::Refusal(refusal) => json!({
+                    "type": "refusal",
+                    "name": name,
+                    "extra": {"error": {"message": refusal.message, "code": refusal.code}},
+                }),
+            }
+        })
+        .collect();
+    json!({
+        "id": super::request_id("dec"),
+        "object": "decision",
+        "created": super::unix_now(),
+        "model": model,
+        "answers": answers,
+        "usage": {
+            "input_tokens": decided.input_tokens,
+            "input_tokens_details": {"cached_tokens": decided.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": 0,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": decided.input_tokens,
+        },
+    })
+}
+
+/// An option key (JSON text) as an object key: strings unquoted, other values as written.
+fn option_id(key: &str) -> String {
+    match serde_json::from_str::<Value>(key) {
+        Ok(Value::String(text)) => text,
+        _ => key.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_body(body: Value) -> Result<Parsed, ApiError> {
+        parse(&body, 400)
+    }
+
+    #[test]
+    fn a_lone_user_message_renders_as_its_text() {
+        let plain = render_input(&json!("The printer is on fire."), &loc!["input"]).unwrap();
+        let message = render_input(&json!([{"role": "user", "content": "The printer is on fire."}]), &loc!["input"]).unwrap();
+        let parts = render_input(
+            &json!([{"role": "user", "content": [{"type": "input_text", "text": "The printer is on fire."}]}]),
+            &loc!["input"],
+        )
+        .unwrap();
+        assert_eq!(plain, message);
+        assert_eq!(plain, parts);
+    }
+
+    #[test]
+    fn conversations_keep_roles_and_tool_items() {
+        let text = render_input(
+            &json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "input_json", "data": {"order": 42}}]},
+                {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{\"id\":42}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "shipped"}
+            ]),
+            &loc!["input"],
+        )
+        .unwrap();
+        assert_eq!(
+            text,
+            "System: Be brief.\n\nUser: {\"order\":42}\n\nTool call: lookup({\"id\":42}) [call c1]\n\nTool output: [call c1] shipped"
+        );
+    }
+
+    #[test]
+    fn images_are_refused_with_a_reason() {
+        let error = render_input(
+            &json!([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
+            &loc!["input"],
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("no vision model"), "{error}");
+        assert_eq!(crate::error::dotted(match &error { ApiError::Invalid { loc, .. } => loc, _ => panic!() }), "input[0].content[0].type");
+    }
+
+    #[test]
+    fn names_are_stripped_and_checked() {
+        let parsed = parse_body(json!({
+            "model": "m", "input": "x",
+            "questions": [{"type": "predicate", "name": "urgent", "instructions": "Is it urgent?"}]
+        }))
+        .unwrap();
+        assert_eq!(parsed.names, vec![Some("urgent".to_string())]);
+        assert_eq!(parsed.request.questions[0].plugin, "openai-predicate");
+        assert!(!parsed.request.questions[0].json.contains("urgent\""), "{}", parsed.request.questions[0].json);
+
+        let null_name = parse_body(json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "name": null, "instructions": "?"}]}));
+        assert!(null_name.unwrap_err().to_string().starts_with("questions[0].name"));
+        let duplicate = parse_body(json!({"model": "m", "input": "x", "questions": [
+            {"type": "predicate", "name": "a", "instructions": "?"}, {"type": "predicate", "name": "a", "instructions": "?"}]}));
+        assert!(duplicate.unwrap_err().to_string().contains("duplicate"));
+    }
+
+    #[test]
+    fn extra_options_are_validated() {
+        let base = |extra: Value| parse_body(json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "?"}], "extra": extra}));
+        assert_eq!(base(json!({"calibration_temperature": 2.0})).unwrap().request.temperature, Some(2.0));
+        assert!(base(json!({"calibration_temperature": 0})).is_err());
+        assert!(base(json!({"detail": "everything"})).is_err());
+        assert!(base(json!({"surprise": 1})).unwrap_err().to_string().contains("unknown field"));
+    }
+}

@@ -1,0 +1,20 @@
+//! decide: a typed-decision server.
+//!
+//! A caller sends an input text and typed questions; for each question the server reads a
+//! language model's next-token distribution over the option labels at the answer position and
+//! returns calibrated probabilities over a closed option set. No answer text is generated.
+//!
+//! Layout (see DESIGN.md): [`frontends`] translate wire formats into one [`pipeline`];
+//! [`plugins`] runs question types, renderers and calibration policies as sandboxed
+//! WebAssembly components; the model lives in the `decide-models` crate. [`api`] builds the
+//! router; [`server`] loads everything and serves.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod frontends;
+pub mod metrics;
+pub mod pipeline;
+pub mod plugins;
+pub mod readout;
+pub mod server;

@@ -1,0 +1,490 @@
+//! The one decision pipeline behind every wire format.
+//!
+//! A frontend turns its HTTP body into a [`DecisionRequest`]; the pipeline compiles each
+//! question with its question-type plugin, plans the labels, renders the prompt with the
+//! renderer plugin and the model's chat template, reads the label log-probabilities in one
+//! forward pass, calibrates them with the calibration plugin and lets the question type turn
+//! probabilities into its answer fields. Because both endpoints go through here, the same
+//! question gives the same probabilities on both.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use serde_json::{Map, Value};
+
+use decide_models::{ChatMessage, Model, ModelError};
+
+use crate::error::{dotted, ApiError, Loc, LocPart};
+use crate::metrics::Metrics;
+use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry};
+use crate::readout;
+
+/// Version of the prompt layout; part of every audit block so that a change of rendering is
+/// visible in answers and invalidates saved calibrations.
+pub const RENDER_VERSION: &str = "direct-options/1";
+
+/// One question as a frontend hands it over.
+#[derive(Debug, Clone)]
+pub struct Question {
+    /// Where the question sits in the request body, for error messages.
+    pub loc: Loc,
+    /// The question-type plugin that understands it (`openai-choice`, `systemone-noul`, ...).
+    pub plugin: String,
+    /// The question object as JSON text, without the frontend-level `name`.
+    pub json: String,
+}
+
+/// A request reduced to what the pipeline needs.
+#[derive(Debug, Clone)]
+pub struct DecisionRequest {
+    /// The input text every question is asked about.
+    pub state: String,
+    pub questions: Vec<Question>,
+    /// `extra.calibration_temperature` of the request, when given.
+    pub temperature: Option<f64>,
+}
+
+/// Where an answer's temperature came from, highest priority first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemperatureSource {
+    Request,
+    Operator,
+    Default,
+}
+
+impl TemperatureSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TemperatureSource::Request => "request",
+            TemperatureSource::Operator => "operator",
+            TemperatureSource::Default => "default",
+        }
+    }
+}
+
+/// A question the model answered.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The question type's answer fields (`probability`, `choice`, `score`, ...).
+    pub fields: Map<String, Value>,
+    /// Option keys (JSON text) in option order.
+    pub option_keys: Vec<String>,
+    /// The labels the model answered with, in option order.
+    pub labels: Vec<String>,
+    /// Raw option scores: log-softmax over the whole vocabulary at the label tokens.
+    pub logprobs: Vec<f32>,
+    /// Calibrated probabilities, in option order.
+    pub probabilities: Vec<f64>,
+    /// True next-token probability mass on the labels.
+    pub option_mass: f32,
+    pub input_tokens: usize,
+    pub temperature: f64,
+    pub temperature_source: TemperatureSource,
+}
+
+/// A question that failed while others may have succeeded.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The status the whole request gets if every question fails like this.
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub loc: Loc,
+}
+
+/// The outcome of one question.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Answer(Box<Answer>),
+    Refusal(Refusal),
+}
+
+/// The outcomes of a request, in question order.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    pub outcomes: Vec<Outcome>,
+    pub input_tokens: usize,
+    pub cached_tokens: usize,
+    pub forward_passes: usize,
+}
+
+/// Limits enforced before any model work.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_questions: usize,
+    pub max_options: usize,
+    pub max_input_bytes: usize,
+    /// Most prompt tokens of one question (already resolved against the model's context).
+    pub max_prompt_tokens: usize,
+}
+
+/// The loaded model and plugins, ready to answer.
+pub struct Engine {
+    model: Model,
+    /// One forward at a time: candle's CPU kernels already use every core, and interleaving
+    /// two forwards only makes both slower.
+    forward_lock: Mutex<()>,
+    plugins: Arc<PluginRegistry>,
+    renderer: String,
+    calibration: String,
+    operator_temperature: Option<f64>,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+}
+
+/// A compiled question waiting for the model.
+struct Planned {
+    index: usize,
+    compiled: CompiledQuestion,
+    labels: Vec<String>,
+}
+
+impl Engine {
+    pub fn new(
+        model: Model,
+        plugins: Arc<PluginRegistry>,
+        renderer: String,
+        calibration: String,
+        operator_temperature: Option<f64>,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Engine {
+            model,
+            forward_lock: Mutex::new(()),
+            plugins,
+            renderer,
+            calibration,
+            operator_temperature,
+            limits,
+            metrics,
+        }
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn plugins(&self) -> &Arc<PluginRegistry> {
+        &self.plugins
+    }
+
+    /// Checks the request against the limits and compiles every question. Invalid questions
+    /// fail the whole request (nothing was computed yet); plugin failures refuse one question.
+    fn compile(&self, request: &DecisionRequest) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
+        if request.questions.is_empty() {
+            return Err(ApiError::invalid(
+                crate::loc!["questions"],
+                "questions: at least one question is required",
+            ));
+        }
+        if request.questions.len() > self.limits.max_questions {
+            return Err(ApiError::invalid(
+                crate::loc!["questions"],
+                format!(
+                    "questions: {} questions exceed the limit of {} per request (setting --max-questions / DECIDE_MAX_QUESTIONS)",
+                    request.questions.len(),
+                    self.limits.max_questions
+                ),
+            ));
+        }
+        if request.state.len() > self.limits.max_input_bytes {
+            return Err(ApiError::TooLarge {
+                loc: vec![],
+                message: format!(
+                    "input: {} bytes exceed the limit of {} bytes (setting --max-input-bytes / DECIDE_MAX_INPUT_BYTES)",
+                    request.state.len(),
+                    self.limits.max_input_bytes
+                ),
+            });
+        }
+        let mut planned = Vec::with_capacity(request.questions.len());
+        for (index, question) in request.questions.iter().enumerate() {
+            planned.push(self.compile_one(index, question)?);
+        }
+        Ok(planned)
+    }
+
+    fn compile_one(&self, index: usize, question: &Question) -> Result<Result<Planned, Refusal>, ApiError> {
+        let Some(plugin) = self.plugins.question_type(&question.plugin) else {
+            return Err(ApiError::invalid(
+                with_field(&question.loc, "type"),
+                format!(
+                    "{}: no question-type plugin `{}` is loaded",
+                    dotted(&with_field(&question.loc, "type")),
+                    question.plugin
+                ),
+            ));
+        };
+        let compiled = match plugin.compile(&question.json) {
+            Ok(compiled) => compiled,
+            Err(PluginCallError::InvalidQuestion(message)) => return Err(invalid_from_plugin(&question.loc, &message)),
+            Err(PluginCallError::Failed { plugin, message }) => {
+                return Ok(Err(plugin_refusal(&question.loc, &plugin, &message)))
+            }
+        };
+        let count = compiled.options.len();
+        if count > self.limits.max_options {
+            return Err(ApiError::invalid(
+                question.loc.clone(),
+                format!(
+                    "{}: {count} options exceed the limit of {} per question (setting --max-options / DECIDE_MAX_OPTIONS)",
+                    dotted(&question.loc),
+                    self.limits.max_options
+                ),
+            ));
+        }
+        if count < 2 {
+            return Err(ApiError::invalid(
+                question.loc.clone(),
+                format!("{}: a question needs at least 2 options, got {count}", dotted(&question.loc)),
+            ));
+        }
+        Ok(match readout::direct_labels(count) {
+            Ok(labels) => Ok(Planned { index, compiled, labels }),
+            Err(message) => Err(Refusal {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                code: "readout_capacity",
+                message: format!("{}: {message}", dotted(&question.loc)),
+                loc: question.loc.clone(),
+            }),
+        })
+    }
+
+    fn temperature(&self, requested: Option<f64>) -> (f64, TemperatureSource) {
+        match (requested, self.operator_temperature) {
+            (Some(t), _) => (t, TemperatureSource::Request),
+            (None, Some(t)) => (t, TemperatureSource::Operator),
+            (None, None) => (1.0, TemperatureSource::Default),
+        }
+    }
+
+    /// Answers every question of the request. Blocking: call from a blocking thread.
+    pub fn decide(&self, request: &DecisionRequest) -> Result<Decided, ApiError> {
+        let started = Instant::now();
+        let compiled = self.compile(request)?;
+        let (temperature, temperature_source) = self.temperature(request.temperature);
+        let renderer = self.plugins.renderer(&self.renderer).ok_or_else(|| ApiError::NotReady {
+            reason: format!("renderer plugin `{}` is not loaded (setting --renderer)", self.renderer),
+            retry_after_s: None,
+        })?;
+        let calibration = self.plugins.calibration(&self.calibration).ok_or_else(|| ApiError::NotReady {
+            reason: format!("calibration plugin `{}` is not loaded (setting --calibration)", self.calibration),
+            retry_after_s: None,
+        })?;
+
+        let mut decided = Decided { outcomes: Vec::new(), input_tokens: 0, cached_tokens: 0, forward_passes: 0 };
+        for planned in compiled {
+            let planned = match planned {
+                Ok(planned) => planned,
+                Err(refusal) => {
+                    decided.outcomes.push(Outcome::Refusal(refusal));
+                    continue;
+                }
+            };
+            let question = &request.questions[planned.index];
+            let outcome = self.answer_one(
+                request,
+                question,
+                planned,
+                &renderer,
+                &calibration,
+                temperature,
+                temperature_source,
+                &mut decided,
+            );
+            decided.outcomes.push(outcome);
+        }
+        self.metrics.record_request(&decided, started.elapsed());
+        Ok(decided)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn answer_one(
+        &self,
+        request: &DecisionRequest,
+        question: &Question,
+        planned: Planned,
+        renderer: &crate::plugins::Renderer,
+        calibration: &crate::plugins::Calibration,
+        temperature: f64,
+        temperature_source: TemperatureSource,
+        decided: &mut Decided,
+    ) -> Outcome {
+        let loc = &question.loc;
+        let refuse_plugin = |error: PluginCallError| match error {
+            PluginCallError::InvalidQuestion(message) => Outcome::Refusal(Refusal {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                code: "invalid_question",
+                message: format!("{}: {message}", dotted(loc)),
+                loc: loc.clone(),
+            }),
+            PluginCallError::Failed { plugin, message } => Outcome::Refusal(plugin_refusal(loc, &plugin, &message)),
+        };
+        let messages = match renderer.render(&request.state, &planned.compiled, &planned.labels) {
+            Ok(messages) => messages,
+            Err(error) => return refuse_plugin(error),
+        };
+        let messages: Vec<ChatMessage> =
+            messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect();
+        let prompt = match self.model.render(&messages) {
+            Ok(prompt) => prompt,
+            Err(error) => return Outcome::Refusal(model_refusal(loc, error)),
+        };
+        if prompt.tokens.len() > self.limits.max_prompt_tokens {
+            return Outcome::Refusal(Refusal {
+                status: StatusCode::BAD_REQUEST,
+                code: "context_length_exceeded",
+                message: format!(
+                    "{}: the prompt is {} tokens, over the limit of {} (setting --max-prompt-tokens / DECIDE_MAX_PROMPT_TOKENS, at most the model's context length); shorten the input",
+                    dotted(loc),
+                    prompt.tokens.len(),
+                    self.limits.max_prompt_tokens
+                ),
+                loc: loc.clone(),
+            });
+        }
+        let label_ids = match self.model.label_ids(&prompt, &planned.labels) {
+            Ok(ids) => ids,
+            Err(error) => return Outcome::Refusal(model_refusal(loc, error)),
+        };
+        let read = {
+            let _forward = self.forward_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.model.read(&prompt.tokens, &label_ids)
+        };
+        let read = match read {
+            Ok(read) => read,
+            Err(error) => return Outcome::Refusal(model_refusal(loc, error)),
+        };
+        decided.forward_passes += 1;
+        decided.input_tokens += prompt.tokens.len();
+        let scores: Vec<f64> = read.logprobs.iter().map(|&s| f64::from(s)).collect();
+        let params = match calibration.default_params(temperature) {
+            Ok(params) => params,
+            Err(error) => return refuse_plugin(error),
+        };
+        let probabilities = match calibration.apply(&scores, &params) {
+            Ok(probabilities) => probabilities,
+            Err(error) => return refuse_plugin(error),
+        };
+        let fields = match self.plugins.question_type(&question.plugin) {
+            Some(plugin) => match plugin.answer(&question.json, &probabilities) {
+                Ok(fields) => fields,
+                Err(error) => return refuse_plugin(error),
+            },
+            None => {
+                return Outcome::Refusal(plugin_refusal(loc, &question.plugin, "the plugin was removed while the request ran"))
+            }
+        };
+        Outcome::Answer(Box::new(Answer {
+            fields,
+            option_keys: planned.compiled.options.iter().map(|o| o.key.clone()).collect(),
+            labels: planned.labels,
+            logprobs: read.logprobs,
+            probabilities,
+            option_mass: read.option_mass,
+            input_tokens: prompt.tokens.len(),
+            temperature,
+            temperature_source,
+        }))
+    }
+}
+
+fn with_field(loc: &Loc, field: &str) -> Loc {
+    let mut loc = loc.clone();
+    loc.push(LocPart::Field(field.to_string()));
+    loc
+}
+
+/// A plugin's `invalid-question` message reads `<path within the question>: <what is wrong>`;
+/// the host prefixes the question's own location so the caller sees the full path.
+fn invalid_from_plugin(question_loc: &Loc, message: &str) -> ApiError {
+    let (path, reason) = match message.split_once(": ") {
+        Some((path, reason)) if !path.is_empty() && !path.contains(' ') => (Some(path), reason),
+        _ => (None, message),
+    };
+    let mut loc = question_loc.clone();
+    if let Some(path) = path {
+        loc.extend(parse_path(path));
+    }
+    ApiError::invalid(loc.clone(), format!("{}: {reason}", dotted(&loc)))
+}
+
+/// Parses `choices[2].value` into location parts.
+fn parse_path(path: &str) -> Vec<LocPart> {
+    let mut parts = Vec::new();
+    for segment in path.split('.') {
+        let mut rest = segment;
+        if let Some(open) = rest.find('[') {
+            if open > 0 {
+                parts.push(LocPart::Field(rest[..open].to_string()));
+            }
+            rest = &rest[open..];
+            while let Some(stripped) = rest.strip_prefix('[') {
+                let Some(close) = stripped.find(']') else { break };
+                match stripped[..close].parse::<usize>() {
+                    Ok(index) => parts.push(LocPart::Index(index)),
+                    Err(_) => parts.push(LocPart::Field(stripped[..close].to_string())),
+                }
+                rest = &stripped[close + 1..];
+            }
+        } else if !rest.is_empty() {
+            parts.push(LocPart::Field(rest.to_string()));
+        }
+    }
+    parts
+}
+
+fn plugin_refusal(loc: &Loc, plugin: &str, message: &str) -> Refusal {
+    Refusal {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        code: "plugin_failed",
+        message: format!("{}: plugin `{plugin}` failed: {message}", dotted(loc)),
+        loc: loc.clone(),
+    }
+}
+
+fn model_refusal(loc: &Loc, error: ModelError) -> Refusal {
+    let (status, code) = match &error {
+        ModelError::PromptTooLong { .. } => (StatusCode::BAD_REQUEST, "context_length_exceeded"),
+        ModelError::Label { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "label_not_readable"),
+        _ => (StatusCode::UNPROCESSABLE_ENTITY, "model_failed"),
+    };
+    Refusal { status, code, message: format!("{}: {error}", dotted(loc)), loc: loc.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loc;
+
+    #[test]
+    fn plugin_paths_are_prefixed_with_the_question_location() {
+        let error = invalid_from_plugin(&loc!["questions", 1], "choices[2].value: must be a string or a boolean");
+        match error {
+            ApiError::Invalid { loc, message, .. } => {
+                assert_eq!(dotted(&loc), "questions[1].choices[2].value");
+                assert_eq!(message, "questions[1].choices[2].value: must be a string or a boolean");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_without_a_path_keep_the_question_location() {
+        let error = invalid_from_plugin(&loc!["questions", "q1"], "the question must be an object");
+        assert_eq!(dotted(error_loc(&error)), "questions.q1");
+    }
+
+    fn error_loc(error: &ApiError) -> &Loc {
+        match error {
+            ApiError::Invalid { loc, .. } => loc,
+            _ => panic!("not invalid"),
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Startup: listen first, then load plugins and the model in the background, then flip to ready.
+//!
+//! Listening before loading lets orchestrators and clients see progress (`/health`) and get a
+//! clean 503 with Retry-After instead of a refused connection.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use decide_models::{Device, Model};
+
+use crate::api::{self, AppState, SharedState};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pipeline::{Engine, Limits};
+use crate::plugins::{PluginRegistry, RuntimeConfig};
+
+/// Runs the server until Ctrl-C / SIGTERM.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    tracing::info!(?config, "starting decide {}", env!("CARGO_PKG_VERSION"));
+    let listener = tokio::net::TcpListener::bind((config.host, config.port))
+        .await
+        .with_context(|| format!("cannot listen on {}:{} (settings --host/--port)", config.host, config.port))?;
+    let address = listener.local_addr()?;
+    // Tests and scripts read this line to find a port chosen with --port 0.
+    println!("decide listening on http://{address}");
+    tracing::info!("listening on http://{address}");
+
+    let state = AppState::new(config, Arc::new(Metrics::default()));
+    let loader = state.clone();
+    tokio::task::spawn_blocking(move || load(&loader));
+
+    axum::serve(listener, api::router(state)).with_graceful_shutdown(shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Loads plugins and model into the shared state, recording progress and failure.
+fn load(state: &SharedState) {
+    match build_engine(state) {
+        Ok((engine, served)) => {
+            let delay = state.config.ready_delay_ms;
+            if delay > 0 {
+                std::thread::sleep(Duration::from_millis(delay));
+            }
+            tracing::info!(model = %served, "ready");
+            state.set_ready(Arc::new(engine), served);
+        }
+        Err(error) => {
+            let reason = format!("{error:#}");
+            tracing::error!(%reason, "startup failed; decision requests will get 503");
+            state.set_failed(reason);
+        }
+    }
+}
+
+fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
+    let config = &state.config;
+    state.set_loading("loading plugins");
+    let started = Instant::now();
+    let runtime = RuntimeConfig {
+        memory_limit_bytes: (config.plugin_memory_mib as usize) * 1024 * 1024,
+        call_timeout: Duration::from_millis(config.plugin_timeout_ms),
+        cache_dir: Some(config.resolved_cache_dir()),
+        plugins_dir: config.plugins.clone(),
+        poll_interval: Duration::from_millis(config.plugin_poll_ms),
+    };
+    let plugins = PluginRegistry::start(runtime).context("loading plugins")?;
+    for name in [&config.renderer] {
+        if plugins.renderer(name).is_none() {
+            anyhow::bail!("renderer plugin `{name}` is not loaded (setting --renderer)");
+        }
+    }
+    if plugins.calibration(&config.calibration).is_none() {
+        anyhow::bail!("calibration plugin `{}` is not loaded (setting --calibration)", config.calibration);
+    }
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), plugins = plugins.list().len(), "plugins loaded");
+
+    state.set_loading("loading the model");
+    let started = Instant::now();
+    let device = parse_device(&config.device)?;
+    let model = Model::load(&config.model, &device)
+        .with_context(|| format!("loading model {} (setting --model)", config.model.display()))?;
+    let info = model.info().clone();
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), name = %info.name, arch = %info.arch, layers = info.n_layers, context = info.context_length, "model loaded");
+    let served = config.served_model_name.clone().unwrap_or_else(|| info.name.clone());
+    let max_prompt_tokens = match config.max_prompt_tokens {
+        0 => info.context_length,
+        flag => flag.min(info.context_length),
+    };
+    let limits = Limits {
+        max_questions: config.max_questions,
+        max_options: config.max_options,
+        max_input_bytes: config.max_input_bytes,
+        max_prompt_tokens,
+    };
+    let engine = Engine::new(
+        model,
+        plugins,
+        config.renderer.clone(),
+        config.calibration.clone(),
+        config.temperature,
+        limits,
+        state.metrics.clone(),
+    );
+    Ok((engine, served))
+}
+
+/// `cpu`, `cuda` or `cuda:N`.
+pub fn parse_device(name: &str) -> anyhow::Result<Device> {
+    match name {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Device::new_cuda(0).context("opening CUDA device 0 (needs a build with --features cuda)"),
+        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+            Some(ordinal) => Device::new_cuda(ordinal)
+                .with_context(|| format!("opening CUDA device {ordinal} (needs a build with --features cuda)")),
+            None => anyhow::bail!("unknown device `{other}` (setting --device): use cpu, cuda or cuda:N"),
+        },
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        if let Ok(mut signal) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            signal.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
+    tracing::info!("shutting down");
+}

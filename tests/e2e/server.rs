@@ -1,0 +1,141 @@
+//! A real `decide` process on a free loopback port, killed on drop.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The small test model: `$DECIDE_TEST_MODEL`, else `<repo>/.models/smol.gguf`.
+pub fn model_path() -> PathBuf {
+    let path = std::env::var_os("DECIDE_TEST_MODEL").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(".models").join("smol.gguf")
+    });
+    assert!(
+        path.exists(),
+        "test model {} is missing: run `scripts/fetch-model.sh smol` (or set DECIDE_TEST_MODEL)",
+        path.display()
+    );
+    path
+}
+
+/// Directory holding the test-only guest plugins built by host/build.rs.
+pub fn test_guest(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("DECIDE_TEST_GUESTS_DIR")).join(format!("{name}.wasm"));
+    assert!(path.exists(), "test guest {} was not built", path.display());
+    path
+}
+
+/// A fresh empty directory under the test target dir.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{}", std::process::id(), unique()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn unique() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+pub struct Server {
+    child: Child,
+    pub base: String,
+    client: reqwest::blocking::Client,
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl Server {
+    /// Starts the binary with the test model and `extra` flags; returns once it listens
+    /// (not necessarily ready: see [`Server::wait_ready`]).
+    pub fn start(extra: &[&str]) -> Server {
+        let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_decide"));
+        command.arg("serve");
+        if !extra.contains(&"--model") {
+            command.arg("--model").arg(model_path());
+        }
+        let mut child = command
+            .args(["--port", "0", "--host", "127.0.0.1"])
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(extra)
+            .env("DECIDE_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start decide");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
+        let base = line
+            .trim()
+            .strip_prefix("decide listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
+        Server { child, base, client }
+    }
+
+    /// Starts and waits until `/health` says ok.
+    pub fn ready(extra: &[&str]) -> Server {
+        let server = Server::start(extra);
+        server.wait_ready();
+        server
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let reply = self.get("/health");
+            if reply.status == 200 {
+                return;
+            }
+            assert!(reply.body["status"] != "failed", "server failed to start: {}", reply.body);
+            assert!(Instant::now() < deadline, "server not ready after 120 s: {}", reply.body);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        let response = self.client.get(format!("{}{path}", self.base)).send().expect("GET");
+        Self::reply(response)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Reply {
+        let response = self.client.post(format!("{}{path}", self.base)).json(body).send().expect("POST");
+        Self::reply(response)
+    }
+
+    pub fn post_raw(&self, path: &str, body: &'static str, content_type: &str) -> Reply {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .expect("POST");
+        Self::reply(response)
+    }
+
+    fn reply(response: reqwest::blocking::Response) -> Reply {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Reply { status, body, headers }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
