@@ -1,0 +1,127 @@
+//! Shared logic of decide's built-in plugins.
+//!
+//! Every built-in plugin crate is a thin `wit-bindgen` wrapper over a module of this crate, so
+//! that the logic (validation, option sets, answers, prompt text, calibration maths) is plain
+//! Rust with native unit tests, and so that the two wire formats (OpenAI-style and
+//! SystemOne-style) share one code path to the compiled form: the same question compiles to the
+//! same option set, hence gets the same probabilities, on both endpoints.
+//!
+//! Nothing here knows about wasm: the types mirror the WIT records (`option-def`,
+//! `compiled-question`, `plugin-error`) and the wrappers convert.
+
+pub mod json;
+pub mod questions;
+pub mod render;
+pub mod temperature;
+
+/// Why a call failed; mirrors WIT `plugin-error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The caller's input is wrong: "<field path>: <what is wrong>".
+    Invalid(String),
+    /// The plugin could not do its job (bad probabilities from the host, unsupported case).
+    Failure(String),
+}
+
+impl Error {
+    /// An `Invalid` error for the field at `path`.
+    pub fn invalid(path: &str, what: impl std::fmt::Display) -> Self {
+        Error::Invalid(format!("{path}: {what}"))
+    }
+}
+
+/// Result alias for plugin logic.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// One option of a closed option set; mirrors WIT `option-def`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opt {
+    /// How the option is named in answers: a JSON value as text.
+    pub key: String,
+    /// What the model is shown.
+    pub text: String,
+    /// Optional longer description.
+    pub description: Option<String>,
+}
+
+impl Opt {
+    /// Shorthand constructor.
+    pub fn new(key: impl Into<String>, text: impl Into<String>, description: Option<String>) -> Self {
+        Opt { key: key.into(), text: text.into(), description }
+    }
+}
+
+/// A compiled question; mirrors WIT `compiled-question`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    /// What to ask about the state.
+    pub instructions: Option<String>,
+    /// The closed option set, in label order.
+    pub options: Vec<Opt>,
+}
+
+/// Confidence of a distribution: `(k * max - 1) / (k - 1)`, 0 for uniform, 1 for certain.
+///
+/// For `k < 2` there is no choice to be confident about; returns 1.
+pub fn confidence(probs: &[f64]) -> f64 {
+    let k = probs.len() as f64;
+    if probs.len() < 2 {
+        return 1.0;
+    }
+    let max = probs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    (k * max - 1.0) / (k - 1.0)
+}
+
+/// Index of the largest probability (the first one on ties).
+pub fn argmax(probs: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, p) in probs.iter().enumerate() {
+        if *p > probs[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Check that the host sent one finite probability per option.
+pub fn check_probabilities(probs: &[f64], options: usize) -> Result<()> {
+    if probs.len() != options {
+        return Err(Error::Failure(format!(
+            "expected {options} probabilities (one per option), got {}",
+            probs.len()
+        )));
+    }
+    if let Some(i) = probs.iter().position(|p| !p.is_finite()) {
+        return Err(Error::Failure(format!("probability {i} is not finite ({})", probs[i])));
+    }
+    Ok(())
+}
+
+/// A JSON number for `x` (finite by `check_probabilities`; 0 otherwise so output stays valid JSON).
+pub fn num(x: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(x).map(serde_json::Value::Number).unwrap_or(serde_json::Value::from(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confidence_endpoints() {
+        assert_eq!(confidence(&[0.5, 0.5]), 0.0);
+        assert_eq!(confidence(&[1.0, 0.0, 0.0]), 1.0);
+        assert!((confidence(&[0.7, 0.3]) - 0.4).abs() < 1e-12);
+    }
+
+    #[test]
+    fn argmax_first_on_ties() {
+        assert_eq!(argmax(&[0.2, 0.4, 0.4]), 1);
+    }
+
+    #[test]
+    fn probabilities_checked() {
+        assert!(check_probabilities(&[0.5, 0.5], 2).is_ok());
+        assert!(matches!(check_probabilities(&[1.0], 2), Err(Error::Failure(_))));
+        assert!(matches!(check_probabilities(&[f64::NAN, 0.5], 2), Err(Error::Failure(_))));
+    }
+}
