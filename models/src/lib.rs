@@ -1,1 +1,318 @@
-//! placeholder
+//! `decide-models`: load a GGUF language model and read its next-token log-probabilities at
+//! option labels. No text is ever generated.
+//!
+//! # What this crate does
+//!
+//! The `decide` server asks a model a closed question ("answer with A, B or C") and needs the
+//! model's probability of each option. That is one forward pass over the prompt and a
+//! log-softmax at the last position, gathered at the label tokens:
+//!
+//! ```no_run
+//! use decide_models::{ChatMessage, Device, Model};
+//! # fn main() -> Result<(), decide_models::ModelError> {
+//! let model = Model::load(std::path::Path::new(".models/smol.gguf"), &Device::Cpu)?;
+//! let prompt = model.render(&[ChatMessage {
+//!     role: "user".into(),
+//!     content: "Is the sky green? A) yes B) no. Answer with the letter.".into(),
+//! }])?;
+//! let labels = vec!["A".to_string(), "B".to_string()];
+//! let ids = model.label_ids(&prompt, &labels)?;
+//! let readout = model.read(&prompt.tokens, &ids)?;
+//! println!("{:?} (mass on labels {})", readout.logprobs, readout.option_mass);
+//! # Ok(()) }
+//! ```
+//!
+//! # Design choices
+//!
+//! - **Everything from the GGUF file.** Weights, tokenizer (`tokenizer.ggml.*`) and chat
+//!   template (`tokenizer.chat_template`) come from the one file, so a model is one artifact
+//!   and cannot be paired with the wrong tokenizer.
+//! - **Our own tokenizer construction** ([`tokenizer`] module): candle's GGUF conversion
+//!   mis-tokenizes SmolLM2 (digits, leading space). Unknown pre-tokenizers are refused by name
+//!   instead of approximated, because a wrong tokenizer silently skews every probability.
+//!   Tests check published reference ids from llama.cpp.
+//! - **The model's own chat template**, rendered like Hugging Face does, ending exactly at the
+//!   assistant's first answer token (open `<think>` blocks closed, `enable_thinking=false`).
+//! - **A label is read at its token in context** ([`Model::label_ids`]): appended to the
+//!   prompt it must be exactly one token, must not re-split the prompt's tokens, and must
+//!   decode back to itself. Otherwise the read would measure something other than "the model
+//!   answers with this label", so it is refused with a reason.
+//! - **Our own forward pass** ([`forward`]): immutable weights shared by all threads, an
+//!   explicit [`KvCache`] value so a shared prefix can be prefilled once and many question
+//!   suffixes run against it, and the output head applied only to the rows that are read.
+//!   The arithmetic mirrors candle-transformers' quantized models; a test compares logits.
+//! - **Exact reads** ([`Readout`]): log-softmax over the whole vocabulary, no top-k, so
+//!   `option_mass` is the true probability share on the labels.
+//! - **Device-generic**: the same code runs on CPU and CUDA (`--features cuda`); the
+//!   [`Device`] is a runtime choice passed to [`Model::load`].
+//!
+//! Supported architectures: GGUF `llama` (SmolLM2) and `qwen2` (Qwen2.5). Others (e.g.
+//! `gemma3`) are refused at load with [`ModelError::UnsupportedArch`].
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub use candle_core::Device;
+pub use candle_core::Tensor;
+
+mod error;
+pub mod forward;
+mod gguf;
+mod readout;
+pub mod template;
+pub mod tokenizer;
+
+pub use error::ModelError;
+pub use forward::{KvCache, Transformer};
+pub use readout::Readout;
+
+use error::Result;
+use gguf::Gguf;
+use template::ChatTemplate;
+use tokenizer::GgufTokenizer;
+
+/// One chat message, as the renderer plugins produce them (`role` is `system`, `user` or
+/// `assistant`; the template decides what it accepts).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChatMessage {
+    /// Who speaks: `system`, `user`, `assistant`.
+    pub role: String,
+    /// What is said.
+    pub content: String,
+}
+
+/// A rendered prompt: the chat-template text and its token ids. The last token is the one
+/// just before the answer slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prompt {
+    /// The prompt text exactly as rendered by the chat template.
+    pub text: String,
+    /// Token ids of `text` (BOS first when the model asks for it).
+    pub tokens: Vec<u32>,
+}
+
+/// Facts about a loaded model, for logs, `/metrics` and the prompt-length checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// `general.name` from the file, else the file stem.
+    pub name: String,
+    /// `general.architecture` (`llama`, `qwen2`).
+    pub arch: String,
+    /// The GGUF file it was loaded from.
+    pub file: PathBuf,
+    /// Decoder blocks.
+    pub n_layers: usize,
+    /// Rows of the output head: the size of the distribution a read normalises over.
+    pub vocab_size: usize,
+    /// Longest prompt (in tokens) a read accepts.
+    pub context_length: usize,
+}
+
+/// A loaded model: weights, tokenizer and chat template. Immutable after load, so one
+/// `Model` (behind an `Arc`) serves concurrent requests without locks.
+pub struct Model {
+    info: ModelInfo,
+    tokenizer: GgufTokenizer,
+    template: Option<ChatTemplate>,
+    transformer: Transformer,
+}
+
+// The server shares one Model across threads; fail the build if that ever stops holding.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Model>();
+    assert_send_sync::<KvCache>();
+};
+
+/// Architectures with a forward pass in [`forward`].
+const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2"];
+
+impl Model {
+    /// Loads a GGUF model onto `device`: checks the architecture first (so unsupported files
+    /// fail fast with [`ModelError::UnsupportedArch`]), builds the tokenizer and compiles the
+    /// chat template from the metadata, then reads the weights.
+    pub fn load(path: &Path, device: &Device) -> Result<Model> {
+        let t0 = Instant::now();
+        let mut g = Gguf::open(path)?;
+        let arch = g.str("general.architecture")?.to_string();
+        if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
+            return Err(ModelError::UnsupportedArch { arch });
+        }
+        let tokenizer = GgufTokenizer::from_gguf(&g)?;
+        let tok_str = |id: Option<u32>| {
+            id.and_then(|i| tokenizer.token_str(i)).unwrap_or_default().to_string()
+        };
+        let template = match g.str_opt("tokenizer.chat_template") {
+            Some(src) => Some(ChatTemplate::new(src, tok_str(tokenizer.bos), tok_str(tokenizer.eos))?),
+            None => None,
+        };
+        let transformer = Transformer::load(&mut g, &arch, device)?;
+        let dims = transformer.dims().clone();
+        if tokenizer.len() > dims.vocab_size {
+            return Err(g.err(format!(
+                "the tokenizer has {} tokens but the output head only {} rows",
+                tokenizer.len(),
+                dims.vocab_size
+            )));
+        }
+        let name = g.str_opt("general.name").map(str::to_string).unwrap_or_else(|| {
+            path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+        });
+        let info = ModelInfo {
+            name,
+            arch,
+            file: path.to_path_buf(),
+            n_layers: dims.n_layers,
+            vocab_size: dims.vocab_size,
+            context_length: dims.context_length,
+        };
+        tracing::info!(
+            model = %info.name, arch = %info.arch, layers = info.n_layers, vocab = info.vocab_size,
+            context = info.context_length, pre = %tokenizer.pre, device = ?device,
+            secs = t0.elapsed().as_secs_f32(), "model loaded"
+        );
+        Ok(Model { info, tokenizer, template, transformer })
+    }
+
+    /// Facts about the loaded model.
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// Renders `messages` with the model's chat template (`add_generation_prompt=true`,
+    /// `enable_thinking=false`, any open `<think>` block closed) and tokenizes the result
+    /// with special tokens recognised. The prompt ends exactly where the assistant's first
+    /// answer token goes. A base model without a template gets a [`ModelError::Template`].
+    pub fn render(&self, messages: &[ChatMessage]) -> Result<Prompt> {
+        let template = self.template.as_ref().ok_or_else(|| {
+            ModelError::Template(format!(
+                "model {} has no chat template (GGUF key `tokenizer.chat_template`); a base \
+                 model cannot be prompted with chat messages",
+                self.info.name
+            ))
+        })?;
+        let text = template.render(messages)?;
+        let tokens = self.prompt_tokens(&text)?;
+        Ok(Prompt { text, tokens })
+    }
+
+    /// Token ids of each label read at the prompt's answer slot. Each label, appended to the
+    /// prompt text, must tokenize to exactly one new token, must leave the prompt's tokens
+    /// unchanged, and must decode back to itself; labels must be distinct tokens. Otherwise a
+    /// [`ModelError::Label`] names the label and the reason.
+    pub fn label_ids(&self, prompt: &Prompt, labels: &[String]) -> Result<Vec<u32>> {
+        let n = prompt.tokens.len();
+        let mut ids: Vec<u32> = Vec::with_capacity(labels.len());
+        for (i, label) in labels.iter().enumerate() {
+            let refuse = |reason: String| ModelError::Label { label: label.clone(), reason };
+            if label.is_empty() {
+                return Err(refuse("the label is empty".into()));
+            }
+            let toks = self.prompt_tokens(&format!("{}{}", prompt.text, label))?;
+            if toks.len() < n || toks[..n] != prompt.tokens[..] {
+                return Err(refuse(
+                    "appended to the prompt it merges with the prompt's last token(s), so the \
+                     tokens before the answer would change"
+                        .into(),
+                ));
+            }
+            let new = &toks[n..];
+            if new.len() != 1 {
+                let pieces: Vec<String> = new
+                    .iter()
+                    .map(|&t| self.tokenizer.decode(&[t]).unwrap_or_default())
+                    .collect();
+                return Err(refuse(format!(
+                    "it is {} tokens at the answer position ({pieces:?}), not one; use a shorter label",
+                    new.len()
+                )));
+            }
+            let id = new[0];
+            let back = self.tokenizer.decode(&[id])?;
+            if &back != label {
+                return Err(refuse(format!("its token {id} decodes to {back:?}")));
+            }
+            if let Some(j) = ids.iter().position(|&x| x == id) {
+                return Err(refuse(format!("it is the same token as label {:?}", labels[j])));
+            }
+            debug_assert_eq!(ids.len(), i);
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    /// One forward pass over `tokens`, read at the last position: exact log-softmax over the
+    /// whole vocabulary, gathered at `label_ids`. Refuses empty prompts, prompts longer than
+    /// the context length ([`ModelError::PromptTooLong`]) and ids outside the vocabulary.
+    pub fn read(&self, tokens: &[u32], label_ids: &[u32]) -> Result<Readout> {
+        if tokens.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        if tokens.len() > self.info.context_length {
+            return Err(ModelError::PromptTooLong {
+                tokens: tokens.len(),
+                limit: self.info.context_length,
+            });
+        }
+        let (hidden, _) = self.transformer.forward(tokens, 0, None, &[tokens.len() - 1])?;
+        self.read_hidden(&hidden, label_ids)
+    }
+
+    /// Output norm + head over one final hidden row (from [`Model::forward`]) and the label
+    /// readout: the second half of [`Model::read`], for callers that manage the KV cache.
+    pub fn read_hidden(&self, hidden: &Tensor, label_ids: &[u32]) -> Result<Readout> {
+        let logits = self.transformer.head(hidden)?;
+        readout::read_labels(&logits, label_ids)
+    }
+
+    /// Full logits `(rows, vocab)` for hidden rows from [`Model::forward`]; for diagnostics
+    /// and tests (reads should use [`Model::read_hidden`]).
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        self.transformer.head(hidden)
+    }
+
+    /// The transformer forward with an explicit KV cache; see [`Transformer::forward`].
+    /// Prefill a shared prefix with `forward(prefix, 0, None, &[])`-style calls and run each
+    /// suffix with `forward(suffix, prefix.len(), Some(&cache), &[suffix.len() - 1])`.
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        start_pos: usize,
+        cache: Option<&KvCache>,
+        rows: &[usize],
+    ) -> Result<(Tensor, KvCache)> {
+        self.transformer.forward(tokens, start_pos, cache, rows)
+    }
+
+    /// Token ids of `text` with special tokens (`<|im_start|>` ...) recognised; no BOS added.
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
+        self.tokenizer.encode(text)
+    }
+
+    /// Text of `ids`, special tokens written out.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer.decode(ids)
+    }
+
+    /// The stored vocabulary string of a token id (byte-level form, e.g. `Ġworld`).
+    pub fn token_str(&self, id: u32) -> Option<&str> {
+        self.tokenizer.token_str(id)
+    }
+
+    /// The id of a stored vocabulary string.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.tokenizer.token_id(token)
+    }
+
+    /// Prompt tokenization: the text's tokens, with BOS in front when the model's metadata
+    /// asks for it (`tokenizer.ggml.add_bos_token`) and the template did not write it.
+    fn prompt_tokens(&self, text: &str) -> Result<Vec<u32>> {
+        let mut toks = self.tokenizer.encode(text)?;
+        if let (true, Some(bos)) = (self.tokenizer.add_bos, self.tokenizer.bos) {
+            if toks.first() != Some(&bos) {
+                toks.insert(0, bos);
+            }
+        }
+        Ok(toks)
+    }
+}

@@ -1,0 +1,389 @@
+//! Our own transformer forward pass over candle ops, for GGUF `llama` and `qwen2` models.
+//!
+//! Why our own and not candle-transformers' `quantized_llama` / `quantized_qwen2`: those keep
+//! the KV cache inside the model (`&mut self`, one conversation at a time) and always compute
+//! logits. Here the model is immutable and shareable across threads, the KV cache is an
+//! explicit value passed in and returned ([`KvCache`]), so a caller can prefill a shared prefix
+//! once and run many suffixes against it, and only the rows the caller asks for leave the
+//! stack (the output head is applied separately, by [`Transformer::head`], to those rows
+//! only).
+//!
+//! The arithmetic follows candle-transformers step by step (same ops, same order: RMSNorm,
+//! quantized matmuls, RoPE tables computed the same way, scaled dot-product attention with a
+//! causal mask, SwiGLU MLP), so our logits match theirs to float rounding; a test checks it.
+//!
+//! RoPE layout: llama.cpp's converter permutes the q/k weights of `llama` models so that
+//! rotary pairs are adjacent ("interleaved", `rope_i`), while `qwen2` keeps the Hugging Face
+//! half-split layout (NEOX style, `rope`). This is the same choice as llama.cpp's
+//! `llama_model_rope_type` and candle-transformers.
+//!
+//! Everything runs on the `Device` the tensors were loaded on; there is no CPU-only path.
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+
+use crate::error::{ModelError, Result};
+use crate::gguf::Gguf;
+
+/// How rotary position embeddings pair up the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs (2i, 2i+1): GGUF `llama` (weights permuted by the converter).
+    Interleaved,
+    /// Pairs (i, i + d/2): GGUF `qwen2` (NEOX style).
+    Half,
+}
+
+/// One decoder block's weights.
+struct Layer {
+    attn_norm: Tensor,
+    wq: QMatMul,
+    wk: QMatMul,
+    wv: QMatMul,
+    bq: Option<Tensor>,
+    bk: Option<Tensor>,
+    bv: Option<Tensor>,
+    wo: QMatMul,
+    ffn_norm: Tensor,
+    gate: QMatMul,
+    up: QMatMul,
+    down: QMatMul,
+}
+
+/// The keys and values of every token seen so far, per layer: K and V of shape
+/// `(1, n_kv_head, len, head_dim)`, RoPE already applied to K. Immutable; a forward pass
+/// returns a new cache (the old one stays valid), so one prefix cache can seed many suffixes.
+/// Cloning is cheap (tensors are reference-counted).
+#[derive(Clone, Debug)]
+pub struct KvCache {
+    layers: Vec<(Tensor, Tensor)>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Number of token positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no positions are held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of device memory held by the keys and values (f32).
+    pub fn size_bytes(&self) -> usize {
+        self.layers.iter().map(|(k, v)| (k.elem_count() + v.elem_count()) * 4).sum()
+    }
+}
+
+/// Shape facts of a loaded transformer.
+#[derive(Clone, Debug)]
+pub struct Dims {
+    /// Decoder blocks.
+    pub n_layers: usize,
+    /// Width of the residual stream.
+    pub hidden: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (grouped-query attention when fewer than `n_head`).
+    pub n_kv_head: usize,
+    /// Per-head width.
+    pub head_dim: usize,
+    /// Rows of the output head (logits per position).
+    pub vocab_size: usize,
+    /// Longest sequence the model (and our RoPE tables) support.
+    pub context_length: usize,
+}
+
+/// A decoder-only transformer with quantized weights, immutable after load (`Send + Sync`).
+pub struct Transformer {
+    embed: Tensor,
+    layers: Vec<Layer>,
+    out_norm: Tensor,
+    head: QMatMul,
+    cos: Tensor,
+    sin: Tensor,
+    rope: RopeStyle,
+    eps: f32,
+    dims: Dims,
+    device: Device,
+}
+
+impl Transformer {
+    /// Loads the weights of a `llama` or `qwen2` GGUF onto `device`.
+    pub(crate) fn load(g: &mut Gguf, arch: &str, device: &Device) -> Result<Self> {
+        let rope = match arch {
+            "llama" => RopeStyle::Interleaved,
+            "qwen2" => RopeStyle::Half,
+            other => return Err(ModelError::UnsupportedArch { arch: other.to_string() }),
+        };
+        let key = |k: &str| format!("{arch}.{k}");
+        let n_head = g.usize(&key("attention.head_count"))?;
+        let n_kv_head = g.usize_opt(&key("attention.head_count_kv")).unwrap_or(n_head);
+        let n_layers = g.usize(&key("block_count"))?;
+        let hidden = g.usize(&key("embedding_length"))?;
+        let context_length = g.usize(&key("context_length"))?;
+        let eps = g.f64(&key("attention.layer_norm_rms_epsilon"))? as f32;
+        let freq_base = g.f64_opt(&key("rope.freq_base")).unwrap_or(10_000.0) as f32;
+        if n_head == 0 || n_kv_head == 0 || hidden % n_head != 0 || n_head % n_kv_head != 0 {
+            return Err(g.err(format!(
+                "inconsistent attention shape: {hidden} wide, {n_head} heads, {n_kv_head} kv heads"
+            )));
+        }
+        let head_dim = hidden / n_head;
+        let rope_dim = g.usize_opt(&key("rope.dimension_count")).unwrap_or(head_dim);
+        if rope_dim != head_dim {
+            return Err(g.err(format!(
+                "partial rotary embeddings ({rope_dim} of {head_dim} dims) are not supported"
+            )));
+        }
+        if let Some(scaling) = g.str_opt(&key("rope.scaling.type")) {
+            if scaling != "none" {
+                return Err(g.err(format!("RoPE scaling `{scaling}` is not supported")));
+            }
+        }
+
+        let dense = |g: &mut Gguf, name: &str| -> Result<Tensor> {
+            let q = g.tensor(name, device)?;
+            q.dequantize(device).map_err(|e| g.err(format!("cannot dequantize `{name}`: {e}")))
+        };
+        let qmm = |g: &mut Gguf, name: &str| -> Result<QMatMul> {
+            let q = g.tensor(name, device)?;
+            QMatMul::from_qtensor(q).map_err(|e| g.err(format!("cannot prepare `{name}`: {e}")))
+        };
+        let bias = |g: &mut Gguf, name: &str| -> Result<Option<Tensor>> {
+            if g.has_tensor(name) { dense(g, name).map(Some) } else { Ok(None) }
+        };
+
+        let embd_q: QTensor = g.tensor("token_embd.weight", device)?;
+        let (vocab_size, embd_width) = embd_q.shape().dims2().map_err(|e| g.err(e.to_string()))?;
+        if embd_width != hidden {
+            return Err(g.err(format!("token_embd is {embd_width} wide, expected {hidden}")));
+        }
+        let embed = embd_q
+            .dequantize(device)
+            .map_err(|e| g.err(format!("cannot dequantize `token_embd.weight`: {e}")))?;
+        // Tied embeddings (SmolLM2): the output head is the embedding matrix.
+        let head = if g.has_tensor("output.weight") {
+            let out = g.tensor("output.weight", device)?;
+            let rows = out.shape().dims2().map_err(|e| g.err(e.to_string()))?.0;
+            if rows != vocab_size {
+                return Err(g.err(format!("output head has {rows} rows, embedding {vocab_size}")));
+            }
+            QMatMul::from_qtensor(out)
+        } else {
+            QMatMul::from_qtensor(embd_q)
+        }
+        .map_err(|e| g.err(format!("cannot prepare the output head: {e}")))?;
+        let out_norm = dense(g, "output_norm.weight")?;
+
+        let mut layers = Vec::with_capacity(n_layers);
+        for i in 0..n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            layers.push(Layer {
+                attn_norm: dense(g, &n("attn_norm.weight"))?,
+                wq: qmm(g, &n("attn_q.weight"))?,
+                wk: qmm(g, &n("attn_k.weight"))?,
+                wv: qmm(g, &n("attn_v.weight"))?,
+                bq: bias(g, &n("attn_q.bias"))?,
+                bk: bias(g, &n("attn_k.bias"))?,
+                bv: bias(g, &n("attn_v.bias"))?,
+                wo: qmm(g, &n("attn_output.weight"))?,
+                ffn_norm: dense(g, &n("ffn_norm.weight"))?,
+                gate: qmm(g, &n("ffn_gate.weight"))?,
+                up: qmm(g, &n("ffn_up.weight"))?,
+                down: qmm(g, &n("ffn_down.weight"))?,
+            });
+        }
+
+        let (cos, sin) = rope_tables(head_dim, freq_base, context_length, device)
+            .map_err(|e| g.err(format!("cannot build RoPE tables: {e}")))?;
+        Ok(Self {
+            embed,
+            layers,
+            out_norm,
+            head,
+            cos,
+            sin,
+            rope,
+            eps,
+            dims: Dims { n_layers, hidden, n_head, n_kv_head, head_dim, vocab_size, context_length },
+            device: device.clone(),
+        })
+    }
+
+    /// Shape facts.
+    pub fn dims(&self) -> &Dims {
+        &self.dims
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Runs `tokens` at positions `start_pos..start_pos + tokens.len()`, attending to `cache`
+    /// (which must hold exactly the `start_pos` earlier positions; `None` means `start_pos`
+    /// must be 0). Returns the final hidden states (before the output norm) at `rows`
+    /// (indices into `tokens`), shape `(rows.len(), hidden)`, and the cache extended by
+    /// `tokens`.
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        start_pos: usize,
+        cache: Option<&KvCache>,
+        rows: &[usize],
+    ) -> Result<(Tensor, KvCache)> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err(ModelError::EmptyPrompt);
+        }
+        let held = cache.map_or(0, |c| c.len);
+        if held != start_pos {
+            return Err(ModelError::Cache(format!(
+                "the cache holds {held} positions but the tokens start at position {start_pos}"
+            )));
+        }
+        if let Some(c) = cache {
+            if c.layers.len() != self.layers.len() {
+                return Err(ModelError::Cache(format!(
+                    "the cache has {} layers, this model {}",
+                    c.layers.len(),
+                    self.layers.len()
+                )));
+            }
+        }
+        let total = start_pos + n;
+        if total > self.dims.context_length {
+            return Err(ModelError::PromptTooLong { tokens: total, limit: self.dims.context_length });
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.dims.vocab_size) {
+            return Err(ModelError::TokenOutOfRange { id, vocab_size: self.dims.vocab_size });
+        }
+        if let Some(&r) = rows.iter().find(|&&r| r >= n) {
+            return Err(ModelError::Compute(format!("row {r} requested from {n} tokens")));
+        }
+
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?; // (1, n, hidden)
+        let mask = if n > 1 { Some(causal_mask(n, start_pos, &self.device)?) } else { None };
+        let cos = self.cos.narrow(0, start_pos, n)?;
+        let sin = self.sin.narrow(0, start_pos, n)?;
+
+        let mut new_cache = Vec::with_capacity(self.layers.len());
+        for (i, layer) in self.layers.iter().enumerate() {
+            let past = cache.map(|c| &c.layers[i]);
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
+            let (attn, kv) = self.attention(layer, &h, &cos, &sin, past, mask.as_ref())?;
+            new_cache.push(kv);
+            x = (attn + &x)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
+            let mlp = layer
+                .down
+                .forward(&(candle_nn::ops::silu(&layer.gate.forward(&h)?)? * layer.up.forward(&h)?)?)?;
+            x = (mlp + &x)?;
+        }
+
+        let x = x.squeeze(0)?; // (n, hidden)
+        let picked = if rows.len() == 1 {
+            x.narrow(0, rows[0], 1)?
+        } else {
+            let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+            x.index_select(&Tensor::new(idx.as_slice(), &self.device)?, 0)?
+        };
+        Ok((picked, KvCache { layers: new_cache, len: total }))
+    }
+
+    /// Output norm + head over hidden rows `(r, hidden)`: logits `(r, vocab_size)`, f32.
+    pub fn head(&self, hidden: &Tensor) -> Result<Tensor> {
+        let h = candle_nn::ops::rms_norm(hidden, &self.out_norm, self.eps)?;
+        Ok(self.head.forward(&h)?)
+    }
+
+    fn attention(
+        &self,
+        layer: &Layer,
+        h: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        past: Option<&(Tensor, Tensor)>,
+        mask: Option<&Tensor>,
+    ) -> Result<(Tensor, (Tensor, Tensor))> {
+        let Dims { n_head, n_kv_head, head_dim, hidden, .. } = self.dims;
+        let (b, n, _) = h.dims3()?;
+        let proj = |w: &QMatMul, bias: &Option<Tensor>, heads: usize| -> Result<Tensor> {
+            let mut y = w.forward(h)?;
+            if let Some(bias) = bias {
+                y = y.broadcast_add(bias)?;
+            }
+            Ok(y.reshape((b, n, heads, head_dim))?.transpose(1, 2)?.contiguous()?)
+        };
+        let q = self.apply_rope(&proj(&layer.wq, &layer.bq, n_head)?, cos, sin)?;
+        let k = self.apply_rope(&proj(&layer.wk, &layer.bk, n_kv_head)?, cos, sin)?;
+        let v = proj(&layer.wv, &layer.bv, n_kv_head)?;
+        let (k, v) = match past {
+            Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
+            None => (k, v),
+        };
+
+        let rep = n_head / n_kv_head;
+        let kr = repeat_kv(&k, rep)?;
+        let vr = repeat_kv(&v, rep)?;
+        let att = (q.matmul(&kr.t()?)? / (head_dim as f64).sqrt())?;
+        let att = match mask {
+            Some(m) => att.broadcast_add(m)?,
+            None => att,
+        };
+        let att = candle_nn::ops::softmax_last_dim(&att)?;
+        let y = att.matmul(&vr.contiguous()?)?;
+        let y = y.transpose(1, 2)?.reshape((b, n, hidden))?;
+        Ok((layer.wo.forward(&y)?, (k, v)))
+    }
+
+    fn apply_rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        Ok(match self.rope {
+            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(x, cos, sin)?,
+            RopeStyle::Half => candle_nn::rotary_emb::rope(x, cos, sin)?,
+        })
+    }
+}
+
+/// Additive causal mask `(n, start + n)`: query i (at position start + i) sees keys 0..=start+i.
+fn causal_mask(n: usize, start: usize, device: &Device) -> candle_core::Result<Tensor> {
+    let kv = start + n;
+    let m: Vec<f32> = (0..n)
+        .flat_map(|i| (0..kv).map(move |j| if j > start + i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(m, (n, kv), device)
+}
+
+/// Grouped-query attention: each kv head serves `rep` query heads.
+fn repeat_kv(x: &Tensor, rep: usize) -> candle_core::Result<Tensor> {
+    if rep == 1 {
+        return Ok(x.clone());
+    }
+    let (b, h, t, d) = x.dims4()?;
+    // Same construction as candle-transformers (cat along time, then reshape): the query
+    // heads of one group are consecutive, as in llama.cpp and Hugging Face.
+    Tensor::cat(&vec![x; rep], 2)?.reshape((b, h * rep, t, d))
+}
+
+/// cos/sin tables `(context_length, head_dim / 2)`, computed as candle-transformers does.
+fn rope_tables(
+    head_dim: usize,
+    freq_base: f32,
+    context_length: usize,
+    device: &Device,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    let theta: Vec<f32> = (0..head_dim)
+        .step_by(2)
+        .map(|i| 1f32 / freq_base.powf(i as f32 / head_dim as f32))
+        .collect();
+    let theta = Tensor::new(theta.as_slice(), device)?;
+    let idx_theta = Tensor::arange(0, context_length as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((context_length, 1))?
+        .matmul(&theta.reshape((1, theta.elem_count()))?)?;
+    Ok((idx_theta.cos()?, idx_theta.sin()?))
+}

@@ -1,0 +1,211 @@
+//! The chat template: the model's own Jinja template from `tokenizer.chat_template`, rendered
+//! with minijinja the way Hugging Face `apply_chat_template` renders it.
+//!
+//! Why the model's own template: the option-label read is only meaningful at the exact place
+//! the model was trained to start an answer, so the prompt must be byte-for-byte what the
+//! model saw in training, system prompt defaults included (Qwen inserts its default system
+//! message when none is given; that is the template's choice and we keep it).
+//!
+//! Compatibility with HF: `trim_blocks` and `lstrip_blocks` on, loop controls, Python string
+//! methods via `minijinja_contrib::pycompat`, `raise_exception`, `strftime_now`, and the
+//! `bos_token` / `eos_token` variables. We pass `add_generation_prompt=true` and
+//! `enable_thinking=false` (templates that know it emit a closed, empty think block); if the
+//! rendered prompt still ends inside an open `<think>` block we close it, so the next token is
+//! the answer and not reasoning.
+
+use minijinja::{Environment, Error as JinjaError, ErrorKind};
+use serde::Serialize;
+
+use crate::error::{ModelError, Result};
+
+const TEMPLATE_NAME: &str = "chat";
+
+/// What closes an open reasoning block so the answer comes next (Qwen3's non-thinking form).
+const THINK_CLOSE: &str = "\n</think>\n\n";
+
+/// A compiled chat template with its BOS/EOS strings.
+pub(crate) struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+#[derive(Serialize)]
+struct Msg<'a> {
+    role: &'a str,
+    content: &'a str,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; a template that does not parse is an error at load time, not at the
+    /// first request.
+    pub fn new(source: &str, bos_token: String, eos_token: String) -> Result<Self> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        minijinja_contrib::add_to_environment(&mut env);
+        env.add_function("raise_exception", |msg: String| -> Result<String, JinjaError> {
+            Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_function("strftime_now", |fmt: String| -> Result<String, JinjaError> {
+            Ok(strftime_now(&fmt))
+        });
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| ModelError::Template(format!("the model's chat template does not compile: {e:#}")))?;
+        Ok(Self { env, bos_token, eos_token })
+    }
+
+    /// Renders the conversation followed by the assistant's generation prompt.
+    pub fn render(&self, messages: &[crate::ChatMessage]) -> Result<String> {
+        let msgs: Vec<Msg> =
+            messages.iter().map(|m| Msg { role: &m.role, content: &m.content }).collect();
+        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| ModelError::Template(e.to_string()))?;
+        let mut text = tmpl
+            .render(minijinja::context! {
+                messages => msgs,
+                add_generation_prompt => true,
+                enable_thinking => false,
+                bos_token => &self.bos_token,
+                eos_token => &self.eos_token,
+            })
+            .map_err(|e| ModelError::Template(format!("rendering failed: {e:#}")))?;
+        close_open_think(&mut text);
+        Ok(text)
+    }
+}
+
+/// Appends a `</think>` when the text ends inside an open `<think>` block.
+fn close_open_think(text: &mut String) {
+    let open = text.rfind("<think>");
+    let close = text.rfind("</think>");
+    if let Some(o) = open {
+        if close.is_none_or(|c| c < o) {
+            // Qwen3's non-thinking form: "<think>\n\n</think>\n\n".
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(THINK_CLOSE);
+        }
+    }
+}
+
+/// `strftime_now(fmt)` as in HF templates (used for "Today Date: ..."): current UTC time,
+/// common conversions only (%d %m %Y %y %b %B %a %A %H %M %S %j %%); others are left as is.
+fn strftime_now(fmt: &str) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    format_time(secs, fmt)
+}
+
+fn format_time(secs: i64, fmt: &str) -> String {
+    const MONTHS: [&str; 12] = [
+        "January", "February", "March", "April", "May", "June", "July", "August", "September",
+        "October", "November", "December",
+    ];
+    const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    let weekday = (days + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
+    let yday = days - days_from_civil(y, 1, 1) + 1;
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('m') => out.push_str(&format!("{m:02}")),
+            Some('Y') => out.push_str(&y.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", y.rem_euclid(100))),
+            Some('b') => out.push_str(&MONTHS[m as usize - 1][..3]),
+            Some('B') => out.push_str(MONTHS[m as usize - 1]),
+            Some('a') => out.push_str(&DAYS[weekday][..3]),
+            Some('A') => out.push_str(DAYS[weekday]),
+            Some('H') => out.push_str(&format!("{:02}", rem / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", rem / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", rem % 60)),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ChatMessage;
+
+    fn msg(role: &str, content: &str) -> ChatMessage {
+        ChatMessage { role: role.into(), content: content.into() }
+    }
+
+    #[test]
+    fn formats_dates() {
+        // 2024-02-29 13:05:09 UTC, a Thursday.
+        let t = 1_709_211_909;
+        assert_eq!(format_time(t, "%d %b %Y"), "29 Feb 2024");
+        assert_eq!(format_time(t, "%A %B %H:%M:%S %j %y %%"), "Thursday February 13:05:09 060 24 %");
+        assert_eq!(format_time(0, "%Y-%m-%d %a"), "1970-01-01 Thu");
+    }
+
+    #[test]
+    fn closes_open_think_block() {
+        let mut s = "<|im_start|>assistant\n<think>\n".to_string();
+        close_open_think(&mut s);
+        assert_eq!(s, "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+        let mut s = "x<think>".to_string();
+        close_open_think(&mut s);
+        assert_eq!(s, "x<think>\n\n</think>\n\n");
+        let mut s = "<think>\n\n</think>\n\n".to_string();
+        close_open_think(&mut s);
+        assert_eq!(s, "<think>\n\n</think>\n\n");
+    }
+
+    #[test]
+    fn renders_pycompat_and_exceptions() {
+        let src = "{% for m in messages %}{{ m.role.upper() }}:{{ m.content.strip() }}\n{% endfor %}\
+                   {% if add_generation_prompt %}{{ bos_token }}A:{% endif %}";
+        let t = ChatTemplate::new(src, "<s>".into(), "</s>".into()).unwrap();
+        assert_eq!(t.render(&[msg("user", "  hi ")]).unwrap(), "USER:hi\n<s>A:");
+        let t = ChatTemplate::new("{{ raise_exception('no system role') }}", "".into(), "".into()).unwrap();
+        let e = t.render(&[msg("system", "x")]).unwrap_err().to_string();
+        assert!(e.contains("no system role"), "{e}");
+        assert!(ChatTemplate::new("{% if %}", "".into(), "".into()).is_err());
+    }
+}
