@@ -1,0 +1,486 @@
+//! Typed wrappers over the three plugin worlds: what the pipeline calls.
+//!
+//! A wrapper holds a compiled component pre-linked for instantiation ([`InstancePre`]); every
+//! call instantiates it in a fresh store, so a trap, a deadline or a memory cap hit leaves
+//! nothing behind, and concurrent calls share nothing. The host checks the size of every input
+//! and output against [`limits`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+use wasmtime::component::Component;
+
+use super::bindings::{self, types as wit};
+use super::runtime::{limits, sha256_hex, truncate, CacheOutcome, PluginRuntime};
+use super::{ChatMessage, CompiledQuestion, LabelledScores, OptionDef, PluginCallError, PluginInfo, PluginKind};
+
+/// The exported interface (without version) of each kind.
+const QUESTION_TYPE_EXPORT: &str = "decide:plugin/question-type";
+const RENDERER_EXPORT: &str = "decide:plugin/renderer";
+const CALIBRATION_EXPORT: &str = "decide:plugin/calibration";
+
+/// Contract versions this host links (`decide:plugin@<version>`).
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0"];
+
+/// What every wrapper knows about its plugin.
+#[derive(Debug, Clone)]
+pub(crate) struct Meta {
+    pub name: String,
+    pub info: PluginInfo,
+    pub sha256: String,
+}
+
+/// A question-type plugin.
+pub struct QuestionType {
+    meta: Meta,
+    runtime: Arc<PluginRuntime>,
+    pre: bindings::question_type::QuestionTypePluginPre<super::runtime::PluginState>,
+}
+
+/// A prompt-renderer plugin.
+pub struct Renderer {
+    meta: Meta,
+    runtime: Arc<PluginRuntime>,
+    pre: bindings::renderer::RendererPluginPre<super::runtime::PluginState>,
+}
+
+/// A calibration-policy plugin.
+pub struct Calibration {
+    meta: Meta,
+    runtime: Arc<PluginRuntime>,
+    pre: bindings::calibration::CalibrationPluginPre<super::runtime::PluginState>,
+}
+
+/// A loaded plugin of any kind.
+#[derive(Clone)]
+pub enum Plugin {
+    /// A question type.
+    QuestionType(Arc<QuestionType>),
+    /// A renderer.
+    Renderer(Arc<Renderer>),
+    /// A calibration policy.
+    Calibration(Arc<Calibration>),
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Plugin({} {}, sha256 {})", self.kind(), self.name(), &self.sha256()[..12])
+    }
+}
+
+macro_rules! meta_accessors {
+    ($t:ty) => {
+        impl $t {
+            /// The name the plugin is registered under (its file name).
+            pub fn name(&self) -> &str {
+                &self.meta.name
+            }
+            /// What the plugin says about itself.
+            pub fn info(&self) -> &PluginInfo {
+                &self.meta.info
+            }
+            /// Hex SHA-256 of the component bytes.
+            pub fn sha256(&self) -> &str {
+                &self.meta.sha256
+            }
+        }
+        impl std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($t)).field("meta", &self.meta).finish_non_exhaustive()
+            }
+        }
+    };
+}
+meta_accessors!(QuestionType);
+meta_accessors!(Renderer);
+meta_accessors!(Calibration);
+
+impl Plugin {
+    /// Its kind.
+    pub fn kind(&self) -> PluginKind {
+        match self {
+            Plugin::QuestionType(_) => PluginKind::QuestionType,
+            Plugin::Renderer(_) => PluginKind::Renderer,
+            Plugin::Calibration(_) => PluginKind::Calibration,
+        }
+    }
+
+    pub(crate) fn meta(&self) -> &Meta {
+        match self {
+            Plugin::QuestionType(p) => &p.meta,
+            Plugin::Renderer(p) => &p.meta,
+            Plugin::Calibration(p) => &p.meta,
+        }
+    }
+
+    /// The name it is registered under.
+    pub fn name(&self) -> &str {
+        &self.meta().name
+    }
+
+    /// Hex SHA-256 of the component bytes.
+    pub fn sha256(&self) -> &str {
+        &self.meta().sha256
+    }
+
+    /// Loads a component: compile (or take from the cache), detect its kind from its exports,
+    /// link it, and ask it who it is. Does not run the self-test (see [`Plugin::self_test`]).
+    pub fn load(runtime: &Arc<PluginRuntime>, name: &str, bytes: &[u8]) -> anyhow::Result<(Plugin, LoadStats)> {
+        let started = Instant::now();
+        let sha256 = sha256_hex(bytes);
+        let (component, cache) = runtime.component(bytes, &sha256)?;
+        let compiled_at = started.elapsed();
+        let kind = detect_kind(runtime, &component)?;
+        let instance_pre = runtime
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|e| anyhow::anyhow!("cannot be linked (it may import something beyond WASI 0.2): {e:#}"))?;
+        let meta = |info: PluginInfo| Meta { name: name.to_string(), info, sha256: sha256.clone() };
+        let mismatch = |e: wasmtime::Error| {
+            anyhow::anyhow!(
+                "its {kind} exports do not match decide:plugin@{} (supported: {}): {e:#}",
+                SUPPORTED_VERSIONS[0],
+                SUPPORTED_VERSIONS.join(", ")
+            )
+        };
+        let placeholder = PluginInfo::default();
+        let plugin = match kind {
+            PluginKind::QuestionType => {
+                let pre = bindings::question_type::QuestionTypePluginPre::new(instance_pre).map_err(mismatch)?;
+                let mut p = QuestionType { meta: meta(placeholder), runtime: runtime.clone(), pre };
+                p.meta.info = p.fetch_info()?;
+                Plugin::QuestionType(Arc::new(p))
+            }
+            PluginKind::Renderer => {
+                let pre = bindings::renderer::RendererPluginPre::new(instance_pre).map_err(mismatch)?;
+                let mut p = Renderer { meta: meta(placeholder), runtime: runtime.clone(), pre };
+                p.meta.info = p.fetch_info()?;
+                Plugin::Renderer(Arc::new(p))
+            }
+            PluginKind::Calibration => {
+                let pre = bindings::calibration::CalibrationPluginPre::new(instance_pre).map_err(mismatch)?;
+                let mut p = Calibration { meta: meta(placeholder), runtime: runtime.clone(), pre };
+                p.meta.info = p.fetch_info()?;
+                Plugin::Calibration(Arc::new(p))
+            }
+        };
+        Ok((plugin, LoadStats { cache, compile: compiled_at, total: started.elapsed() }))
+    }
+
+    /// The check a plugin must pass before it is served: question type: `compile(example())`
+    /// then `answer` with uniform probabilities gives a JSON object; renderer: renders a fixed
+    /// question; calibration: `apply([0, 1], default_params(1))` sums to 1.
+    pub fn self_test(&self) -> Result<(), String> {
+        let describe = |e: PluginCallError| match e {
+            PluginCallError::InvalidQuestion(m) => format!("rejected its own test input: {m}"),
+            PluginCallError::Failed { message, .. } => message,
+        };
+        match self {
+            Plugin::QuestionType(p) => {
+                let example = p.example().map_err(describe)?;
+                let compiled = p.compile(&example).map_err(|e| format!("compile(example()): {}", describe(e)))?;
+                let n = compiled.options.len();
+                if n < 2 {
+                    return Err(format!("compile(example()) gave {n} options; a question needs at least 2"));
+                }
+                p.answer(&example, &vec![1.0 / n as f64; n]).map_err(|e| format!("answer(example()): {}", describe(e)))?;
+                Ok(())
+            }
+            Plugin::Renderer(p) => {
+                let question = CompiledQuestion {
+                    instructions: Some("Is the input a greeting?".into()),
+                    options: vec![
+                        OptionDef { key: "true".into(), text: "Yes".into(), description: None },
+                        OptionDef { key: "false".into(), text: "No".into(), description: Some("Anything else".into()) },
+                    ],
+                };
+                let messages = p
+                    .render("Hello there!", &question, &["A".to_string(), "B".to_string()])
+                    .map_err(|e| format!("render: {}", describe(e)))?;
+                if messages.is_empty() {
+                    return Err("render gave no messages".into());
+                }
+                Ok(())
+            }
+            Plugin::Calibration(p) => {
+                let params = p.default_params(1.0).map_err(|e| format!("default-params(1): {}", describe(e)))?;
+                let probs = p.apply(&[0.0, 1.0], &params).map_err(|e| format!("apply: {}", describe(e)))?;
+                let sum: f64 = probs.iter().sum();
+                if probs.len() != 2 || (sum - 1.0).abs() > 1e-6 {
+                    return Err(format!("apply([0, 1], default-params(1)) gave {probs:?}, not 2 probabilities summing to 1"));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// How a load went (for logs and the cache test).
+#[derive(Debug, Clone, Copy)]
+pub struct LoadStats {
+    /// Whether the precompiled artifact came from the disk cache.
+    pub cache: CacheOutcome,
+    /// Time to obtain the compiled component (compile or deserialize).
+    pub compile: std::time::Duration,
+    /// Whole load, linking and the `info` call included.
+    pub total: std::time::Duration,
+}
+
+/// The kind of a component, from the plugin interfaces it exports.
+fn detect_kind(runtime: &PluginRuntime, component: &Component) -> anyhow::Result<PluginKind> {
+    let ty = component.component_type();
+    let mut kinds = Vec::new();
+    let mut names = Vec::new();
+    for (name, _) in ty.exports(runtime.engine()) {
+        names.push(name.to_string());
+        let (interface, version) = name.split_once('@').unwrap_or((name, ""));
+        let kind = match interface {
+            QUESTION_TYPE_EXPORT => PluginKind::QuestionType,
+            RENDERER_EXPORT => PluginKind::Renderer,
+            CALIBRATION_EXPORT => PluginKind::Calibration,
+            _ => continue,
+        };
+        if !SUPPORTED_VERSIONS.contains(&version) {
+            anyhow::bail!(
+                "exports {name}, a contract version this host does not link (supported: decide:plugin@{})",
+                SUPPORTED_VERSIONS.join(", @")
+            );
+        }
+        kinds.push(kind);
+    }
+    match kinds.as_slice() {
+        [kind] => Ok(*kind),
+        [] => anyhow::bail!(
+            "exports no decide:plugin interface (question-type, renderer or calibration); it exports: [{}]",
+            names.join(", ")
+        ),
+        _ => anyhow::bail!("exports several plugin interfaces ({}); a plugin must be exactly one kind", names.join(", ")),
+    }
+}
+
+fn to_info(info: wit::PluginInfo) -> PluginInfo {
+    PluginInfo {
+        name: truncate(&info.name, 256).to_string(),
+        version: truncate(&info.version, 256).to_string(),
+        description: truncate(&info.description, 4096).to_string(),
+    }
+}
+
+impl QuestionType {
+    fn fetch_info(&self) -> anyhow::Result<PluginInfo> {
+        self.runtime
+            .call(&self.meta.name, |store| {
+                let instance = self.pre.instantiate(&mut *store)?;
+                instance.decide_plugin_question_type().call_info(&mut *store)
+            })
+            .map(to_info)
+            .map_err(|e| anyhow::anyhow!("info(): {e}"))
+    }
+
+    /// The plugin's example question (JSON text), used by the self-test.
+    pub fn example(&self) -> Result<String, PluginCallError> {
+        let example = self.runtime.call(&self.meta.name, |store| {
+            let instance = self.pre.instantiate(&mut *store)?;
+            instance.decide_plugin_question_type().call_example(&mut *store)
+        })?;
+        check_len(&self.meta.name, "example()", example.len(), limits::MAX_INPUT_BYTES)?;
+        Ok(example)
+    }
+
+    /// Validates `question_json` (the question object without `name`) and names its options.
+    pub fn compile(&self, question_json: &str) -> Result<CompiledQuestion, PluginCallError> {
+        check_input("question", question_json.len())?;
+        let result = self.runtime.call(&self.meta.name, |store| {
+            let instance = self.pre.instantiate(&mut *store)?;
+            instance.decide_plugin_question_type().call_compile(&mut *store, question_json)
+        })?;
+        let compiled = result.map_err(|e| plugin_error(&self.meta.name, e))?;
+        check_compiled(&self.meta.name, &compiled)?;
+        Ok(CompiledQuestion {
+            instructions: compiled.instructions,
+            options: compiled
+                .options
+                .into_iter()
+                .map(|o| OptionDef { key: o.key, text: o.text, description: o.description })
+                .collect(),
+        })
+    }
+
+    /// The type's answer fields from `probabilities` over the compiled options (same order).
+    pub fn answer(&self, question_json: &str, probabilities: &[f64]) -> Result<Map<String, Value>, PluginCallError> {
+        check_input("question", question_json.len())?;
+        if probabilities.len() > limits::MAX_OPTIONS {
+            return Err(failed(&self.meta.name, format!("{} probabilities exceed the limit of {}", probabilities.len(), limits::MAX_OPTIONS)));
+        }
+        let result = self.runtime.call(&self.meta.name, |store| {
+            let instance = self.pre.instantiate(&mut *store)?;
+            instance.decide_plugin_question_type().call_answer(&mut *store, question_json, probabilities)
+        })?;
+        let text = result.map_err(|e| plugin_error(&self.meta.name, e))?;
+        check_len(&self.meta.name, "the answer", text.len(), limits::MAX_ANSWER_BYTES)?;
+        match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(map)) => Ok(map),
+            Ok(_) => Err(failed(&self.meta.name, "answer() did not return a JSON object".into())),
+            Err(e) => Err(failed(&self.meta.name, format!("answer() did not return valid JSON: {e}"))),
+        }
+    }
+}
+
+impl Renderer {
+    fn fetch_info(&self) -> anyhow::Result<PluginInfo> {
+        self.runtime
+            .call(&self.meta.name, |store| {
+                let instance = self.pre.instantiate(&mut *store)?;
+                instance.decide_plugin_renderer().call_info(&mut *store)
+            })
+            .map(to_info)
+            .map_err(|e| anyhow::anyhow!("info(): {e}"))
+    }
+
+    /// Chat messages for `state` and `question`; `labels[i]` names `question.options[i]`.
+    pub fn render(&self, state: &str, question: &CompiledQuestion, labels: &[String]) -> Result<Vec<ChatMessage>, PluginCallError> {
+        check_input("input", state.len())?;
+        let wit_question = wit::CompiledQuestion {
+            instructions: question.instructions.clone(),
+            options: question
+                .options
+                .iter()
+                .map(|o| wit::OptionDef { key: o.key.clone(), text: o.text.clone(), description: o.description.clone() })
+                .collect(),
+        };
+        let result = self.runtime.call(&self.meta.name, |store| {
+            let instance = self.pre.instantiate(&mut *store)?;
+            instance.decide_plugin_renderer().call_render(&mut *store, state, &wit_question, labels)
+        })?;
+        let messages = result.map_err(|e| plugin_error(&self.meta.name, e))?;
+        if messages.len() > limits::MAX_MESSAGES {
+            return Err(failed(&self.meta.name, format!("returned {} messages, over the limit of {}", messages.len(), limits::MAX_MESSAGES)));
+        }
+        let total: usize = messages.iter().map(|m| m.content.len() + m.role.len()).sum();
+        check_len(&self.meta.name, "the rendered messages", total, limits::MAX_MESSAGES_BYTES)?;
+        for m in &messages {
+            if !matches!(m.role.as_str(), "system" | "user" | "assistant") {
+                return Err(failed(&self.meta.name, format!("returned a message with role `{}` (expected system, user or assistant)", truncate(&m.role, 64))));
+            }
+        }
+        Ok(messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect())
+    }
+}
+
+impl Calibration {
+    fn fetch_info(&self) -> anyhow::Result<PluginInfo> {
+        self.runtime
+            .call(&self.meta.name, |store| {
+                let instance = self.pre.instantiate(&mut *store)?;
+                instance.decide_plugin_calibration().call_info(&mut *store)
+            })
+            .map(to_info)
+            .map_err(|e| anyhow::anyhow!("info(): {e}"))
+    }
+
+    fn check_params(&self, params: Vec<f64>) -> Result<Vec<f64>, PluginCallError> {
+        if params.len() > limits::MAX_PARAMS {
+            return Err(failed(&self.meta.name, format!("returned {} parameters, over the limit of {}", params.len(), limits::MAX_PARAMS)));
+        }
+        Ok(params)
+    }
+
+    /// Parameters meaning "temperature `temperature`, nothing fitted".
+    pub fn default_params(&self, temperature: f64) -> Result<Vec<f64>, PluginCallError> {
+        let params = self.runtime.call(&self.meta.name, |store| {
+            let instance = self.pre.instantiate(&mut *store)?;
+            instance.decide_plugin_calibration().call_default_params(&mut *store, temperature)
+        })?;
+        self.check_params(params)
+    }
+
+    /// Probabilities (one per score, summing to 1) from raw option scores and parameters.
+    pub fn apply(&self, scores: &[f64], params: &[f64]) -> Result<Vec<f64>, PluginCallError> {
+        if scores.len() > limits::MAX_OPTIONS || params.len() > limits::MAX_PARAMS {
+            return Err(PluginCallError::InvalidQuestion(format!(
+                "{} scores and {} parameters exceed the limits of {} and {}",
+                scores.len(),
+                params.len(),
+                limits::MAX_OPTIONS,
+                limits::MAX_PARAMS
+            )));
+        }
+        let result = self.runtime.call(&self.meta.name, |store| {
+            let instance = self.pre.instantiate(&mut *store)?;
+            instance.decide_plugin_calibration().call_apply(&mut *store, scores, params)
+        })?;
+        let probs = result.map_err(|e| plugin_error(&self.meta.name, e))?;
+        if probs.len() != scores.len() {
+            return Err(failed(&self.meta.name, format!("apply() returned {} probabilities for {} scores", probs.len(), scores.len())));
+        }
+        if let Some(p) = probs.iter().find(|p| !p.is_finite() || **p < 0.0 || **p > 1.0 + 1e-9) {
+            return Err(failed(&self.meta.name, format!("apply() returned {p}, not a probability")));
+        }
+        Ok(probs)
+    }
+
+    /// Fits parameters on labelled observations.
+    pub fn fit(&self, samples: &[LabelledScores]) -> Result<Vec<f64>, PluginCallError> {
+        let total: usize = samples.iter().map(|s| s.scores.len().max(1)).sum();
+        if total > limits::MAX_FIT_SCORES {
+            return Err(PluginCallError::InvalidQuestion(format!(
+                "samples: {total} scores exceed the limit of {} per fit",
+                limits::MAX_FIT_SCORES
+            )));
+        }
+        let wit_samples: Vec<wit::LabelledScores> =
+            samples.iter().map(|s| wit::LabelledScores { scores: s.scores.clone(), expected: s.expected }).collect();
+        let result = self.runtime.call(&self.meta.name, |store| {
+            let instance = self.pre.instantiate(&mut *store)?;
+            instance.decide_plugin_calibration().call_fit(&mut *store, &wit_samples)
+        })?;
+        let params = result.map_err(|e| plugin_error(&self.meta.name, e))?;
+        self.check_params(params)
+    }
+}
+
+fn failed(plugin: &str, what: String) -> PluginCallError {
+    PluginCallError::Failed { plugin: plugin.to_string(), message: format!("plugin {plugin} {what}") }
+}
+
+fn plugin_error(plugin: &str, error: wit::PluginError) -> PluginCallError {
+    match error {
+        wit::PluginError::InvalidQuestion(m) => PluginCallError::InvalidQuestion(truncate(&m, limits::MAX_ERROR_BYTES).to_string()),
+        wit::PluginError::Failure(m) => failed(plugin, format!("failed: {}", truncate(&m, limits::MAX_ERROR_BYTES))),
+    }
+}
+
+fn check_input(what: &str, len: usize) -> Result<(), PluginCallError> {
+    if len > limits::MAX_INPUT_BYTES {
+        return Err(PluginCallError::InvalidQuestion(format!(
+            "{what}: {len} bytes exceed the plugin input limit of {} bytes",
+            limits::MAX_INPUT_BYTES
+        )));
+    }
+    Ok(())
+}
+
+fn check_len(plugin: &str, what: &str, len: usize, max: usize) -> Result<(), PluginCallError> {
+    if len > max {
+        return Err(failed(plugin, format!("returned {what} of {len} bytes, over the limit of {max}")));
+    }
+    Ok(())
+}
+
+fn check_compiled(plugin: &str, c: &wit::CompiledQuestion) -> Result<(), PluginCallError> {
+    if c.options.len() > limits::MAX_OPTIONS {
+        return Err(failed(plugin, format!("returned {} options, over the limit of {}", c.options.len(), limits::MAX_OPTIONS)));
+    }
+    if let Some(i) = &c.instructions {
+        check_len(plugin, "instructions", i.len(), limits::MAX_STRING_BYTES)?;
+    }
+    for o in &c.options {
+        check_len(plugin, "an option key", o.key.len(), limits::MAX_STRING_BYTES)?;
+        check_len(plugin, "an option text", o.text.len(), limits::MAX_STRING_BYTES)?;
+        if let Some(d) = &o.description {
+            check_len(plugin, "an option description", d.len(), limits::MAX_STRING_BYTES)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,432 @@
+//! The wasmtime side: one [`Engine`] with epoch interruption, a WASI linker with no
+//! capabilities, an on-disk cache of precompiled components, and the per-call sandbox (a fresh
+//! [`Store`] with a memory cap and a deadline).
+
+use std::fs;
+use std::hash::Hasher;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::PluginCallError;
+
+/// Settings of the plugin runtime; the server maps its flags onto this.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Memory cap of one plugin instance (all its linear memories together), in bytes.
+    /// Flag `--plugin-memory-mib`.
+    pub memory_limit_bytes: usize,
+    /// Wall-clock deadline of one plugin call (instantiation included). Flag `--plugin-timeout-ms`.
+    pub call_timeout: Duration,
+    /// Where precompiled components are cached; `None` compiles at every load.
+    pub cache_dir: Option<PathBuf>,
+    /// Directory of extra plugins (`NAME.wasm`) that add to or replace the built-ins.
+    pub plugins_dir: Option<PathBuf>,
+    /// How often the plugins directory is checked for changes.
+    pub poll_interval: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            memory_limit_bytes: 64 << 20,
+            call_timeout: Duration::from_millis(1000),
+            cache_dir: Some(default_cache_dir()),
+            plugins_dir: None,
+            poll_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/decide/wasm`, else `~/.cache/decide/wasm`, else under the temp dir.
+pub fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("decide").join("wasm")
+}
+
+/// Caps on what crosses the plugin boundary, checked by the host.
+pub mod limits {
+    /// Largest question JSON, render state or other text handed to a plugin.
+    pub const MAX_INPUT_BYTES: usize = 1 << 20;
+    /// Most options a compiled question may have.
+    pub const MAX_OPTIONS: usize = 1024;
+    /// Largest option key/text/description, instructions, or plugin-info field.
+    pub const MAX_STRING_BYTES: usize = 256 << 10;
+    /// Largest answer JSON.
+    pub const MAX_ANSWER_BYTES: usize = 1 << 20;
+    /// Most chat messages a renderer may return.
+    pub const MAX_MESSAGES: usize = 64;
+    /// Largest total content of a renderer's messages (the state is in there).
+    pub const MAX_MESSAGES_BYTES: usize = 4 << 20;
+    /// Most calibration parameters.
+    pub const MAX_PARAMS: usize = 1024;
+    /// Most scores handed to a calibration `fit`, all samples together.
+    pub const MAX_FIT_SCORES: usize = 1 << 21;
+    /// Largest error message kept from a plugin.
+    pub const MAX_ERROR_BYTES: usize = 4 << 10;
+}
+
+/// Epoch tick: the granularity of call deadlines.
+const TICK: Duration = Duration::from_millis(10);
+/// How much of a plugin's stderr is kept per call (for failure messages and debug logs).
+const STDERR_CAPTURE: usize = 16 << 10;
+
+/// A wall clock and a monotonic clock that never move.
+///
+/// Plugins are pure functions of their input: none needs the time, and a frozen clock keeps
+/// their output deterministic (the same question gives the same answer on every call and
+/// replica) and gives them no timing side channel. Components built for `wasm32-wasip2` import
+/// the clock interfaces through `std`, so they must be linked; these are what they see.
+struct FrozenClock;
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// Fixed bytes for the plugins' "random" sources: determinism (e.g. `HashMap` iteration order
+/// inside a guest) matters more than unpredictability, since plugins hold no secrets.
+const RANDOM_BYTES: [u8; 32] = *b"decide-plugins-are-deterministic";
+
+/// A memory cap that remembers it was hit, so the failure can be named precisely.
+pub(crate) struct MemoryCap {
+    limit: usize,
+    hit: bool,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.hit = true;
+            return Err(wasmtime::format_err!("memory cap of {} bytes reached", self.limit));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// What one call's [`Store`] holds.
+pub(crate) struct PluginState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    cap: MemoryCap,
+    stderr: MemoryOutputPipe,
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// How a component was obtained by [`PluginRuntime::component`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Loaded from a precompiled artifact on disk.
+    Hit,
+    /// Compiled now (and written to the cache if there is one).
+    Compiled,
+}
+
+/// The engine, linker and cache shared by every plugin.
+pub struct PluginRuntime {
+    engine: Engine,
+    linker: Linker<PluginState>,
+    config: RuntimeConfig,
+    /// Hex digest of the engine's precompile-compatibility hash: part of cache file names.
+    engine_key: String,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PluginRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRuntime").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// A [`Hasher`] that feeds SHA-256, so that `precompile_compatibility_hash` (a `Hash` value) gives a
+/// stable key across processes and Rust versions (std's `DefaultHasher` promises neither).
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        unreachable!("only the digest is used")
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// Hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl PluginRuntime {
+    /// Builds the engine (component model, epoch interruption), links WASI with no capabilities,
+    /// and starts the epoch ticker (a thread that ends when the runtime is dropped).
+    pub fn new(config: RuntimeConfig) -> anyhow::Result<Arc<PluginRuntime>> {
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true);
+        wasm.epoch_interruption(true);
+        let engine = Engine::new(&wasm).map_err(|e| anyhow::anyhow!("creating the wasm engine: {e}"))?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
+
+        let mut hasher = Sha256Hasher(Sha256::new());
+        std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
+        let engine_key = hex::encode(&hasher.0.finalize()[..8]);
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let (weak, stop) = (engine.weak(), ticker_stop.clone());
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || loop {
+                std::thread::sleep(TICK);
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            })
+            .map_err(|e| anyhow::anyhow!("starting the epoch ticker thread: {e}"))?;
+
+        if let Some(dir) = &config.cache_dir {
+            if let Err(e) = create_private_dir(dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot create the plugin cache dir; compiling without a cache");
+            }
+        }
+        Ok(Arc::new(PluginRuntime { engine, linker, config, engine_key, ticker_stop }))
+    }
+
+    /// The settings this runtime was built with.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn linker(&self) -> &Linker<PluginState> {
+        &self.linker
+    }
+
+    /// The cache file for a component with SHA-256 `sha256`.
+    fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
+        self.config.cache_dir.as_ref().map(|dir| dir.join(format!("{sha256}-{}.cwasm", self.engine_key)))
+    }
+
+    /// A compiled component for `bytes` (whose SHA-256 is `sha256`): from the on-disk cache when
+    /// present, else compiled and cached.
+    pub fn component(&self, bytes: &[u8], sha256: &str) -> anyhow::Result<(Component, CacheOutcome)> {
+        let path = self.cache_path(sha256);
+        if let Some(path) = path.as_ref().filter(|p| p.is_file()) {
+            // SAFETY: `deserialize_file` trusts the file to be a compiled artifact of this engine
+            // and maps it as executable code. The file is one we wrote ourselves
+            // (`precompile_component` output, written to a temp file then renamed, so never seen
+            // half-written) into a cache dir created private (0700) to this user; its name is the
+            // SHA-256 of the exact wasm bytes being loaded plus a digest of the engine's
+            // compatibility hash, so it is the compilation of these bytes by an engine with this
+            // configuration. Wasmtime additionally checks the artifact's header against the
+            // engine (version, target, tunables) and refuses a mismatch; a corrupt or
+            // incompatible file falls through to a fresh compile below.
+            match unsafe { Component::deserialize_file(&self.engine, path) } {
+                Ok(component) => return Ok((component, CacheOutcome::Hit)),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "unusable cached plugin artifact; recompiling");
+                    let _ = fs::remove_file(path);
+                }
+            }
+        }
+        let artifact = self
+            .engine
+            .precompile_component(bytes)
+            .map_err(|e| anyhow::anyhow!("not a valid WebAssembly component: {e:#}"))?;
+        if let Some(path) = &path {
+            if let Err(e) = write_atomically(path, &artifact) {
+                tracing::warn!(file = %path.display(), error = %e, "cannot write the plugin cache");
+            }
+        }
+        // SAFETY: `artifact` was produced just now by `precompile_component` of this very engine.
+        let component = unsafe { Component::deserialize(&self.engine, &artifact) }
+            .map_err(|e| anyhow::anyhow!("loading the compiled component: {e:#}"))?;
+        Ok((component, CacheOutcome::Compiled))
+    }
+
+    /// A fresh store for one call: no WASI capabilities, frozen clocks, fixed randomness, stderr
+    /// captured, the memory cap and the call deadline armed.
+    pub(crate) fn new_store(&self) -> Store<PluginState> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let wasi = WasiCtxBuilder::new()
+            .stderr(stderr.clone())
+            .wall_clock(FrozenClock)
+            .monotonic_clock(FrozenClock)
+            .secure_random(Deterministic::new(RANDOM_BYTES.to_vec()))
+            .insecure_random(Deterministic::new(RANDOM_BYTES.to_vec()))
+            .insecure_random_seed(0)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = PluginState {
+            wasi,
+            table: ResourceTable::new(),
+            cap: MemoryCap { limit: self.config.memory_limit_bytes, hit: false },
+            stderr,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.cap);
+        store.set_epoch_deadline(self.deadline_ticks());
+        store.epoch_deadline_trap();
+        store
+    }
+
+    fn deadline_ticks(&self) -> u64 {
+        let ticks = self.config.call_timeout.as_nanos().div_ceil(TICK.as_nanos());
+        (ticks as u64).max(1)
+    }
+
+    /// Runs `f` in a fresh store; a trap, the deadline or the memory cap becomes
+    /// [`PluginCallError::Failed`] with a message that names `plugin` and the cause.
+    pub(crate) fn call<R>(
+        &self,
+        plugin: &str,
+        f: impl FnOnce(&mut Store<PluginState>) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginCallError> {
+        let started = Instant::now();
+        let mut store = self.new_store();
+        let result = f(&mut store);
+        let state = store.data();
+        let stderr = state.stderr.contents();
+        match result {
+            Ok(value) => {
+                if !stderr.is_empty() {
+                    tracing::debug!(plugin, stderr = %String::from_utf8_lossy(&stderr), "plugin wrote to stderr");
+                }
+                Ok(value)
+            }
+            Err(error) => {
+                let cause = if state.cap.hit {
+                    format!(
+                        "exceeded its memory cap of {} (setting --plugin-memory-mib)",
+                        human_bytes(self.config.memory_limit_bytes)
+                    )
+                } else if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+                    format!(
+                        "exceeded its {} ms deadline (setting --plugin-timeout-ms)",
+                        self.config.call_timeout.as_millis()
+                    )
+                } else if let Some(trap) = error.downcast_ref::<Trap>() {
+                    format!("trapped: {trap}")
+                } else {
+                    format!("failed: {error}")
+                };
+                let mut message = format!("plugin {plugin} {cause}");
+                let stderr = String::from_utf8_lossy(&stderr);
+                let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+                if !stderr.is_empty() {
+                    message.push_str(" (stderr: ");
+                    message.push_str(truncate(&stderr, 512));
+                    message.push(')');
+                }
+                tracing::warn!(plugin, elapsed_ms = started.elapsed().as_millis() as u64, error = %format!("{error:?}"), "{message}");
+                Err(PluginCallError::Failed { plugin: plugin.to_string(), message })
+            }
+        }
+    }
+}
+
+impl Drop for PluginRuntime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `64 MiB`, or bytes when not a whole number of MiB.
+fn human_bytes(bytes: usize) -> String {
+    if bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+pub(crate) fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Write to a unique temp file next to `path`, then rename: readers never see half a file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    create_private_dir(dir)?;
+    let unique = format!(
+        ".{}.{}.{:?}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("artifact"),
+        std::process::id(),
+        std::thread::current().id()
+    )
+    .replace(['(', ')'], "");
+    let tmp = dir.join(unique);
+    let result = (|| {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
