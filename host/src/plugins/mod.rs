@@ -37,7 +37,7 @@ mod tests;
 use serde::Serialize;
 
 pub use plugin::{Calibration, LoadStats, Plugin, QuestionType, Renderer, SUPPORTED_VERSIONS};
-pub use registry::{Change, PluginRegistry, PluginSource, PluginSummary};
+pub use registry::{Change, PluginRegistry, PluginSource, PluginSummary, MAX_COMPONENT_BYTES};
 pub use runtime::{default_cache_dir, CacheOutcome, PluginRuntime, RuntimeConfig};
 
 /// The built-in plugins embedded by `host/build.rs`.

@@ -11,6 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Instant, SystemTime};
 
@@ -87,7 +88,12 @@ pub struct PluginRegistry {
     builtins: HashMap<String, Entry>,
     current: RwLock<HashMap<String, Entry>>,
     files: Mutex<HashMap<PathBuf, FileRecord>>,
+    /// Whether an unreadable plugins directory was already reported (log once, not every poll).
+    dir_error_logged: AtomicBool,
 }
+
+/// Largest plugin file read from the plugins directory.
+pub const MAX_COMPONENT_BYTES: u64 = 64 << 20;
 
 impl std::fmt::Debug for PluginRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -128,6 +134,7 @@ impl PluginRegistry {
             current: RwLock::new(builtins.clone()),
             builtins,
             files: Mutex::new(HashMap::new()),
+            dir_error_logged: AtomicBool::new(false),
         }))
     }
 
@@ -211,51 +218,69 @@ impl PluginRegistry {
         let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
         let mut changes = Vec::new();
         let mut seen = HashSet::new();
-        match fs::read_dir(&dir) {
+        let entries = match fs::read_dir(&dir) {
             Ok(entries) => {
-                for entry in entries.flatten() {
-                    let path = entry.path();
-                    let Some(name) = plugin_name(&path) else { continue };
-                    // Follows symlinks: a deployment may link plugin files.
-                    let Ok(meta) = fs::metadata(&path) else { continue };
-                    if !meta.is_file() {
-                        continue;
-                    }
-                    seen.insert(path.clone());
-                    let (modified, len) = (meta.modified().ok(), meta.len());
-                    if let Some(rec) = files.get(&path) {
-                        if rec.modified == modified && rec.len == len {
-                            continue;
-                        }
-                    }
-                    let bytes = match fs::read(&path) {
-                        Ok(bytes) => bytes,
-                        Err(e) => {
-                            tracing::warn!(file = %path.display(), error = %e, "cannot read plugin file; will retry");
-                            continue;
-                        }
-                    };
-                    let sha256 = sha256_hex(&bytes);
-                    if let Some(rec) = files.get_mut(&path) {
-                        if rec.sha256 == sha256 {
-                            rec.modified = modified;
-                            rec.len = len;
-                            continue;
-                        }
-                    }
-                    files.insert(path.clone(), FileRecord { modified, len, sha256 });
-                    match self.install(&name, &bytes, &path) {
-                        Ok(()) => changes.push(Change::Installed { name, path }),
-                        Err(reason) => {
-                            tracing::warn!(file = %path.display(), plugin = %name, %reason, "plugin file refused; the current plugin stays");
-                            changes.push(Change::Rejected { name, path, reason });
-                        }
-                    }
+                if self.dir_error_logged.swap(false, Ordering::Relaxed) {
+                    tracing::info!(dir = %dir.display(), "the plugins directory is readable again");
                 }
+                Some(entries)
             }
             Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot read the plugins directory (setting --plugins)");
-                return changes;
+                if !self.dir_error_logged.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot read the plugins directory (setting --plugins); will keep trying");
+                }
+                // A directory that is gone has no files: its plugins fall back below. Any other
+                // error (permissions, I/O) changes nothing.
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    return changes;
+                }
+                None
+            }
+        };
+        for entry in entries.into_iter().flatten().flatten() {
+            let path = entry.path();
+            let Some(name) = plugin_name(&path) else { continue };
+            // Follows symlinks: a deployment may link plugin files.
+            let Ok(meta) = fs::metadata(&path) else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            seen.insert(path.clone());
+            let (modified, len) = (meta.modified().ok(), meta.len());
+            if let Some(rec) = files.get(&path) {
+                if rec.modified == modified && rec.len == len {
+                    continue;
+                }
+            }
+            if len > MAX_COMPONENT_BYTES {
+                let reason = format!("the file is {len} bytes, over the limit of {MAX_COMPONENT_BYTES} bytes for a plugin");
+                tracing::warn!(file = %path.display(), plugin = %name, %reason, "plugin file refused; the current plugin stays");
+                files.insert(path.clone(), FileRecord { modified, len, sha256: String::new() });
+                changes.push(Change::Rejected { name, path, reason });
+                continue;
+            }
+            let bytes = match fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "cannot read plugin file; will retry");
+                    continue;
+                }
+            };
+            let sha256 = sha256_hex(&bytes);
+            if let Some(rec) = files.get_mut(&path) {
+                if rec.sha256 == sha256 {
+                    rec.modified = modified;
+                    rec.len = len;
+                    continue;
+                }
+            }
+            files.insert(path.clone(), FileRecord { modified, len, sha256 });
+            match self.install(&name, &bytes, &path) {
+                Ok(()) => changes.push(Change::Installed { name, path }),
+                Err(reason) => {
+                    tracing::warn!(file = %path.display(), plugin = %name, %reason, "plugin file refused; the current plugin stays");
+                    changes.push(Change::Rejected { name, path, reason });
+                }
             }
         }
         let gone: Vec<PathBuf> = files.keys().filter(|p| !seen.contains(*p)).cloned().collect();

@@ -464,3 +464,39 @@ fn per_call_overhead() {
         }
     });
 }
+
+#[test]
+fn files_present_at_start_are_loaded_and_a_removed_dir_falls_back() {
+    let dir = scratch_dir("at-start");
+    deploy(&test_guest("predicate-inverted"), &dir, "openai-predicate");
+    deploy(&test_guest("trap-question"), &dir, "openai-trap-question");
+    std::fs::write(dir.join("notes.txt"), "not a plugin").unwrap();
+    let registry = PluginRegistry::with_builtins(PluginRuntime::new(config(Some(dir.clone()))).unwrap()).unwrap();
+    let mut changes = registry.poll_once();
+    changes.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    assert!(matches!(changes.as_slice(), [Change::Installed { .. }, Change::Installed { .. }]), "{changes:?}");
+    assert!(registry.question_type("openai-trap-question").is_some());
+    let q = r#"{"type":"predicate","instructions":"x"}"#;
+    assert_eq!(registry.question_type("openai-predicate").unwrap().answer(q, &[0.25, 0.75]).unwrap()["probability"], 0.75);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let changes = registry.poll_once();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(registry.question_type("openai-trap-question").is_none());
+    assert_eq!(registry.question_type("openai-predicate").unwrap().answer(q, &[0.25, 0.75]).unwrap()["probability"], 0.25);
+    assert!(registry.poll_once().is_empty());
+}
+
+/// The pipeline calls plugins from `spawn_blocking` threads. A guest writing to stderr (a panic
+/// message) goes through wasmtime-wasi's sync stream bindings, which enter tokio: that must work
+/// there (it would panic on an async worker thread, so never call plugins from async code).
+#[test]
+fn a_trapping_plugin_inside_spawn_blocking_is_contained() {
+    let runtime = misbehaving_runtime(1000);
+    let p = load_question_type(&runtime, "trap-question");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let result = rt.block_on(async move {
+        tokio::task::spawn_blocking(move || p.compile(r#"{"type":"predicate","instructions":"boom"}"#)).await.unwrap()
+    });
+    let message = failed_message(result);
+    assert!(message.contains("deliberate panic"), "{message}");
+}
