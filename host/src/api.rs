@@ -82,7 +82,8 @@ impl AppState {
     }
 
     /// Names a request may use for the served model: its served name, the model file's stem,
-    /// and for Jev clients the SDK's default alias `jev-latest`.
+    /// and each SDK's documented model name (`gpt-6-luna` for OpenAI's Decisions, `jev-latest`
+    /// for TypeSafe's), so that example code runs unchanged against this server.
     pub fn model_aliases(&self, wire: Wire) -> Vec<String> {
         let mut names = vec![self.served_model_name()];
         if let Some(stem) = self.config.model.file_stem().and_then(|s| s.to_str()) {
@@ -90,9 +91,10 @@ impl AppState {
                 names.push(stem.to_string());
             }
         }
-        if wire == Wire::SystemOne {
-            names.push("jev-latest".to_string());
-        }
+        names.push(match wire {
+            Wire::OpenAi => "gpt-6-luna".to_string(),
+            Wire::SystemOne => "jev-latest".to_string(),
+        });
         names
     }
 }
