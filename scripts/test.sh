@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need (the wasm target, the small
-# test model SmolLM2-135M), then the Rust unit tests of every crate, the guest plugins' own
-# tests, and the end-to-end tests against the real binary (tests/e2e).
+# test model SmolLM2-135M), then the guest plugins' shared-logic tests, the unit tests of every
+# crate, and the end-to-end tests against the real binary (tests/e2e). Ends with one summary
+# line counting every test that ran.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 rustup target add wasm32-wasip2 >/dev/null
 export DECIDE_TEST_MODEL="${DECIDE_TEST_MODEL:-$(scripts/fetch-model.sh smol)}"
 
-echo "== guest plugins (native unit tests)"
-cargo test --manifest-path guests/Cargo.toml --workspace --release
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+run() { "$@" 2>&1 | tee -a "$log"; }
+
+echo "== guest plugins: shared logic (native)"
+run cargo test --manifest-path guests/Cargo.toml -p decide-guest-common --release
 echo "== host, models and end-to-end tests"
-cargo test --release --workspace
+run cargo test --release --workspace
+
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "decide: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
