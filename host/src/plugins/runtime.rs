@@ -377,7 +377,7 @@ impl Drop for PluginRuntime {
 
 /// `64 MiB`, or bytes when not a whole number of MiB.
 fn human_bytes(bytes: usize) -> String {
-    if bytes % (1 << 20) == 0 {
+    if bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
     } else {
         format!("{bytes} bytes")

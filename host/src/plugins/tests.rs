@@ -310,7 +310,8 @@ fn bad_files_never_replace_a_good_plugin() {
     let registry = PluginRegistry::with_builtins(PluginRuntime::new(config(Some(dir.clone()))).unwrap()).unwrap();
     let q = r#"{"type":"predicate","instructions":"x"}"#;
     let original = registry.question_type("openai-predicate").unwrap();
-    let cases: [(&str, Box<dyn Fn(&Path)>, &str); 4] = [
+    type Write = Box<dyn Fn(&Path)>;
+    let cases: [(&str, Write, &str); 4] = [
         ("garbage", Box::new(|p: &Path| std::fs::write(p, b"\0asm garbage").unwrap()), "not a valid WebAssembly component"),
         ("wrong kind", Box::new(|p: &Path| { std::fs::copy(test_guest("broken-example").with_file_name("temperature.wasm"), p).unwrap(); }), "a replacement must be of the same kind"),
         ("failing self-test", Box::new(|p: &Path| { std::fs::copy(test_guest("broken-example"), p).unwrap(); }), "self-test failed"),
