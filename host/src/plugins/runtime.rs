@@ -362,7 +362,8 @@ impl PluginRuntime {
                     message.push_str(truncate(&stderr, 512));
                     message.push(')');
                 }
-                tracing::warn!(plugin, elapsed_ms = started.elapsed().as_millis() as u64, error = %format!("{error:?}"), "{message}");
+                tracing::warn!(plugin, elapsed_ms = started.elapsed().as_millis() as u64, "{message}");
+                tracing::debug!(plugin, error = %format!("{error:?}"), "plugin failure with its wasm backtrace");
                 Err(PluginCallError::Failed { plugin: plugin.to_string(), message })
             }
         }
