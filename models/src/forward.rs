@@ -25,6 +25,17 @@ use candle_core::{DType, Device, Module, Tensor};
 use crate::error::{ModelError, Result};
 use crate::gguf::Gguf;
 
+/// Attention runs over a key/value length padded with masked zeros to a multiple of this.
+///
+/// Why: candle's CPU softmax sums a row in SIMD chunks of 32 floats and adds the tail one by
+/// one, and the attention-weighted sum likewise depends on the row length; so the same query
+/// row gives results that differ in the last bit depending on how many keys follow it (masked
+/// or not). The quantized matmuls round activations to 8 bits, which turns such last-bit
+/// differences into visible logit differences (0.3 on Qwen2.5-0.5B). With every key length a
+/// multiple of 32, masked positions only ever add exact zeros, and a read is bit-for-bit the
+/// same whether the prompt ran in one pass or as a cached prefix plus a suffix.
+pub const KV_PAD: usize = 32;
+
 /// How rotary position embeddings pair up the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
@@ -32,6 +43,20 @@ pub enum RopeStyle {
     Interleaved,
     /// Pairs (i, i + d/2): GGUF `qwen2` (NEOX style).
     Half,
+}
+
+/// Which arithmetic layout a forward pass uses. Both compute the same function; they differ
+/// in float rounding only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Numerics {
+    /// The default: on CPU a row's result is bit-for-bit independent of how many rows and
+    /// keys come with it (see [`KV_PAD`]), so a cached prefix plus a suffix reads exactly
+    /// like one pass. Differs from candle-transformers by float rounding only.
+    #[default]
+    SplitInvariant,
+    /// Exactly the op sequence of candle-transformers' quantized models (no key padding, no
+    /// row duplication), for bit-level comparison against them in tests.
+    Reference,
 }
 
 /// One decoder block's weights.
@@ -235,6 +260,19 @@ impl Transformer {
         cache: Option<&KvCache>,
         rows: &[usize],
     ) -> Result<(Tensor, KvCache)> {
+        self.forward_with(tokens, start_pos, cache, rows, Numerics::SplitInvariant)
+    }
+
+    /// [`Transformer::forward`] with a chosen arithmetic layout ([`Numerics`]).
+    pub fn forward_with(
+        &self,
+        tokens: &[u32],
+        start_pos: usize,
+        cache: Option<&KvCache>,
+        rows: &[usize],
+        numerics: Numerics,
+    ) -> Result<(Tensor, KvCache)> {
+        let pad = numerics == Numerics::SplitInvariant;
         let n = tokens.len();
         if n == 0 {
             return Err(ModelError::EmptyPrompt);
@@ -267,7 +305,12 @@ impl Transformer {
 
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?; // (1, n, hidden)
-        let mask = if n > 1 { Some(causal_mask(n, start_pos, &self.device)?) } else { None };
+        let kv_len = if pad { total.next_multiple_of(KV_PAD) } else { total };
+        let mask = if n > 1 || kv_len > total {
+            Some(causal_mask(n, start_pos, kv_len, &self.device)?)
+        } else {
+            None
+        };
         let cos = self.cos.narrow(0, start_pos, n)?;
         let sin = self.sin.narrow(0, start_pos, n)?;
 
@@ -275,13 +318,11 @@ impl Transformer {
         for (i, layer) in self.layers.iter().enumerate() {
             let past = cache.map(|c| &c.layers[i]);
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
-            let (attn, kv) = self.attention(layer, &h, &cos, &sin, past, mask.as_ref())?;
+            let (attn, kv) = self.attention(layer, &h, &cos, &sin, past, mask.as_ref(), pad)?;
             new_cache.push(kv);
             x = (attn + &x)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
-            let mlp = layer
-                .down
-                .forward(&(candle_nn::ops::silu(&layer.gate.forward(&h)?)? * layer.up.forward(&h)?)?)?;
+            let mlp = mm(&layer.down, &(candle_nn::ops::silu(&mm(&layer.gate, &h, pad)?)? * mm(&layer.up, &h, pad)?)?, pad)?;
             x = (mlp + &x)?;
         }
 
@@ -297,8 +338,13 @@ impl Transformer {
 
     /// Output norm + head over hidden rows `(r, hidden)`: logits `(r, vocab_size)`, f32.
     pub fn head(&self, hidden: &Tensor) -> Result<Tensor> {
+        self.head_with(hidden, Numerics::SplitInvariant)
+    }
+
+    /// [`Transformer::head`] with a chosen arithmetic layout.
+    pub fn head_with(&self, hidden: &Tensor, numerics: Numerics) -> Result<Tensor> {
         let h = candle_nn::ops::rms_norm(hidden, &self.out_norm, self.eps)?;
-        Ok(self.head.forward(&h)?)
+        Ok(mm(&self.head, &h, numerics == Numerics::SplitInvariant)?)
     }
 
     fn attention(
@@ -309,11 +355,12 @@ impl Transformer {
         sin: &Tensor,
         past: Option<&(Tensor, Tensor)>,
         mask: Option<&Tensor>,
+        pad: bool,
     ) -> Result<(Tensor, (Tensor, Tensor))> {
         let Dims { n_head, n_kv_head, head_dim, hidden, .. } = self.dims;
         let (b, n, _) = h.dims3()?;
         let proj = |w: &QMatMul, bias: &Option<Tensor>, heads: usize| -> Result<Tensor> {
-            let mut y = w.forward(h)?;
+            let mut y = mm(w, h, pad)?;
             if let Some(bias) = bias {
                 y = y.broadcast_add(bias)?;
             }
@@ -327,10 +374,24 @@ impl Transformer {
             None => (k, v),
         };
 
+        // Pad keys and values with zeros up to a multiple of KV_PAD (see there); the mask
+        // hides the padding.
+        let t = k.dim(2)?;
+        let t_pad = if pad { t.next_multiple_of(KV_PAD) } else { t };
+        let (kp, vp) = if t_pad > t {
+            let z = Tensor::zeros((b, n_kv_head, t_pad - t, head_dim), k.dtype(), k.device())?;
+            (Tensor::cat(&[&k, &z], 2)?, Tensor::cat(&[&v, &z], 2)?)
+        } else {
+            (k.clone(), v.clone())
+        };
         let rep = n_head / n_kv_head;
-        let kr = repeat_kv(&k, rep)?;
-        let vr = repeat_kv(&v, rep)?;
-        let att = (q.matmul(&kr.t()?)? / (head_dim as f64).sqrt())?;
+        let kr = repeat_kv(&kp, rep)?;
+        let vr = repeat_kv(&vp, rep)?;
+        // A contiguous K^T: with a strided (transposed) rhs, candle's CPU gemm rounds
+        // differently for 1-2 query rows than for more, which would break the
+        // split-invariance described at KV_PAD.
+        let kt = if pad { kr.t()?.contiguous()? } else { kr.t()? };
+        let att = (q.matmul(&kt)? / (head_dim as f64).sqrt())?;
         let att = match mask {
             Some(m) => att.broadcast_add(m)?,
             None => att,
@@ -338,7 +399,7 @@ impl Transformer {
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let y = att.matmul(&vr.contiguous()?)?;
         let y = y.transpose(1, 2)?.reshape((b, n, hidden))?;
-        Ok((layer.wo.forward(&y)?, (k, v)))
+        Ok((mm(&layer.wo, &y, pad)?, (k, v)))
     }
 
     fn apply_rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
@@ -349,13 +410,34 @@ impl Transformer {
     }
 }
 
-/// Additive causal mask `(n, start + n)`: query i (at position start + i) sees keys 0..=start+i.
-fn causal_mask(n: usize, start: usize, device: &Device) -> candle_core::Result<Tensor> {
-    let kv = start + n;
+/// Additive causal mask `(n, kv)`, `kv >= start + n`: query i (at position start + i) sees
+/// keys 0..=start+i; later and padding positions get -inf.
+fn causal_mask(n: usize, start: usize, kv: usize, device: &Device) -> candle_core::Result<Tensor> {
     let m: Vec<f32> = (0..n)
         .flat_map(|i| (0..kv).map(move |j| if j > start + i { f32::NEG_INFINITY } else { 0.0 }))
         .collect();
     Tensor::from_vec(m, (n, kv), device)
+}
+
+/// A quantized matmul over `(1, rows, k)` activations whose result for a row does not depend
+/// on how many rows come with it.
+///
+/// On CPU, candle runs some formats (Q6K on x86) through a different kernel for a single
+/// row than for several, with different rounding; a one-token suffix would then read
+/// differently from the same token inside a longer pass. So one row runs as two (a copy),
+/// which costs little since a single-row matmul is bound by reading the weights.
+fn mm(w: &QMatMul, x: &Tensor, split_invariant: bool) -> candle_core::Result<Tensor> {
+    let k = x.dim(candle_core::D::Minus1)?;
+    let rows = x.elem_count() / k.max(1);
+    if split_invariant && rows == 1 && x.device().is_cpu() && matches!(w, QMatMul::QTensor(_)) {
+        let x2 = x.reshape((1, k))?;
+        let y = w.forward(&Tensor::cat(&[&x2, &x2], 0)?)?.narrow(0, 0, 1)?;
+        let mut dims = x.dims().to_vec();
+        *dims.last_mut().unwrap() = y.dim(1)?;
+        y.reshape(dims)
+    } else {
+        w.forward(x)
+    }
 }
 
 /// Grouped-query attention: each kv head serves `rep` query heads.

@@ -40,7 +40,13 @@
 //! - **Our own forward pass** ([`forward`]): immutable weights shared by all threads, an
 //!   explicit [`KvCache`] value so a shared prefix can be prefilled once and many question
 //!   suffixes run against it, and the output head applied only to the rows that are read.
-//!   The arithmetic mirrors candle-transformers' quantized models; a test compares logits.
+//!   The arithmetic mirrors candle-transformers' quantized models (bit-identical logits in
+//!   [`Numerics::Reference`] mode, checked by a test). The default [`Numerics::SplitInvariant`]
+//!   layout pads attention keys to a multiple of [`forward::KV_PAD`] so that, on CPU, a read
+//!   is bit-for-bit the same whether the prompt ran in one pass or as a cached prefix plus a
+//!   suffix: the quantized matmuls round activations to 8 bits, which turns last-bit
+//!   differences into logit differences of up to ~0.8, so "equal within float rounding" is not
+//!   good enough for a prefix cache whose answers must not depend on cache hits.
 //! - **Exact reads** ([`Readout`]): log-softmax over the whole vocabulary, no top-k, so
 //!   `option_mass` is the true probability share on the labels.
 //! - **Device-generic**: the same code runs on CPU and CUDA (`--features cuda`); the
@@ -63,7 +69,7 @@ pub mod template;
 pub mod tokenizer;
 
 pub use error::ModelError;
-pub use forward::{KvCache, Transformer};
+pub use forward::{KvCache, Numerics, Transformer};
 pub use readout::Readout;
 
 use error::Result;
@@ -177,6 +183,16 @@ impl Model {
     /// Facts about the loaded model.
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    /// The transformer itself, for callers that need [`Transformer::forward_with`].
+    pub fn transformer(&self) -> &Transformer {
+        &self.transformer
+    }
+
+    /// The device the weights live on (inputs are created there).
+    pub fn device(&self) -> &Device {
+        self.transformer.device()
     }
 
     /// Renders `messages` with the model's chat template (`add_generation_prompt=true`,

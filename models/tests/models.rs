@@ -1,0 +1,447 @@
+//! Tests against real GGUF models: tokenizer reference ids, chat template, label rules, and
+//! our forward pass against candle-transformers' reference implementation.
+//!
+//! They need `$DECIDE_MODELS_DIR/{smol,q05}.gguf` (default `<repo>/.models/`); when a file is
+//! absent the test prints how to fetch it and passes. Run in release:
+//! `cargo test --release -p decide-models`.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use decide_models::{ChatMessage, Model, ModelError, Numerics};
+
+fn model_path(key: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("DECIDE_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models"));
+    let path = dir.join(format!("{key}.gguf"));
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!("skipping: {} not found; run scripts/fetch-model.sh {key}", path.display());
+        None
+    }
+}
+
+fn load(key: &'static str) -> Option<&'static Model> {
+    static SMOL: OnceLock<Option<Model>> = OnceLock::new();
+    static Q05: OnceLock<Option<Model>> = OnceLock::new();
+    let cell = match key {
+        "smol" => &SMOL,
+        "q05" => &Q05,
+        _ => unreachable!(),
+    };
+    cell.get_or_init(|| {
+        let path = model_path(key)?;
+        Some(Model::load(&path, &Device::Cpu).expect("model loads"))
+    })
+    .as_ref()
+}
+
+macro_rules! model_or_skip {
+    ($key:expr) => {
+        match load($key) {
+            Some(m) => m,
+            None => return,
+        }
+    };
+}
+
+fn user(content: &str) -> Vec<ChatMessage> {
+    vec![ChatMessage { role: "user".into(), content: content.into() }]
+}
+
+fn strings(xs: &[&str]) -> Vec<String> {
+    xs.iter().map(|s| s.to_string()).collect()
+}
+
+// ---------------------------------------------------------------- tokenizer
+
+fn check_special(m: &Model, expect: &[(&str, u32)]) {
+    for &(tok, id) in expect {
+        assert_eq!(m.tokenize(tok).unwrap(), vec![id], "{tok}");
+        assert_eq!(m.decode(&[id]).unwrap(), tok);
+    }
+    // Recognised inside text too.
+    let text = format!("{}user\nhi{}", expect[1].0, expect[2].0);
+    let ids = m.tokenize(&text).unwrap();
+    assert_eq!(ids.first(), Some(&expect[1].1));
+    assert_eq!(ids.last(), Some(&expect[2].1));
+}
+
+#[test]
+fn special_tokens_smol() {
+    let m = model_or_skip!("smol");
+    check_special(m, &[("<|endoftext|>", 0), ("<|im_start|>", 1), ("<|im_end|>", 2)]);
+}
+
+#[test]
+fn special_tokens_qwen() {
+    let m = model_or_skip!("q05");
+    check_special(m, &[("<|endoftext|>", 151643), ("<|im_start|>", 151644), ("<|im_end|>", 151645)]);
+}
+
+#[test]
+fn smol_splits_digits_and_adds_no_prefix_space() {
+    let m = model_or_skip!("smol");
+    let ids = m.tokenize("2024").unwrap();
+    let digits: Vec<u32> = ["2", "0", "2", "4"].iter().map(|d| m.token_id(d).unwrap()).collect();
+    assert_eq!(ids, digits);
+    let hello = m.tokenize("Hello").unwrap();
+    assert_eq!(hello, vec![m.token_id("Hello").unwrap()]);
+    assert!(!m.token_str(hello[0]).unwrap().starts_with('Ġ'));
+}
+
+#[test]
+fn hello_world_is_vocab_lookups() {
+    for key in ["smol", "q05"] {
+        let Some(m) = load(key) else { continue };
+        let want = vec![m.token_id("Hello").unwrap(), m.token_id("Ġworld").unwrap()];
+        assert_eq!(m.tokenize("Hello world").unwrap(), want, "{key}");
+    }
+}
+
+#[test]
+fn decode_round_trips() {
+    let texts = [
+        "Hello world",
+        " leading space and trailing  ",
+        "line one\nline two\n\n\tindented\r\n",
+        "fn main() {\n    println!(\"{}\", 1 + 2 * 3);\n}\n",
+        "Unicode: Führer, naïve café, Ελληνικά, русский, 日本語のテキスト, 😀🚀 👩‍👩‍👧",
+        "numbers 3.14159 and 1,000,000 and 2024-11-29",
+        "<|im_start|>user\nquestion<|im_end|>\n",
+        "",
+    ];
+    for key in ["smol", "q05"] {
+        let Some(m) = load(key) else { continue };
+        for t in texts {
+            let ids = m.tokenize(t).unwrap();
+            assert_eq!(m.decode(&ids).unwrap(), t, "{key}: {t:?}");
+        }
+    }
+}
+
+/// llama.cpp's tokenizer test data: ids produced by the Hugging Face tokenizer of each model.
+fn check_reference(m: &Model, name: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap();
+    let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap();
+    let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").filter(|s| !s.is_empty()).collect();
+    let texts: Vec<&str> = if inp.starts_with("\n__ggml_vocab_test__\n") { texts } else { texts };
+    let expected: Vec<Vec<u32>> = out
+        .lines()
+        .map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect())
+        .collect();
+    // The empty input "" is a test case too: splitting drops it, so re-split keeping empties.
+    let texts: Vec<&str> = {
+        let mut v: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
+        assert_eq!(v.pop(), Some(""));
+        let _ = texts;
+        v
+    };
+    assert_eq!(texts.len(), expected.len(), "{name}: inputs vs outputs");
+    let mut bad = Vec::new();
+    for (t, want) in texts.iter().zip(&expected) {
+        let got = m.tokenize(t).unwrap();
+        if &got != want {
+            bad.push(format!("{t:?}\n  got  {got:?}\n  want {want:?}"));
+        }
+    }
+    assert!(bad.is_empty(), "{name}: {} of {} differ:\n{}", bad.len(), texts.len(), bad.join("\n"));
+    eprintln!("{name}: {} reference texts tokenize identically", texts.len());
+}
+
+#[test]
+fn reference_ids_smol() {
+    check_reference(model_or_skip!("smol"), "smollm");
+}
+
+#[test]
+fn reference_ids_qwen() {
+    check_reference(model_or_skip!("q05"), "qwen2");
+}
+
+// ---------------------------------------------------------------- template and labels
+
+#[test]
+fn smol_prompt_ends_at_answer_slot() {
+    let m = model_or_skip!("smol");
+    let p = m.render(&user("Pick A or B.")).unwrap();
+    assert_eq!(
+        p.text,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+         Face<|im_end|>\n<|im_start|>user\nPick A or B.<|im_end|>\n<|im_start|>assistant\n"
+    );
+    assert_eq!(p.tokens, m.tokenize(&p.text).unwrap());
+    assert_eq!(p.tokens[0], 1);
+    let mut with_sys = vec![ChatMessage { role: "system".into(), content: "Be terse.".into() }];
+    with_sys.extend(user("Hi"));
+    let p = m.render(&with_sys).unwrap();
+    assert!(p.text.starts_with("<|im_start|>system\nBe terse.<|im_end|>\n"), "{}", p.text);
+    assert!(p.text.ends_with("<|im_start|>assistant\n"));
+}
+
+#[test]
+fn qwen_prompt_ends_at_answer_slot() {
+    let m = model_or_skip!("q05");
+    let p = m.render(&user("Pick A or B.")).unwrap();
+    assert_eq!(
+        p.text,
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful \
+         assistant.<|im_end|>\n<|im_start|>user\nPick A or B.<|im_end|>\n<|im_start|>assistant\n"
+    );
+    assert_eq!(p.tokens[0], 151644);
+    assert_eq!(&p.tokens[p.tokens.len() - 3..], &[151644, m.token_id("assistant").unwrap(), m.token_id("Ċ").unwrap()]);
+}
+
+#[test]
+fn label_rules() {
+    for key in ["smol", "q05"] {
+        let Some(m) = load(key) else { continue };
+        let p = m.render(&user("Answer with A, B or C.")).unwrap();
+        let ids = m.label_ids(&p, &strings(&["A", "B", "C"])).unwrap();
+        assert_eq!(ids, vec![m.token_id("A").unwrap(), m.token_id("B").unwrap(), m.token_id("C").unwrap()]);
+        let err = |labels: &[&str]| match m.label_ids(&p, &strings(labels)) {
+            Err(ModelError::Label { label, reason }) => (label, reason),
+            other => panic!("{key} {labels:?}: expected a label error, got {other:?}"),
+        };
+        let (l, why) = err(&["A", "Hello there my friend"]);
+        assert_eq!(l, "Hello there my friend");
+        assert!(why.contains("not one"), "{why}");
+        // "\n" after the prompt's final "\n" merges into one "\n\n" token.
+        let (_, why) = err(&["\n"]);
+        assert!(why.contains("merges"), "{why}");
+        let (_, why) = err(&[""]);
+        assert!(why.contains("empty"), "{why}");
+        let (l, why) = err(&["A", "A"]);
+        assert_eq!(l, "A");
+        assert!(why.contains("same token"), "{why}");
+    }
+}
+
+// ---------------------------------------------------------------- forward pass
+
+const PROMPTS: &[&str] = &[
+    "Is water wet? Answer with A (yes) or B (no).",
+    "Classify the sentiment of: 'The food was cold and the waiter was rude.' Options: A) positive B) negative C) neutral. Answer with the letter.",
+    "def add(a, b):\n    return a + b\n\nWhat does add(2, 3) return? A) 5 B) 6",
+    "Ünïcödé 日本語 🚀 — which language is 日本語? A) Japanese B) Chinese",
+];
+
+fn reference_logits(key: &str, tokens: &[u32]) -> Vec<f32> {
+    let path = model_path(key).unwrap();
+    let mut f = std::fs::File::open(&path).unwrap();
+    let ct = gguf_file::Content::read(&mut f).unwrap();
+    let input = Tensor::new(tokens, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let logits = match key {
+        "smol" => {
+            let mut w = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap();
+            w.forward(&input, 0).unwrap()
+        }
+        _ => {
+            let mut w = candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap();
+            w.forward(&input, 0).unwrap()
+        }
+    };
+    logits.flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn our_logits(m: &Model, tokens: &[u32]) -> Vec<f32> {
+    our_logits_with(m, tokens, Numerics::SplitInvariant)
+}
+
+fn our_logits_with(m: &Model, tokens: &[u32], numerics: Numerics) -> Vec<f32> {
+    let t = m.transformer();
+    let (h, _) = t.forward_with(tokens, 0, None, &[tokens.len() - 1], numerics).unwrap();
+    t.head_with(&h, numerics).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn argmax(x: &[f32]) -> usize {
+    x.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0
+}
+
+fn top2_margin(x: &[f32]) -> f32 {
+    let i = argmax(x);
+    let second = x.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, v)| *v).fold(f32::NEG_INFINITY, f32::max);
+    x[i] - second
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Our forward vs candle-transformers. With `Numerics::Reference` (their exact op sequence)
+/// the logits must agree to 1e-4 and the argmax must match: this checks the arithmetic
+/// (weights, RoPE layout, GQA, biases, tied head). The default `SplitInvariant` layout differs
+/// from theirs only in float rounding, which the 8-bit activation quantization of the
+/// quantized matmuls amplifies (measured up to ~0.5 logits on these prompts); there we assert
+/// a loose bound and the same argmax whenever the reference's top-2 margin is clear of it.
+fn check_against_reference(key: &'static str) {
+    let Some(m) = load(key) else { return };
+    let (mut worst_exact, mut worst_default) = (0f32, 0f32);
+    for text in PROMPTS {
+        let p = m.render(&user(text)).unwrap();
+        let theirs = reference_logits(key, &p.tokens);
+        let exact = our_logits_with(m, &p.tokens, Numerics::Reference);
+        assert_eq!(exact.len(), m.info().vocab_size);
+        let d = max_abs_diff(&exact, &theirs);
+        worst_exact = worst_exact.max(d);
+        assert!(d < 1e-4, "{key}: Reference numerics: max abs logit diff {d} on {text:?}");
+        assert_eq!(argmax(&exact), argmax(&theirs), "{key}: argmax on {text:?}");
+        let ours = our_logits(m, &p.tokens);
+        let d = max_abs_diff(&ours, &theirs);
+        worst_default = worst_default.max(d);
+        assert!(d < 2.0, "{key}: default numerics: max abs logit diff {d} on {text:?}");
+        if top2_margin(&theirs) > 2.0 * d {
+            assert_eq!(argmax(&ours), argmax(&theirs), "{key}: argmax on {text:?}");
+        }
+    }
+    eprintln!(
+        "{key}: max abs logit difference vs candle-transformers over {} prompts: \
+         {worst_exact:e} (Reference numerics), {worst_default:e} (default SplitInvariant)",
+        PROMPTS.len()
+    );
+}
+
+#[test]
+fn forward_matches_candle_transformers_smol() {
+    check_against_reference("smol");
+}
+
+#[test]
+fn forward_matches_candle_transformers_qwen() {
+    check_against_reference("q05");
+}
+
+/// read() on P equals a forward over P[..n] followed by P[n..] against the returned cache.
+fn check_cache_split(key: &'static str) {
+    let Some(m) = load(key) else { return };
+    let p = m.render(&user(PROMPTS[1])).unwrap();
+    let labels = m.label_ids(&p, &strings(&["A", "B", "C"])).unwrap();
+    let full = m.read(&p.tokens, &labels).unwrap();
+    let full_logits = our_logits(m, &p.tokens);
+    let mut worst = 0f32;
+    let l = p.tokens.len();
+    for n in [1, 2, 8, 31, l / 2, l - 2, l - 1] {
+        let (_, cache) = m.forward(&p.tokens[..n], 0, None, &[]).unwrap();
+        assert_eq!(cache.len(), n);
+        let suffix = &p.tokens[n..];
+        let (h, cache2) = m.forward(suffix, n, Some(&cache), &[suffix.len() - 1]).unwrap();
+        assert_eq!(cache2.len(), p.tokens.len());
+        let split = m.read_hidden(&h, &labels).unwrap();
+        let split_logits: Vec<f32> = m.logits(&h).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let d = max_abs_diff(&full_logits, &split_logits);
+        worst = worst.max(d);
+        // On CPU the forward pass is built to be split-invariant bit for bit (see KV_PAD in
+        // forward.rs); other devices get a tolerance.
+        let tol = if m.device().is_cpu() { 0.0 } else { 1e-2 };
+        assert!(d <= tol, "{key}: split at {n}: max abs logit diff {d}");
+        if tol == 0.0 {
+            assert_eq!(full, split, "{key}: split at {n}");
+        }
+        // The prefix cache is reusable: a second suffix run against it gives the same answer.
+        let (h2, _) = m.forward(suffix, n, Some(&cache), &[suffix.len() - 1]).unwrap();
+        assert_eq!(m.read_hidden(&h2, &labels).unwrap(), split);
+    }
+    eprintln!("{key}: max abs logit difference, full vs prefix+suffix: {worst:e}");
+}
+
+#[test]
+fn cache_split_matches_full_read_smol() {
+    check_cache_split("smol");
+}
+
+#[test]
+fn cache_split_matches_full_read_qwen() {
+    check_cache_split("q05");
+}
+
+#[test]
+fn readout_is_exact_log_softmax() {
+    let m = model_or_skip!("smol");
+    let p = m.render(&user(PROMPTS[0])).unwrap();
+    let labels = m.label_ids(&p, &strings(&["A", "B"])).unwrap();
+    let r = m.read(&p.tokens, &labels).unwrap();
+    let logits = our_logits(m, &p.tokens);
+    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max + logits.iter().map(|x| ((x - max) as f64).exp()).sum::<f64>().ln() as f32;
+    for (lp, &id) in r.logprobs.iter().zip(&labels) {
+        assert!((lp - (logits[id as usize] - lse)).abs() < 1e-4, "{lp}");
+        assert!(*lp <= 0.0);
+    }
+    let mass: f32 = r.logprobs.iter().map(|l| l.exp()).sum();
+    assert!((r.option_mass - mass).abs() < 1e-6 && r.option_mass > 0.0 && r.option_mass <= 1.0);
+    eprintln!("smol: logprobs {:?}, option_mass {}", r.logprobs, r.option_mass);
+}
+
+#[test]
+fn read_refuses_bad_input() {
+    let m = model_or_skip!("smol");
+    let limit = m.info().context_length;
+    match m.read(&vec![1u32; limit + 1], &[1]) {
+        Err(ModelError::PromptTooLong { tokens, limit: l }) => assert_eq!((tokens, l), (limit + 1, limit)),
+        other => panic!("expected PromptTooLong, got {other:?}"),
+    }
+    assert!(matches!(m.read(&[], &[1]), Err(ModelError::EmptyPrompt)));
+    let v = m.info().vocab_size as u32;
+    assert!(matches!(m.read(&[1, v], &[1]), Err(ModelError::TokenOutOfRange { .. })));
+    assert!(matches!(m.read(&[1, 2], &[v]), Err(ModelError::TokenOutOfRange { .. })));
+    assert!(matches!(m.forward(&[1], 3, None, &[0]), Err(ModelError::Cache(_))));
+}
+
+#[test]
+fn info_smol() {
+    let m = model_or_skip!("smol");
+    let i = m.info();
+    assert_eq!((i.arch.as_str(), i.n_layers, i.vocab_size, i.context_length), ("llama", 30, 49152, 8192));
+}
+
+// ---------------------------------------------------------------- refusals (no model needed)
+
+fn write_gguf(name: &str, md: Vec<(&str, gguf_file::Value)>) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("decide-models-test-{}-{name}.gguf", std::process::id()));
+    let mut f = std::fs::File::create(&path).unwrap();
+    let md_refs: Vec<(&str, &gguf_file::Value)> = md.iter().map(|(k, v)| (*k, v)).collect();
+    gguf_file::write(&mut f, &md_refs, &[]).unwrap();
+    path
+}
+
+#[test]
+fn refuses_unsupported_arch() {
+    use gguf_file::Value;
+    let path = write_gguf("gemma", vec![("general.architecture", Value::String("gemma3".into()))]);
+    let err = Model::load(&path, &Device::Cpu).err().expect("refused");
+    let _ = std::fs::remove_file(&path);
+    assert!(matches!(&err, ModelError::UnsupportedArch { arch } if arch == "gemma3"), "{err}");
+    assert!(err.to_string().contains("gemma3"));
+}
+
+#[test]
+fn refuses_unknown_pre_tokenizer() {
+    use gguf_file::Value;
+    let s = |x: &str| Value::String(x.into());
+    let path = write_gguf(
+        "pre",
+        vec![
+            ("general.architecture", s("llama")),
+            ("tokenizer.ggml.model", s("gpt2")),
+            ("tokenizer.ggml.pre", s("mystery-bpe")),
+            ("tokenizer.ggml.tokens", Value::Array(vec![s("a"), s("b")])),
+            ("tokenizer.ggml.merges", Value::Array(vec![s("a b")])),
+        ],
+    );
+    let err = Model::load(&path, &Device::Cpu).err().expect("refused");
+    let _ = std::fs::remove_file(&path);
+    assert!(matches!(err, ModelError::Tokenizer(_)), "{err}");
+    assert!(err.to_string().contains("mystery-bpe"), "{err}");
+}
+
+#[test]
+fn missing_file_is_a_load_error() {
+    let err = Model::load(std::path::Path::new("/nonexistent/model.gguf"), &Device::Cpu).err().unwrap();
+    assert!(matches!(err, ModelError::Load { .. }), "{err}");
+}
