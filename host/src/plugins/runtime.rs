@@ -328,7 +328,7 @@ impl PluginRuntime {
     ) -> Result<R, PluginCallError> {
         let started = Instant::now();
         let mut store = self.new_store();
-        let result = f(&mut store);
+        let result = outside_async(|| f(&mut store));
         let state = store.data();
         let stderr = state.stderr.contents();
         match result {
@@ -373,6 +373,22 @@ impl PluginRuntime {
 impl Drop for PluginRuntime {
     fn drop(&mut self) {
         self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Runs `f`, a blocking plugin call, so that it is safe wherever it is called from.
+///
+/// wasmtime-wasi's synchronous bindings run their stream operations (a guest writing to stderr,
+/// e.g. a panic message) with `Handle::block_on` when a tokio runtime is current, which panics on
+/// an async worker thread. Calls are meant to come from `spawn_blocking` threads; should one come
+/// from an async task of a multi-thread runtime, `block_in_place` makes that legal (and keeps the
+/// executor from stalling). On a blocking thread or outside tokio `f` just runs.
+fn outside_async<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 

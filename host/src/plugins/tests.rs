@@ -501,3 +501,17 @@ fn a_trapping_plugin_inside_spawn_blocking_is_contained() {
     let message = failed_message(result);
     assert!(message.contains("deliberate panic"), "{message}");
 }
+
+/// Even from an async task (which the pipeline should not do), a guest's stderr write does not
+/// panic the host.
+#[test]
+fn a_trapping_plugin_called_from_an_async_task_is_contained() {
+    let runtime = misbehaving_runtime(1000);
+    let p = load_question_type(&runtime, "trap-question");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let result = rt.block_on(async move {
+        tokio::spawn(async move { p.compile(r#"{"type":"predicate","instructions":"boom"}"#) }).await.unwrap()
+    });
+    let message = failed_message(result);
+    assert!(message.contains("deliberate panic"), "{message}");
+}
