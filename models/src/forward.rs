@@ -59,20 +59,69 @@ pub enum Numerics {
     Reference,
 }
 
+/// How weight matrices are held on the device (chosen at load, [`crate::LoadOptions`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WeightFormat {
+    /// As stored in the GGUF file (Q4_K, Q8_0, ...), multiplied by candle's quantized
+    /// kernels, which round activations to 8 bits. Least memory; the file's own format.
+    #[default]
+    Quantized,
+    /// Dequantized once at load to f32 and multiplied with dense matmuls: ~4x the memory of a
+    /// 4-bit file, but on CPU prefill runs ~5x faster (candle has no SIMD kernels for
+    /// several quantized formats) and activations are not rounded.
+    F32,
+    /// Dequantized to f16 (activations cast to f16 for each matmul).
+    F16,
+    /// Dequantized to bf16 (activations cast to bf16 for each matmul); meant for CUDA.
+    BF16,
+}
+
+/// A weight matrix `(out, in)` in either form.
+enum Linear {
+    Quant(QMatMul),
+    /// The transposed weight `(in, out)`, contiguous: a contiguous right-hand side keeps
+    /// candle's gemm rounding independent of the number of rows (see [`KV_PAD`]).
+    Dense(Tensor),
+}
+
+impl Linear {
+    fn new(q: QTensor, format: WeightFormat, device: &Device) -> candle_core::Result<Self> {
+        let dtype = match format {
+            WeightFormat::Quantized => return Ok(Linear::Quant(QMatMul::from_qtensor(q)?)),
+            WeightFormat::F32 => DType::F32,
+            WeightFormat::F16 => DType::F16,
+            WeightFormat::BF16 => DType::BF16,
+        };
+        let w = q.dequantize(device)?;
+        Ok(Linear::Dense(w.t()?.to_dtype(dtype)?.contiguous()?))
+    }
+
+    /// `x @ W^T` for `x` of shape `(..., in)`, f32 in and out.
+    fn forward(&self, x: &Tensor, split_invariant: bool) -> candle_core::Result<Tensor> {
+        match self {
+            Linear::Quant(w) => mm(w, x, split_invariant),
+            Linear::Dense(wt) => {
+                let y = x.to_dtype(wt.dtype())?.broadcast_matmul(wt)?;
+                y.to_dtype(DType::F32)
+            }
+        }
+    }
+}
+
 /// One decoder block's weights.
 struct Layer {
     attn_norm: Tensor,
-    wq: QMatMul,
-    wk: QMatMul,
-    wv: QMatMul,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
     bq: Option<Tensor>,
     bk: Option<Tensor>,
     bv: Option<Tensor>,
-    wo: QMatMul,
+    wo: Linear,
     ffn_norm: Tensor,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
 }
 
 /// The keys and values of every token seen so far, per layer: K and V of shape
@@ -126,7 +175,7 @@ pub struct Transformer {
     embed: Tensor,
     layers: Vec<Layer>,
     out_norm: Tensor,
-    head: QMatMul,
+    head: Linear,
     cos: Tensor,
     sin: Tensor,
     rope: RopeStyle,
@@ -137,7 +186,7 @@ pub struct Transformer {
 
 impl Transformer {
     /// Loads the weights of a `llama` or `qwen2` GGUF onto `device`.
-    pub(crate) fn load(g: &mut Gguf, arch: &str, device: &Device) -> Result<Self> {
+    pub(crate) fn load(g: &mut Gguf, arch: &str, device: &Device, format: WeightFormat) -> Result<Self> {
         let rope = match arch {
             "llama" => RopeStyle::Interleaved,
             "qwen2" => RopeStyle::Half,
@@ -173,9 +222,9 @@ impl Transformer {
             let q = g.tensor(name, device)?;
             q.dequantize(device).map_err(|e| g.err(format!("cannot dequantize `{name}`: {e}")))
         };
-        let qmm = |g: &mut Gguf, name: &str| -> Result<QMatMul> {
+        let qmm = |g: &mut Gguf, name: &str| -> Result<Linear> {
             let q = g.tensor(name, device)?;
-            QMatMul::from_qtensor(q).map_err(|e| g.err(format!("cannot prepare `{name}`: {e}")))
+            Linear::new(q, format, device).map_err(|e| g.err(format!("cannot prepare `{name}`: {e}")))
         };
         let bias = |g: &mut Gguf, name: &str| -> Result<Option<Tensor>> {
             if g.has_tensor(name) { dense(g, name).map(Some) } else { Ok(None) }
@@ -196,9 +245,9 @@ impl Transformer {
             if rows != vocab_size {
                 return Err(g.err(format!("output head has {rows} rows, embedding {vocab_size}")));
             }
-            QMatMul::from_qtensor(out)
+            Linear::new(out, format, device)
         } else {
-            QMatMul::from_qtensor(embd_q)
+            Linear::new(embd_q, format, device)
         }
         .map_err(|e| g.err(format!("cannot prepare the output head: {e}")))?;
         let out_norm = dense(g, "output_norm.weight")?;
@@ -322,7 +371,7 @@ impl Transformer {
             new_cache.push(kv);
             x = (attn + &x)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
-            let mlp = mm(&layer.down, &(candle_nn::ops::silu(&mm(&layer.gate, &h, pad)?)? * mm(&layer.up, &h, pad)?)?, pad)?;
+            let mlp = layer.down.forward(&(candle_nn::ops::silu(&layer.gate.forward(&h, pad)?)? * layer.up.forward(&h, pad)?)?, pad)?;
             x = (mlp + &x)?;
         }
 
@@ -344,7 +393,7 @@ impl Transformer {
     /// [`Transformer::head`] with a chosen arithmetic layout.
     pub fn head_with(&self, hidden: &Tensor, numerics: Numerics) -> Result<Tensor> {
         let h = candle_nn::ops::rms_norm(hidden, &self.out_norm, self.eps)?;
-        Ok(mm(&self.head, &h, numerics == Numerics::SplitInvariant)?)
+        Ok(self.head.forward(&h, numerics == Numerics::SplitInvariant)?)
     }
 
     fn attention(
@@ -359,8 +408,8 @@ impl Transformer {
     ) -> Result<(Tensor, (Tensor, Tensor))> {
         let Dims { n_head, n_kv_head, head_dim, hidden, .. } = self.dims;
         let (b, n, _) = h.dims3()?;
-        let proj = |w: &QMatMul, bias: &Option<Tensor>, heads: usize| -> Result<Tensor> {
-            let mut y = mm(w, h, pad)?;
+        let proj = |w: &Linear, bias: &Option<Tensor>, heads: usize| -> Result<Tensor> {
+            let mut y = w.forward(h, pad)?;
             if let Some(bias) = bias {
                 y = y.broadcast_add(bias)?;
             }
@@ -399,7 +448,7 @@ impl Transformer {
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let y = att.matmul(&vr.contiguous()?)?;
         let y = y.transpose(1, 2)?.reshape((b, n, hidden))?;
-        Ok((mm(&layer.wo, &y, pad)?, (k, v)))
+        Ok((layer.wo.forward(&y, pad)?, (k, v)))
     }
 
     fn apply_rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {

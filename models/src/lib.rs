@@ -69,7 +69,7 @@ pub mod template;
 pub mod tokenizer;
 
 pub use error::ModelError;
-pub use forward::{KvCache, Numerics, Transformer};
+pub use forward::{KvCache, Numerics, Transformer, WeightFormat};
 pub use readout::Readout;
 
 use error::Result;
@@ -114,6 +114,14 @@ pub struct ModelInfo {
     pub context_length: usize,
 }
 
+/// Choices made when loading a model.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// How weight matrices are held: as stored (default) or dequantized to a dense dtype,
+    /// trading memory for speed (see [`WeightFormat`]).
+    pub weights: WeightFormat,
+}
+
 /// A loaded model: weights, tokenizer and chat template. Immutable after load, so one
 /// `Model` (behind an `Arc`) serves concurrent requests without locks.
 pub struct Model {
@@ -138,6 +146,11 @@ impl Model {
     /// fail fast with [`ModelError::UnsupportedArch`]), builds the tokenizer and compiles the
     /// chat template from the metadata, then reads the weights.
     pub fn load(path: &Path, device: &Device) -> Result<Model> {
+        Self::load_with(path, device, &LoadOptions::default())
+    }
+
+    /// [`Model::load`] with options (e.g. dequantized weights for faster prefill).
+    pub fn load_with(path: &Path, device: &Device, options: &LoadOptions) -> Result<Model> {
         let t0 = Instant::now();
         let mut g = Gguf::open(path)?;
         let arch = g.str("general.architecture")?.to_string();
@@ -152,7 +165,7 @@ impl Model {
             Some(src) => Some(ChatTemplate::new(src, tok_str(tokenizer.bos), tok_str(tokenizer.eos))?),
             None => None,
         };
-        let transformer = Transformer::load(&mut g, &arch, device)?;
+        let transformer = Transformer::load(&mut g, &arch, device, options.weights)?;
         let dims = transformer.dims().clone();
         if tokenizer.len() > dims.vocab_size {
             return Err(g.err(format!(
@@ -175,6 +188,7 @@ impl Model {
         tracing::info!(
             model = %info.name, arch = %info.arch, layers = info.n_layers, vocab = info.vocab_size,
             context = info.context_length, pre = %tokenizer.pre, device = ?device,
+            weights = ?options.weights,
             secs = t0.elapsed().as_secs_f32(), "model loaded"
         );
         Ok(Model { info, tokenizer, template, transformer })

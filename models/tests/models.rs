@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
-use decide_models::{ChatMessage, Model, ModelError, Numerics};
+use decide_models::{ChatMessage, LoadOptions, Model, ModelError, Numerics, WeightFormat};
 
 fn model_path(key: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("DECIDE_MODELS_DIR")
@@ -358,6 +358,26 @@ fn cache_split_matches_full_read_smol() {
 #[test]
 fn cache_split_matches_full_read_qwen() {
     check_cache_split("q05");
+}
+
+/// Dequantized f32 weights: same split invariance, and label probabilities close to the
+/// quantized kernels' (those round activations to 8 bits, so they are not identical).
+#[test]
+fn dequantized_weights_read_consistently() {
+    let Some(path) = model_path("smol") else { return };
+    let q = load("smol").unwrap();
+    let f = Model::load_with(&path, &Device::Cpu, &LoadOptions { weights: WeightFormat::F32 }).unwrap();
+    let p = q.render(&user(PROMPTS[1])).unwrap();
+    let labels = q.label_ids(&p, &strings(&["A", "B", "C"])).unwrap();
+    let rq = q.read(&p.tokens, &labels).unwrap();
+    let rf = f.read(&p.tokens, &labels).unwrap();
+    let n = p.tokens.len() / 2;
+    let (_, cache) = f.forward(&p.tokens[..n], 0, None, &[]).unwrap();
+    let (h, _) = f.forward(&p.tokens[n..], n, Some(&cache), &[p.tokens.len() - n - 1]).unwrap();
+    assert_eq!(f.read_hidden(&h, &labels).unwrap(), rf);
+    let worst = rq.logprobs.iter().zip(&rf.logprobs).map(|(a, b)| (a.exp() - b.exp()).abs()).fold(0f32, f32::max);
+    eprintln!("smol: quantized {:?} vs f32 {:?}: max probability difference {worst}", rq.logprobs, rf.logprobs);
+    assert!(worst < 0.1, "{worst}");
 }
 
 #[test]
