@@ -113,18 +113,25 @@ impl HostMonotonicClock for FrozenClock {
 /// inside a guest) matters more than unpredictability, since plugins hold no secrets.
 const RANDOM_BYTES: [u8; 32] = *b"decide-plugins-are-deterministic";
 
-/// A memory cap that remembers it was hit, so the failure can be named precisely.
+/// A memory cap over all of an instance's linear memories together, which remembers it was
+/// hit so the failure can be named precisely.
 pub(crate) struct MemoryCap {
     limit: usize,
+    /// Bytes of linear memory granted so far in this store.
+    used: usize,
     hit: bool,
 }
 
 impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.limit {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.used.saturating_sub(current).saturating_add(desired);
+        if total > self.limit {
             self.hit = true;
+            // An error (rather than `Ok(false)`, which makes `memory.grow` return -1) traps at
+            // once: most guests would abort on an allocation failure anyway, less clearly.
             return Err(wasmtime::format_err!("memory cap of {} bytes reached", self.limit));
         }
+        self.used = total;
         Ok(true)
     }
 
@@ -304,7 +311,7 @@ impl PluginRuntime {
         let state = PluginState {
             wasi,
             table: ResourceTable::new(),
-            cap: MemoryCap { limit: self.config.memory_limit_bytes, hit: false },
+            cap: MemoryCap { limit: self.config.memory_limit_bytes, used: 0, hit: false },
             stderr,
         };
         let mut store = Store::new(&self.engine, state);

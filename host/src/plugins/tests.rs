@@ -515,3 +515,12 @@ fn a_trapping_plugin_called_from_an_async_task_is_contained() {
     let message = failed_message(result);
     assert!(message.contains("deliberate panic"), "{message}");
 }
+
+#[test]
+fn the_memory_cap_is_configurable() {
+    let runtime = PluginRuntime::new(RuntimeConfig { memory_limit_bytes: 1 << 20, ..config(None) }).unwrap();
+    let (name, _, bytes) = builtin::BUILTIN_PLUGINS[0];
+    // Loading calls `info()`, which already needs more than 1 MiB of linear memory.
+    let error = Plugin::load(&runtime, name, bytes).unwrap_err().to_string();
+    assert!(error.contains(&format!("plugin {name} exceeded its memory cap of 1 MiB")), "{error}");
+}
