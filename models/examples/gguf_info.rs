@@ -4,7 +4,9 @@
 use candle_core::quantized::gguf_file::{Content, Value};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args().nth(1).ok_or("usage: gguf_info FILE.gguf")?;
+    let path = std::env::args()
+        .nth(1)
+        .ok_or("usage: gguf_info FILE.gguf")?;
     let mut f = std::fs::File::open(&path)?;
     let ct = Content::read(&mut f)?;
     let mut keys: Vec<_> = ct.metadata.keys().collect();
@@ -21,7 +23,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut names: Vec<_> = ct.tensor_infos.iter().collect();
     names.sort_by_key(|(n, _)| n.to_string());
-    for (n, info) in names.iter().filter(|(n, _)| !n.starts_with("blk.") || n.starts_with("blk.0.")) {
+    for (n, info) in names
+        .iter()
+        .filter(|(n, _)| !n.starts_with("blk.") || n.starts_with("blk.0."))
+    {
         println!("tensor {n}: {:?} {:?}", info.ggml_dtype, info.shape);
     }
     Ok(())

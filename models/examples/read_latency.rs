@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use decide_models::{ChatMessage, Device, LoadOptions, Model, WeightFormat};
 
-const STATE: &str = "Ticket #4821 from a customer on the premium plan: \"Since yesterday's update the \
+const STATE: &str =
+    "Ticket #4821 from a customer on the premium plan: \"Since yesterday's update the \
 mobile app logs me out every few minutes. I have reinstalled it twice, cleared the cache, and \
 tried both Wi-Fi and mobile data. My colleague on the same plan has no problem. I need this \
 fixed today because I use the app to approve invoices for my team, and three of them are \
@@ -37,7 +38,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let question = "What is the customer's main request? Options:\nA) a refund\nB) a fix for being \
                     logged out, or another way to approve invoices\nC) an upgrade to a higher plan\n\
                     D) deleting their account\nAnswer with the letter only.";
-    let messages = vec![ChatMessage { role: "user".into(), content: format!("{STATE}\n\n{question}") }];
+    let messages = vec![ChatMessage {
+        role: "user".into(),
+        content: format!("{STATE}\n\n{question}"),
+    }];
     let prompt = model.render(&messages)?;
     let labels: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
     let ids = model.label_ids(&prompt, &labels)?;
@@ -53,7 +57,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     times.sort_by(f64::total_cmp);
 
     // Prefix cache: everything up to the question prefilled once, then only the suffix.
-    let cut = model.render(&[ChatMessage { role: "user".into(), content: format!("{STATE}\n\n") }])?;
+    let cut = model.render(&[ChatMessage {
+        role: "user".into(),
+        content: format!("{STATE}\n\n"),
+    }])?;
     let mut n = 0;
     while n < cut.tokens.len() && n < prompt.tokens.len() && cut.tokens[n] == prompt.tokens[n] {
         n += 1;
@@ -72,20 +79,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     suffix_times.sort_by(f64::total_cmp);
 
     let info = model.info();
-    println!("model: {} ({}, {} layers, vocab {})", info.name, info.arch, info.n_layers, info.vocab_size);
-    println!("threads: {}, weights: {weights:?}", candle_core::utils::get_num_threads());
+    println!(
+        "model: {} ({}, {} layers, vocab {})",
+        info.name, info.arch, info.n_layers, info.vocab_size
+    );
+    println!(
+        "threads: {}, weights: {weights:?}",
+        candle_core::utils::get_num_threads()
+    );
     println!("load: {load_s:.2} s");
-    println!("prompt: {} tokens; labels {:?}", prompt.tokens.len(), labels);
+    println!(
+        "prompt: {} tokens; labels {:?}",
+        prompt.tokens.len(),
+        labels
+    );
     println!(
         "read: min {:.1} ms, median {:.1} ms, max {:.1} ms over {reps} reads",
-        times[0], times[reps / 2], times[reps - 1]
+        times[0],
+        times[reps / 2],
+        times[reps - 1]
     );
     println!(
         "cached prefix of {n} tokens + suffix of {} tokens: median {:.1} ms (identical readout)",
         suffix.len(),
         suffix_times[reps / 2]
     );
-    let probs: Vec<String> = first.logprobs.iter().map(|l| format!("{:.3}", l.exp())).collect();
-    println!("probabilities {probs:?}, option_mass {:.3}", first.option_mass);
+    let probs: Vec<String> = first
+        .logprobs
+        .iter()
+        .map(|l| format!("{:.3}", l.exp()))
+        .collect();
+    println!(
+        "probabilities {probs:?}, option_mass {:.3}",
+        first.option_mass
+    );
     Ok(())
 }

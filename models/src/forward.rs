@@ -147,7 +147,10 @@ impl KvCache {
 
     /// Bytes of device memory held by the keys and values (f32).
     pub fn size_bytes(&self) -> usize {
-        self.layers.iter().map(|(k, v)| (k.elem_count() + v.elem_count()) * 4).sum()
+        self.layers
+            .iter()
+            .map(|(k, v)| (k.elem_count() + v.elem_count()) * 4)
+            .sum()
     }
 }
 
@@ -186,15 +189,26 @@ pub struct Transformer {
 
 impl Transformer {
     /// Loads the weights of a `llama` or `qwen2` GGUF onto `device`.
-    pub(crate) fn load(g: &mut Gguf, arch: &str, device: &Device, format: WeightFormat) -> Result<Self> {
+    pub(crate) fn load(
+        g: &mut Gguf,
+        arch: &str,
+        device: &Device,
+        format: WeightFormat,
+    ) -> Result<Self> {
         let rope = match arch {
             "llama" => RopeStyle::Interleaved,
             "qwen2" => RopeStyle::Half,
-            other => return Err(ModelError::UnsupportedArch { arch: other.to_string() }),
+            other => {
+                return Err(ModelError::UnsupportedArch {
+                    arch: other.to_string(),
+                })
+            }
         };
         let key = |k: &str| format!("{arch}.{k}");
         let n_head = g.usize(&key("attention.head_count"))?;
-        let n_kv_head = g.usize_opt(&key("attention.head_count_kv")).unwrap_or(n_head);
+        let n_kv_head = g
+            .usize_opt(&key("attention.head_count_kv"))
+            .unwrap_or(n_head);
         let n_layers = g.usize(&key("block_count"))?;
         let hidden = g.usize(&key("embedding_length"))?;
         let context_length = g.usize(&key("context_length"))?;
@@ -206,7 +220,9 @@ impl Transformer {
             )));
         }
         let head_dim = hidden / n_head;
-        let rope_dim = g.usize_opt(&key("rope.dimension_count")).unwrap_or(head_dim);
+        let rope_dim = g
+            .usize_opt(&key("rope.dimension_count"))
+            .unwrap_or(head_dim);
         if rope_dim != head_dim {
             return Err(g.err(format!(
                 "partial rotary embeddings ({rope_dim} of {head_dim} dims) are not supported"
@@ -220,20 +236,28 @@ impl Transformer {
 
         let dense = |g: &mut Gguf, name: &str| -> Result<Tensor> {
             let q = g.tensor(name, device)?;
-            q.dequantize(device).map_err(|e| g.err(format!("cannot dequantize `{name}`: {e}")))
+            q.dequantize(device)
+                .map_err(|e| g.err(format!("cannot dequantize `{name}`: {e}")))
         };
         let qmm = |g: &mut Gguf, name: &str| -> Result<Linear> {
             let q = g.tensor(name, device)?;
-            Linear::new(q, format, device).map_err(|e| g.err(format!("cannot prepare `{name}`: {e}")))
+            Linear::new(q, format, device)
+                .map_err(|e| g.err(format!("cannot prepare `{name}`: {e}")))
         };
         let bias = |g: &mut Gguf, name: &str| -> Result<Option<Tensor>> {
-            if g.has_tensor(name) { dense(g, name).map(Some) } else { Ok(None) }
+            if g.has_tensor(name) {
+                dense(g, name).map(Some)
+            } else {
+                Ok(None)
+            }
         };
 
         let embd_q: QTensor = g.tensor("token_embd.weight", device)?;
         let (vocab_size, embd_width) = embd_q.shape().dims2().map_err(|e| g.err(e.to_string()))?;
         if embd_width != hidden {
-            return Err(g.err(format!("token_embd is {embd_width} wide, expected {hidden}")));
+            return Err(g.err(format!(
+                "token_embd is {embd_width} wide, expected {hidden}"
+            )));
         }
         let embed = embd_q
             .dequantize(device)
@@ -243,7 +267,9 @@ impl Transformer {
             let out = g.tensor("output.weight", device)?;
             let rows = out.shape().dims2().map_err(|e| g.err(e.to_string()))?.0;
             if rows != vocab_size {
-                return Err(g.err(format!("output head has {rows} rows, embedding {vocab_size}")));
+                return Err(g.err(format!(
+                    "output head has {rows} rows, embedding {vocab_size}"
+                )));
             }
             Linear::new(out, format, device)
         } else {
@@ -282,7 +308,15 @@ impl Transformer {
             sin,
             rope,
             eps,
-            dims: Dims { n_layers, hidden, n_head, n_kv_head, head_dim, vocab_size, context_length },
+            dims: Dims {
+                n_layers,
+                hidden,
+                n_head,
+                n_kv_head,
+                head_dim,
+                vocab_size,
+                context_length,
+            },
             device: device.clone(),
         })
     }
@@ -343,18 +377,30 @@ impl Transformer {
         }
         let total = start_pos + n;
         if total > self.dims.context_length {
-            return Err(ModelError::PromptTooLong { tokens: total, limit: self.dims.context_length });
+            return Err(ModelError::PromptTooLong {
+                tokens: total,
+                limit: self.dims.context_length,
+            });
         }
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.dims.vocab_size) {
-            return Err(ModelError::TokenOutOfRange { id, vocab_size: self.dims.vocab_size });
+            return Err(ModelError::TokenOutOfRange {
+                id,
+                vocab_size: self.dims.vocab_size,
+            });
         }
         if let Some(&r) = rows.iter().find(|&&r| r >= n) {
-            return Err(ModelError::Compute(format!("row {r} requested from {n} tokens")));
+            return Err(ModelError::Compute(format!(
+                "row {r} requested from {n} tokens"
+            )));
         }
 
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?; // (1, n, hidden)
-        let kv_len = if pad { total.next_multiple_of(KV_PAD) } else { total };
+        let kv_len = if pad {
+            total.next_multiple_of(KV_PAD)
+        } else {
+            total
+        };
         let mask = if n > 1 || kv_len > total {
             Some(causal_mask(n, start_pos, kv_len, &self.device)?)
         } else {
@@ -367,11 +413,15 @@ impl Transformer {
         for (i, layer) in self.layers.iter().enumerate() {
             let past = cache.map(|c| &c.layers[i]);
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
-            let (attn, kv) = self.attention(layer, &h, &cos, &sin, past, mask.as_ref(), pad)?;
+            let (attn, kv) = self.attention(layer, &h, (&cos, &sin), past, mask.as_ref(), pad)?;
             new_cache.push(kv);
             x = (attn + &x)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
-            let mlp = layer.down.forward(&(candle_nn::ops::silu(&layer.gate.forward(&h, pad)?)? * layer.up.forward(&h, pad)?)?, pad)?;
+            let mlp = layer.down.forward(
+                &(candle_nn::ops::silu(&layer.gate.forward(&h, pad)?)?
+                    * layer.up.forward(&h, pad)?)?,
+                pad,
+            )?;
             x = (mlp + &x)?;
         }
 
@@ -382,7 +432,13 @@ impl Transformer {
             let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
             x.index_select(&Tensor::new(idx.as_slice(), &self.device)?, 0)?
         };
-        Ok((picked, KvCache { layers: new_cache, len: total }))
+        Ok((
+            picked,
+            KvCache {
+                layers: new_cache,
+                len: total,
+            },
+        ))
     }
 
     /// Output norm + head over hidden rows `(r, hidden)`: logits `(r, vocab_size)`, f32.
@@ -393,27 +449,36 @@ impl Transformer {
     /// [`Transformer::head`] with a chosen arithmetic layout.
     pub fn head_with(&self, hidden: &Tensor, numerics: Numerics) -> Result<Tensor> {
         let h = candle_nn::ops::rms_norm(hidden, &self.out_norm, self.eps)?;
-        Ok(self.head.forward(&h, numerics == Numerics::SplitInvariant)?)
+        Ok(self
+            .head
+            .forward(&h, numerics == Numerics::SplitInvariant)?)
     }
 
     fn attention(
         &self,
         layer: &Layer,
         h: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
         past: Option<&(Tensor, Tensor)>,
         mask: Option<&Tensor>,
         pad: bool,
     ) -> Result<(Tensor, (Tensor, Tensor))> {
-        let Dims { n_head, n_kv_head, head_dim, hidden, .. } = self.dims;
+        let Dims {
+            n_head,
+            n_kv_head,
+            head_dim,
+            hidden,
+            ..
+        } = self.dims;
         let (b, n, _) = h.dims3()?;
         let proj = |w: &Linear, bias: &Option<Tensor>, heads: usize| -> Result<Tensor> {
             let mut y = w.forward(h, pad)?;
             if let Some(bias) = bias {
                 y = y.broadcast_add(bias)?;
             }
-            Ok(y.reshape((b, n, heads, head_dim))?.transpose(1, 2)?.contiguous()?)
+            Ok(y.reshape((b, n, heads, head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?)
         };
         let q = self.apply_rope(&proj(&layer.wq, &layer.bq, n_head)?, cos, sin)?;
         let k = self.apply_rope(&proj(&layer.wk, &layer.bk, n_kv_head)?, cos, sin)?;
@@ -463,7 +528,15 @@ impl Transformer {
 /// keys 0..=start+i; later and padding positions get -inf.
 fn causal_mask(n: usize, start: usize, kv: usize, device: &Device) -> candle_core::Result<Tensor> {
     let m: Vec<f32> = (0..n)
-        .flat_map(|i| (0..kv).map(move |j| if j > start + i { f32::NEG_INFINITY } else { 0.0 }))
+        .flat_map(|i| {
+            (0..kv).map(move |j| {
+                if j > start + i {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
         .collect();
     Tensor::from_vec(m, (n, kv), device)
 }

@@ -34,12 +34,19 @@ impl Gguf {
             path: path.to_path_buf(),
             reason: format!("not a readable GGUF file: {e}"),
         })?;
-        Ok(Self { path: path.to_path_buf(), content, reader })
+        Ok(Self {
+            path: path.to_path_buf(),
+            content,
+            reader,
+        })
     }
 
     /// A load error about this file.
     pub fn err(&self, reason: impl Into<String>) -> ModelError {
-        ModelError::Load { path: self.path.clone(), reason: reason.into() }
+        ModelError::Load {
+            path: self.path.clone(),
+            reason: reason.into(),
+        }
     }
 
     /// Whether the file has a tensor of this name.
@@ -66,14 +73,18 @@ impl Gguf {
     }
 
     fn required(&self, key: &str) -> Result<&Value> {
-        self.value(key).ok_or_else(|| self.err(format!("missing metadata key `{key}`")))
+        self.value(key)
+            .ok_or_else(|| self.err(format!("missing metadata key `{key}`")))
     }
 
     /// A string value; error if missing or not a string.
     pub fn str(&self, key: &str) -> Result<&str> {
         match self.required(key)? {
             Value::String(s) => Ok(s),
-            v => Err(self.err(format!("metadata key `{key}` is not a string: {}", brief(v)))),
+            v => Err(self.err(format!(
+                "metadata key `{key}` is not a string: {}",
+                brief(v)
+            ))),
         }
     }
 
@@ -88,9 +99,12 @@ impl Gguf {
     /// A non-negative integer value of any stored width.
     pub fn usize(&self, key: &str) -> Result<usize> {
         let v = self.required(key)?;
-        as_u64(v)
-            .map(|x| x as usize)
-            .ok_or_else(|| self.err(format!("metadata key `{key}` is not an integer: {}", brief(v))))
+        as_u64(v).map(|x| x as usize).ok_or_else(|| {
+            self.err(format!(
+                "metadata key `{key}` is not an integer: {}",
+                brief(v)
+            ))
+        })
     }
 
     /// An optional non-negative integer value.
@@ -125,7 +139,12 @@ impl Gguf {
     pub fn str_array(&self, key: &str) -> Result<Vec<String>> {
         let arr = match self.required(key)? {
             Value::Array(a) => a,
-            v => return Err(self.err(format!("metadata key `{key}` is not an array: {}", brief(v)))),
+            v => {
+                return Err(self.err(format!(
+                    "metadata key `{key}` is not an array: {}",
+                    brief(v)
+                )))
+            }
         };
         arr.iter()
             .enumerate()
@@ -142,13 +161,18 @@ impl Gguf {
             None => return Ok(None),
             Some(Value::Array(a)) => a,
             Some(v) => {
-                return Err(self.err(format!("metadata key `{key}` is not an array: {}", brief(v))))
+                return Err(self.err(format!(
+                    "metadata key `{key}` is not an array: {}",
+                    brief(v)
+                )))
             }
         };
         arr.iter()
             .enumerate()
             .map(|(i, v)| {
-                as_i64(v).ok_or_else(|| self.err(format!("`{key}`[{i}] is not an integer: {}", brief(v))))
+                as_i64(v).ok_or_else(|| {
+                    self.err(format!("`{key}`[{i}] is not an integer: {}", brief(v)))
+                })
             })
             .collect::<Result<Vec<_>>>()
             .map(Some)

@@ -159,10 +159,16 @@ impl Model {
         }
         let tokenizer = GgufTokenizer::from_gguf(&g)?;
         let tok_str = |id: Option<u32>| {
-            id.and_then(|i| tokenizer.token_str(i)).unwrap_or_default().to_string()
+            id.and_then(|i| tokenizer.token_str(i))
+                .unwrap_or_default()
+                .to_string()
         };
         let template = match g.str_opt("tokenizer.chat_template") {
-            Some(src) => Some(ChatTemplate::new(src, tok_str(tokenizer.bos), tok_str(tokenizer.eos))?),
+            Some(src) => Some(ChatTemplate::new(
+                src,
+                tok_str(tokenizer.bos),
+                tok_str(tokenizer.eos),
+            )?),
             None => None,
         };
         let transformer = Transformer::load(&mut g, &arch, device, options.weights)?;
@@ -174,9 +180,14 @@ impl Model {
                 dims.vocab_size
             )));
         }
-        let name = g.str_opt("general.name").map(str::to_string).unwrap_or_else(|| {
-            path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
-        });
+        let name = g
+            .str_opt("general.name")
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
         let info = ModelInfo {
             name,
             arch,
@@ -191,7 +202,12 @@ impl Model {
             weights = ?options.weights,
             secs = t0.elapsed().as_secs_f32(), "model loaded"
         );
-        Ok(Model { info, tokenizer, template, transformer })
+        Ok(Model {
+            info,
+            tokenizer,
+            template,
+            transformer,
+        })
     }
 
     /// Facts about the loaded model.
@@ -234,7 +250,10 @@ impl Model {
         let n = prompt.tokens.len();
         let mut ids: Vec<u32> = Vec::with_capacity(labels.len());
         for (i, label) in labels.iter().enumerate() {
-            let refuse = |reason: String| ModelError::Label { label: label.clone(), reason };
+            let refuse = |reason: String| ModelError::Label {
+                label: label.clone(),
+                reason,
+            };
             if label.is_empty() {
                 return Err(refuse("the label is empty".into()));
             }
@@ -263,7 +282,10 @@ impl Model {
                 return Err(refuse(format!("its token {id} decodes to {back:?}")));
             }
             if let Some(j) = ids.iter().position(|&x| x == id) {
-                return Err(refuse(format!("it is the same token as label {:?}", labels[j])));
+                return Err(refuse(format!(
+                    "it is the same token as label {:?}",
+                    labels[j]
+                )));
             }
             debug_assert_eq!(ids.len(), i);
             ids.push(id);
@@ -284,7 +306,9 @@ impl Model {
                 limit: self.info.context_length,
             });
         }
-        let (hidden, _) = self.transformer.forward(tokens, 0, None, &[tokens.len() - 1])?;
+        let (hidden, _) = self
+            .transformer
+            .forward(tokens, 0, None, &[tokens.len() - 1])?;
         self.read_hidden(&hidden, label_ids)
     }
 

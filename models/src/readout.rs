@@ -25,16 +25,25 @@ pub(crate) fn read_labels(logits: &Tensor, label_ids: &[u32]) -> Result<Readout>
     let logits = logits.flatten_all()?;
     let vocab = logits.dim(0)?;
     if let Some(&id) = label_ids.iter().find(|&&id| id as usize >= vocab) {
-        return Err(ModelError::TokenOutOfRange { id, vocab_size: vocab });
+        return Err(ModelError::TokenOutOfRange {
+            id,
+            vocab_size: vocab,
+        });
     }
     if label_ids.is_empty() {
-        return Ok(Readout { logprobs: Vec::new(), option_mass: 0.0 });
+        return Ok(Readout {
+            logprobs: Vec::new(),
+            option_mass: 0.0,
+        });
     }
     let logp = candle_nn::ops::log_softmax(&logits.to_dtype(candle_core::DType::F32)?, D::Minus1)?;
     let ids = Tensor::new(label_ids, logits.device())?;
     let logprobs = logp.index_select(&ids, 0)?.to_vec1::<f32>()?;
     let option_mass = logprobs.iter().map(|l| l.exp()).sum();
-    Ok(Readout { logprobs, option_mass })
+    Ok(Readout {
+        logprobs,
+        option_mass,
+    })
 }
 
 #[cfg(test)]
@@ -50,6 +59,9 @@ mod tests {
         assert!((r.logprobs[0] - (4.0 - z.ln())).abs() < 1e-6);
         assert!((r.logprobs[1] - (1.0 - z.ln())).abs() < 1e-6);
         assert!((r.option_mass - (1f32.exp() + 4f32.exp()) / z).abs() < 1e-6);
-        assert!(matches!(read_labels(&logits, &[4]), Err(ModelError::TokenOutOfRange { id: 4, .. })));
+        assert!(matches!(
+            read_labels(&logits, &[4]),
+            Err(ModelError::TokenOutOfRange { id: 4, .. })
+        ));
     }
 }

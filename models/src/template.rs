@@ -45,22 +45,40 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         minijinja_contrib::add_to_environment(&mut env);
-        env.add_function("raise_exception", |msg: String| -> Result<String, JinjaError> {
-            Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
-        });
-        env.add_function("strftime_now", |fmt: String| -> Result<String, JinjaError> {
-            Ok(strftime_now(&fmt))
-        });
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, JinjaError> {
+                Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
+        env.add_function(
+            "strftime_now",
+            |fmt: String| -> Result<String, JinjaError> { Ok(strftime_now(&fmt)) },
+        );
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
-            .map_err(|e| ModelError::Template(format!("the model's chat template does not compile: {e:#}")))?;
-        Ok(Self { env, bos_token, eos_token })
+            .map_err(|e| {
+                ModelError::Template(format!("the model's chat template does not compile: {e:#}"))
+            })?;
+        Ok(Self {
+            env,
+            bos_token,
+            eos_token,
+        })
     }
 
     /// Renders the conversation followed by the assistant's generation prompt.
     pub fn render(&self, messages: &[crate::ChatMessage]) -> Result<String> {
-        let msgs: Vec<Msg> =
-            messages.iter().map(|m| Msg { role: &m.role, content: &m.content }).collect();
-        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| ModelError::Template(e.to_string()))?;
+        let msgs: Vec<Msg> = messages
+            .iter()
+            .map(|m| Msg {
+                role: &m.role,
+                content: &m.content,
+            })
+            .collect();
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| ModelError::Template(e.to_string()))?;
         let mut text = tmpl
             .render(minijinja::context! {
                 messages => msgs,
@@ -102,10 +120,28 @@ fn strftime_now(fmt: &str) -> String {
 
 fn format_time(secs: i64, fmt: &str) -> String {
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September",
-        "October", "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
-    const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+    const DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
@@ -172,7 +208,10 @@ mod tests {
     use crate::ChatMessage;
 
     fn msg(role: &str, content: &str) -> ChatMessage {
-        ChatMessage { role: role.into(), content: content.into() }
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
     }
 
     #[test]
@@ -180,7 +219,10 @@ mod tests {
         // 2024-02-29 13:05:09 UTC, a Thursday.
         let t = 1_709_211_909;
         assert_eq!(format_time(t, "%d %b %Y"), "29 Feb 2024");
-        assert_eq!(format_time(t, "%A %B %H:%M:%S %j %y %%"), "Thursday February 13:05:09 060 24 %");
+        assert_eq!(
+            format_time(t, "%A %B %H:%M:%S %j %y %%"),
+            "Thursday February 13:05:09 060 24 %"
+        );
         assert_eq!(format_time(0, "%Y-%m-%d %a"), "1970-01-01 Thu");
     }
 
@@ -199,11 +241,17 @@ mod tests {
 
     #[test]
     fn renders_pycompat_and_exceptions() {
-        let src = "{% for m in messages %}{{ m.role.upper() }}:{{ m.content.strip() }}\n{% endfor %}\
+        let src =
+            "{% for m in messages %}{{ m.role.upper() }}:{{ m.content.strip() }}\n{% endfor %}\
                    {% if add_generation_prompt %}{{ bos_token }}A:{% endif %}";
         let t = ChatTemplate::new(src, "<s>".into(), "</s>".into()).unwrap();
         assert_eq!(t.render(&[msg("user", "  hi ")]).unwrap(), "USER:hi\n<s>A:");
-        let t = ChatTemplate::new("{{ raise_exception('no system role') }}", "".into(), "".into()).unwrap();
+        let t = ChatTemplate::new(
+            "{{ raise_exception('no system role') }}",
+            "".into(),
+            "".into(),
+        )
+        .unwrap();
         let e = t.render(&[msg("system", "x")]).unwrap_err().to_string();
         assert!(e.contains("no system role"), "{e}");
         assert!(ChatTemplate::new("{% if %}", "".into(), "".into()).is_err());

@@ -66,7 +66,10 @@ impl GgufTokenizer {
                  BPE (`gpt2`) tokenizers are supported"
             )));
         }
-        let pre = g.str_opt("tokenizer.ggml.pre").unwrap_or("default").to_string();
+        let pre = g
+            .str_opt("tokenizer.ggml.pre")
+            .unwrap_or("default")
+            .to_string();
         let (normalizer, pre_tokenizer) = pipeline(&pre).ok_or_else(|| {
             tok_err(format!(
                 "unsupported pre-tokenizer `tokenizer.ggml.pre` = `{pre}`; supported: {}",
@@ -109,8 +112,12 @@ impl GgufTokenizer {
             for (id, ty) in types.iter().enumerate() {
                 let Some(t) = tokens.get(id) else { break };
                 match *ty {
-                    TOKEN_TYPE_CONTROL => special.push(AddedToken::from(t.clone(), true).normalized(false)),
-                    TOKEN_TYPE_USER_DEFINED => user.push(AddedToken::from(t.clone(), false).normalized(false)),
+                    TOKEN_TYPE_CONTROL => {
+                        special.push(AddedToken::from(t.clone(), true).normalized(false))
+                    }
+                    TOKEN_TYPE_USER_DEFINED => {
+                        user.push(AddedToken::from(t.clone(), false).normalized(false))
+                    }
                     _ => {}
                 }
             }
@@ -122,7 +129,11 @@ impl GgufTokenizer {
                 .map_err(|e| tok_err(format!("cannot add user-defined tokens: {e}")))?;
         }
 
-        let id = |key: &str| g.usize_opt(key).map(|x| x as u32).filter(|&x| (x as usize) < tokens.len());
+        let id = |key: &str| {
+            g.usize_opt(key)
+                .map(|x| x as u32)
+                .filter(|&x| (x as usize) < tokens.len())
+        };
         Ok(Self {
             inner,
             bos: id("tokenizer.ggml.bos_token_id"),
@@ -145,7 +156,10 @@ impl GgufTokenizer {
     /// Text of `ids`, special tokens written out (so decode(encode(x)) == x).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.tokens.len()) {
-            return Err(ModelError::TokenOutOfRange { id: bad, vocab_size: self.tokens.len() });
+            return Err(ModelError::TokenOutOfRange {
+                id: bad,
+                vocab_size: self.tokens.len(),
+            });
         }
         self.inner
             .decode(ids, false)
@@ -182,11 +196,19 @@ fn pipeline(pre: &str) -> Option<(Option<Normalizer>, PreTokenizerWrapper)> {
             .into(),
         ),
         "qwen2" => {
-            let split = Split::new(SplitPattern::Regex(QWEN2_REGEX.into()), SplitDelimiterBehavior::Isolated, false)
-                .expect("the Qwen2 regex compiles");
+            let split = Split::new(
+                SplitPattern::Regex(QWEN2_REGEX.into()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .expect("the Qwen2 regex compiles");
             (
                 Some(NFC.into()),
-                Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()]).into(),
+                Sequence::new(vec![
+                    split.into(),
+                    ByteLevel::new(false, false, false).into(),
+                ])
+                .into(),
             )
         }
         "gpt2" => (None, ByteLevel::new(false, true, true).into()),

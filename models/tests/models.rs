@@ -20,7 +20,10 @@ fn model_path(key: &str) -> Option<PathBuf> {
     if path.is_file() {
         Some(path)
     } else {
-        eprintln!("skipping: {} not found; run scripts/fetch-model.sh {key}", path.display());
+        eprintln!(
+            "skipping: {} not found; run scripts/fetch-model.sh {key}",
+            path.display()
+        );
         None
     }
 }
@@ -50,7 +53,10 @@ macro_rules! model_or_skip {
 }
 
 fn user(content: &str) -> Vec<ChatMessage> {
-    vec![ChatMessage { role: "user".into(), content: content.into() }]
+    vec![ChatMessage {
+        role: "user".into(),
+        content: content.into(),
+    }]
 }
 
 fn strings(xs: &[&str]) -> Vec<String> {
@@ -74,20 +80,33 @@ fn check_special(m: &Model, expect: &[(&str, u32)]) {
 #[test]
 fn special_tokens_smol() {
     let m = model_or_skip!("smol");
-    check_special(m, &[("<|endoftext|>", 0), ("<|im_start|>", 1), ("<|im_end|>", 2)]);
+    check_special(
+        m,
+        &[("<|endoftext|>", 0), ("<|im_start|>", 1), ("<|im_end|>", 2)],
+    );
 }
 
 #[test]
 fn special_tokens_qwen() {
     let m = model_or_skip!("q05");
-    check_special(m, &[("<|endoftext|>", 151643), ("<|im_start|>", 151644), ("<|im_end|>", 151645)]);
+    check_special(
+        m,
+        &[
+            ("<|endoftext|>", 151643),
+            ("<|im_start|>", 151644),
+            ("<|im_end|>", 151645),
+        ],
+    );
 }
 
 #[test]
 fn smol_splits_digits_and_adds_no_prefix_space() {
     let m = model_or_skip!("smol");
     let ids = m.tokenize("2024").unwrap();
-    let digits: Vec<u32> = ["2", "0", "2", "4"].iter().map(|d| m.token_id(d).unwrap()).collect();
+    let digits: Vec<u32> = ["2", "0", "2", "4"]
+        .iter()
+        .map(|d| m.token_id(d).unwrap())
+        .collect();
     assert_eq!(ids, digits);
     let hello = m.tokenize("Hello").unwrap();
     assert_eq!(hello, vec![m.token_id("Hello").unwrap()]);
@@ -129,19 +148,13 @@ fn check_reference(m: &Model, name: &str) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
     let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap();
     let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap();
-    let texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").filter(|s| !s.is_empty()).collect();
-    let texts: Vec<&str> = if inp.starts_with("\n__ggml_vocab_test__\n") { texts } else { texts };
     let expected: Vec<Vec<u32>> = out
         .lines()
         .map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect())
         .collect();
-    // The empty input "" is a test case too: splitting drops it, so re-split keeping empties.
-    let texts: Vec<&str> = {
-        let mut v: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
-        assert_eq!(v.pop(), Some(""));
-        let _ = texts;
-        v
-    };
+    // Every input ends with the separator line; the empty input "" is a test case too.
+    let mut texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
+    assert_eq!(texts.pop(), Some(""));
     assert_eq!(texts.len(), expected.len(), "{name}: inputs vs outputs");
     let mut bad = Vec::new();
     for (t, want) in texts.iter().zip(&expected) {
@@ -150,8 +163,17 @@ fn check_reference(m: &Model, name: &str) {
             bad.push(format!("{t:?}\n  got  {got:?}\n  want {want:?}"));
         }
     }
-    assert!(bad.is_empty(), "{name}: {} of {} differ:\n{}", bad.len(), texts.len(), bad.join("\n"));
-    eprintln!("{name}: {} reference texts tokenize identically", texts.len());
+    assert!(
+        bad.is_empty(),
+        "{name}: {} of {} differ:\n{}",
+        bad.len(),
+        texts.len(),
+        bad.join("\n")
+    );
+    eprintln!(
+        "{name}: {} reference texts tokenize identically",
+        texts.len()
+    );
 }
 
 #[test]
@@ -177,10 +199,18 @@ fn smol_prompt_ends_at_answer_slot() {
     );
     assert_eq!(p.tokens, m.tokenize(&p.text).unwrap());
     assert_eq!(p.tokens[0], 1);
-    let mut with_sys = vec![ChatMessage { role: "system".into(), content: "Be terse.".into() }];
+    let mut with_sys = vec![ChatMessage {
+        role: "system".into(),
+        content: "Be terse.".into(),
+    }];
     with_sys.extend(user("Hi"));
     let p = m.render(&with_sys).unwrap();
-    assert!(p.text.starts_with("<|im_start|>system\nBe terse.<|im_end|>\n"), "{}", p.text);
+    assert!(
+        p.text
+            .starts_with("<|im_start|>system\nBe terse.<|im_end|>\n"),
+        "{}",
+        p.text
+    );
     assert!(p.text.ends_with("<|im_start|>assistant\n"));
 }
 
@@ -194,7 +224,14 @@ fn qwen_prompt_ends_at_answer_slot() {
          assistant.<|im_end|>\n<|im_start|>user\nPick A or B.<|im_end|>\n<|im_start|>assistant\n"
     );
     assert_eq!(p.tokens[0], 151644);
-    assert_eq!(&p.tokens[p.tokens.len() - 3..], &[151644, m.token_id("assistant").unwrap(), m.token_id("Ċ").unwrap()]);
+    assert_eq!(
+        &p.tokens[p.tokens.len() - 3..],
+        &[
+            151644,
+            m.token_id("assistant").unwrap(),
+            m.token_id("Ċ").unwrap()
+        ]
+    );
 }
 
 #[test]
@@ -203,7 +240,14 @@ fn label_rules() {
         let Some(m) = load(key) else { continue };
         let p = m.render(&user("Answer with A, B or C.")).unwrap();
         let ids = m.label_ids(&p, &strings(&["A", "B", "C"])).unwrap();
-        assert_eq!(ids, vec![m.token_id("A").unwrap(), m.token_id("B").unwrap(), m.token_id("C").unwrap()]);
+        assert_eq!(
+            ids,
+            vec![
+                m.token_id("A").unwrap(),
+                m.token_id("B").unwrap(),
+                m.token_id("C").unwrap()
+            ]
+        );
         let err = |labels: &[&str]| match m.label_ids(&p, &strings(labels)) {
             Err(ModelError::Label { label, reason }) => (label, reason),
             other => panic!("{key} {labels:?}: expected a label error, got {other:?}"),
@@ -248,14 +292,27 @@ fn reference_logits(key: &'static str, tokens: &[u32]) -> Vec<f32> {
         let ct = gguf_file::Content::read(&mut f).unwrap();
         Mutex::new(match key {
             "smol" => Reference::Llama(
-                candle_transformers::models::quantized_llama::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap(),
+                candle_transformers::models::quantized_llama::ModelWeights::from_gguf(
+                    ct,
+                    &mut f,
+                    &Device::Cpu,
+                )
+                .unwrap(),
             ),
             _ => Reference::Qwen2(
-                candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(ct, &mut f, &Device::Cpu).unwrap(),
+                candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(
+                    ct,
+                    &mut f,
+                    &Device::Cpu,
+                )
+                .unwrap(),
             ),
         })
     });
-    let input = Tensor::new(tokens, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let input = Tensor::new(tokens, &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
     // index_pos 0 starts a fresh sequence (their cache is replaced, not extended).
     let logits = match &mut *reference.lock().unwrap() {
         Reference::Llama(w) => w.forward(&input, 0).unwrap(),
@@ -270,23 +327,42 @@ fn our_logits(m: &Model, tokens: &[u32]) -> Vec<f32> {
 
 fn our_logits_with(m: &Model, tokens: &[u32], numerics: Numerics) -> Vec<f32> {
     let t = m.transformer();
-    let (h, _) = t.forward_with(tokens, 0, None, &[tokens.len() - 1], numerics).unwrap();
-    t.head_with(&h, numerics).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    let (h, _) = t
+        .forward_with(tokens, 0, None, &[tokens.len() - 1], numerics)
+        .unwrap();
+    t.head_with(&h, numerics)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
 }
 
 fn argmax(x: &[f32]) -> usize {
-    x.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0
+    x.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .unwrap()
+        .0
 }
 
 fn top2_margin(x: &[f32]) -> f32 {
     let i = argmax(x);
-    let second = x.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, v)| *v).fold(f32::NEG_INFINITY, f32::max);
+    let second = x
+        .iter()
+        .enumerate()
+        .filter(|&(j, _)| j != i)
+        .map(|(_, v)| *v)
+        .fold(f32::NEG_INFINITY, f32::max);
     x[i] - second
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Our forward vs candle-transformers. With `Numerics::Reference` (their exact op sequence)
@@ -305,12 +381,18 @@ fn check_against_reference(key: &'static str) {
         assert_eq!(exact.len(), m.info().vocab_size);
         let d = max_abs_diff(&exact, &theirs);
         worst_exact = worst_exact.max(d);
-        assert!(d < 1e-4, "{key}: Reference numerics: max abs logit diff {d} on {text:?}");
+        assert!(
+            d < 1e-4,
+            "{key}: Reference numerics: max abs logit diff {d} on {text:?}"
+        );
         assert_eq!(argmax(&exact), argmax(&theirs), "{key}: argmax on {text:?}");
         let ours = our_logits(m, &p.tokens);
         let d = max_abs_diff(&ours, &theirs);
         worst_default = worst_default.max(d);
-        assert!(d < 2.0, "{key}: default numerics: max abs logit diff {d} on {text:?}");
+        assert!(
+            d < 2.0,
+            "{key}: default numerics: max abs logit diff {d} on {text:?}"
+        );
         if top2_margin(&theirs) > 2.0 * d {
             assert_eq!(argmax(&ours), argmax(&theirs), "{key}: argmax on {text:?}");
         }
@@ -342,15 +424,27 @@ fn check_cache_split(key: &'static str) {
     let mut worst = 0f32;
     let l = p.tokens.len();
     // Split points around the kernels' row and key-length boundaries (1-2 rows, 8, 32).
-    let splits: Vec<usize> = if key == "smol" { vec![1, 2, 8, 31, l / 2, l - 2, l - 1] } else { vec![1, l / 2, l - 1] };
+    let splits: Vec<usize> = if key == "smol" {
+        vec![1, 2, 8, 31, l / 2, l - 2, l - 1]
+    } else {
+        vec![1, l / 2, l - 1]
+    };
     for n in splits {
         let (_, cache) = m.forward(&p.tokens[..n], 0, None, &[]).unwrap();
         assert_eq!(cache.len(), n);
         let suffix = &p.tokens[n..];
-        let (h, cache2) = m.forward(suffix, n, Some(&cache), &[suffix.len() - 1]).unwrap();
+        let (h, cache2) = m
+            .forward(suffix, n, Some(&cache), &[suffix.len() - 1])
+            .unwrap();
         assert_eq!(cache2.len(), p.tokens.len());
         let split = m.read_hidden(&h, &labels).unwrap();
-        let split_logits: Vec<f32> = m.logits(&h).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let split_logits: Vec<f32> = m
+            .logits(&h)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         let d = max_abs_diff(&full_logits, &split_logits);
         worst = worst.max(d);
         // On CPU the forward pass is built to be split-invariant bit for bit (see KV_PAD in
@@ -361,7 +455,9 @@ fn check_cache_split(key: &'static str) {
             assert_eq!(full, split, "{key}: split at {n}");
         }
         // The prefix cache is reusable: a second suffix run against it gives the same answer.
-        let (h2, _) = m.forward(suffix, n, Some(&cache), &[suffix.len() - 1]).unwrap();
+        let (h2, _) = m
+            .forward(suffix, n, Some(&cache), &[suffix.len() - 1])
+            .unwrap();
         assert_eq!(m.read_hidden(&h2, &labels).unwrap(), split);
     }
     eprintln!("{key}: max abs logit difference, full vs prefix+suffix: {worst:e}");
@@ -381,19 +477,38 @@ fn cache_split_matches_full_read_qwen() {
 /// quantized kernels' (those round activations to 8 bits, so they are not identical).
 #[test]
 fn dequantized_weights_read_consistently() {
-    let Some(path) = model_path("smol") else { return };
+    let Some(path) = model_path("smol") else {
+        return;
+    };
     let q = load("smol").unwrap();
-    let f = Model::load_with(&path, &Device::Cpu, &LoadOptions { weights: WeightFormat::F32 }).unwrap();
+    let f = Model::load_with(
+        &path,
+        &Device::Cpu,
+        &LoadOptions {
+            weights: WeightFormat::F32,
+        },
+    )
+    .unwrap();
     let p = q.render(&user(PROMPTS[1])).unwrap();
     let labels = q.label_ids(&p, &strings(&["A", "B", "C"])).unwrap();
     let rq = q.read(&p.tokens, &labels).unwrap();
     let rf = f.read(&p.tokens, &labels).unwrap();
     let n = p.tokens.len() / 2;
     let (_, cache) = f.forward(&p.tokens[..n], 0, None, &[]).unwrap();
-    let (h, _) = f.forward(&p.tokens[n..], n, Some(&cache), &[p.tokens.len() - n - 1]).unwrap();
+    let (h, _) = f
+        .forward(&p.tokens[n..], n, Some(&cache), &[p.tokens.len() - n - 1])
+        .unwrap();
     assert_eq!(f.read_hidden(&h, &labels).unwrap(), rf);
-    let worst = rq.logprobs.iter().zip(&rf.logprobs).map(|(a, b)| (a.exp() - b.exp()).abs()).fold(0f32, f32::max);
-    eprintln!("smol: quantized {:?} vs f32 {:?}: max probability difference {worst}", rq.logprobs, rf.logprobs);
+    let worst = rq
+        .logprobs
+        .iter()
+        .zip(&rf.logprobs)
+        .map(|(a, b)| (a.exp() - b.exp()).abs())
+        .fold(0f32, f32::max);
+    eprintln!(
+        "smol: quantized {:?} vs f32 {:?}: max probability difference {worst}",
+        rq.logprobs, rf.logprobs
+    );
     assert!(worst < 0.1, "{worst}");
 }
 
@@ -405,14 +520,22 @@ fn readout_is_exact_log_softmax() {
     let r = m.read(&p.tokens, &labels).unwrap();
     let logits = our_logits(m, &p.tokens);
     let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-    let lse = max + logits.iter().map(|x| ((x - max) as f64).exp()).sum::<f64>().ln() as f32;
+    let lse = max
+        + logits
+            .iter()
+            .map(|x| ((x - max) as f64).exp())
+            .sum::<f64>()
+            .ln() as f32;
     for (lp, &id) in r.logprobs.iter().zip(&labels) {
         assert!((lp - (logits[id as usize] - lse)).abs() < 1e-4, "{lp}");
         assert!(*lp <= 0.0);
     }
     let mass: f32 = r.logprobs.iter().map(|l| l.exp()).sum();
     assert!((r.option_mass - mass).abs() < 1e-6 && r.option_mass > 0.0 && r.option_mass <= 1.0);
-    eprintln!("smol: logprobs {:?}, option_mass {}", r.logprobs, r.option_mass);
+    eprintln!(
+        "smol: logprobs {:?}, option_mass {}",
+        r.logprobs, r.option_mass
+    );
 }
 
 #[test]
@@ -420,27 +543,44 @@ fn read_refuses_bad_input() {
     let m = model_or_skip!("smol");
     let limit = m.info().context_length;
     match m.read(&vec![1u32; limit + 1], &[1]) {
-        Err(ModelError::PromptTooLong { tokens, limit: l }) => assert_eq!((tokens, l), (limit + 1, limit)),
+        Err(ModelError::PromptTooLong { tokens, limit: l }) => {
+            assert_eq!((tokens, l), (limit + 1, limit))
+        }
         other => panic!("expected PromptTooLong, got {other:?}"),
     }
     assert!(matches!(m.read(&[], &[1]), Err(ModelError::EmptyPrompt)));
     let v = m.info().vocab_size as u32;
-    assert!(matches!(m.read(&[1, v], &[1]), Err(ModelError::TokenOutOfRange { .. })));
-    assert!(matches!(m.read(&[1, 2], &[v]), Err(ModelError::TokenOutOfRange { .. })));
-    assert!(matches!(m.forward(&[1], 3, None, &[0]), Err(ModelError::Cache(_))));
+    assert!(matches!(
+        m.read(&[1, v], &[1]),
+        Err(ModelError::TokenOutOfRange { .. })
+    ));
+    assert!(matches!(
+        m.read(&[1, 2], &[v]),
+        Err(ModelError::TokenOutOfRange { .. })
+    ));
+    assert!(matches!(
+        m.forward(&[1], 3, None, &[0]),
+        Err(ModelError::Cache(_))
+    ));
 }
 
 #[test]
 fn info_smol() {
     let m = model_or_skip!("smol");
     let i = m.info();
-    assert_eq!((i.arch.as_str(), i.n_layers, i.vocab_size, i.context_length), ("llama", 30, 49152, 8192));
+    assert_eq!(
+        (i.arch.as_str(), i.n_layers, i.vocab_size, i.context_length),
+        ("llama", 30, 49152, 8192)
+    );
 }
 
 // ---------------------------------------------------------------- refusals (no model needed)
 
 fn write_gguf(name: &str, md: Vec<(&str, gguf_file::Value)>) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("decide-models-test-{}-{name}.gguf", std::process::id()));
+    let path = std::env::temp_dir().join(format!(
+        "decide-models-test-{}-{name}.gguf",
+        std::process::id()
+    ));
     let mut f = std::fs::File::create(&path).unwrap();
     let md_refs: Vec<(&str, &gguf_file::Value)> = md.iter().map(|(k, v)| (*k, v)).collect();
     gguf_file::write(&mut f, &md_refs, &[]).unwrap();
@@ -450,10 +590,16 @@ fn write_gguf(name: &str, md: Vec<(&str, gguf_file::Value)>) -> PathBuf {
 #[test]
 fn refuses_unsupported_arch() {
     use gguf_file::Value;
-    let path = write_gguf("gemma", vec![("general.architecture", Value::String("gemma3".into()))]);
+    let path = write_gguf(
+        "gemma",
+        vec![("general.architecture", Value::String("gemma3".into()))],
+    );
     let err = Model::load(&path, &Device::Cpu).err().expect("refused");
     let _ = std::fs::remove_file(&path);
-    assert!(matches!(&err, ModelError::UnsupportedArch { arch } if arch == "gemma3"), "{err}");
+    assert!(
+        matches!(&err, ModelError::UnsupportedArch { arch } if arch == "gemma3"),
+        "{err}"
+    );
     assert!(err.to_string().contains("gemma3"));
 }
 
@@ -479,6 +625,11 @@ fn refuses_unknown_pre_tokenizer() {
 
 #[test]
 fn missing_file_is_a_load_error() {
-    let err = Model::load(std::path::Path::new("/nonexistent/model.gguf"), &Device::Cpu).err().unwrap();
+    let err = Model::load(
+        std::path::Path::new("/nonexistent/model.gguf"),
+        &Device::Cpu,
+    )
+    .err()
+    .unwrap();
     assert!(matches!(err, ModelError::Load { .. }), "{err}");
 }
