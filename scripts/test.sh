@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 rustup target add wasm32-wasip2 >/dev/null
+python3 -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 export DECIDE_TEST_MODEL="${DECIDE_TEST_MODEL:-$(scripts/fetch-model.sh smol)}"
 
 log="$(mktemp)"
@@ -17,6 +18,8 @@ echo "== guest plugins: shared logic (native)"
 run cargo test --manifest-path guests/Cargo.toml -p decide-guest-common --release
 echo "== host, models and end-to-end tests"
 run cargo test --release --workspace
+echo "== client SDKs (openai, typesafe-sdk) against the release binary"
+run python3 -m pytest -q tests/python
 
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+awk '/^test result:/ || / in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "decide: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

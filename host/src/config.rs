@@ -45,6 +45,10 @@ pub struct Config {
     #[arg(long, env = "DECIDE_PORT", default_value_t = 8000)]
     pub port: u16,
 
+    /// Require `Authorization: Bearer <key>` on decision requests (none: no authentication).
+    #[arg(long, env = "DECIDE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
     /// Directory of extra plugins (`NAME.wasm`); they add to or replace the built-ins, and are
     /// reloaded when their files change.
     #[arg(long, env = "DECIDE_PLUGINS")]

@@ -84,6 +84,9 @@ pub enum ApiError {
     /// Every question of the request failed; this is the first failure.
     #[error("{message}")]
     QuestionFailed { status: StatusCode, loc: Loc, message: String, code: &'static str },
+    /// `--api-key` is set and the request did not present it.
+    #[error("{message}")]
+    Unauthorized { message: String },
     /// A model was named that this server does not serve.
     #[error("{message}")]
     UnknownModel { message: String },
@@ -111,6 +114,7 @@ impl ApiError {
             ApiError::NotReady { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::QuestionFailed { status, .. } => *status,
             ApiError::UnknownModel { .. } => StatusCode::NOT_FOUND,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -132,6 +136,7 @@ impl ApiError {
             ApiError::NotReady { .. } => "not_ready",
             ApiError::QuestionFailed { code, .. } => code,
             ApiError::UnknownModel { .. } => "model_not_found",
+            ApiError::Unauthorized { .. } => "invalid_api_key",
             ApiError::Internal(_) => "internal_error",
         }
     }
@@ -146,6 +151,7 @@ impl ApiError {
                 let kind = match status {
                     StatusCode::SERVICE_UNAVAILABLE => "server_error",
                     StatusCode::NOT_FOUND => "invalid_request_error",
+                    StatusCode::UNAUTHORIZED => "authentication_error",
                     s if s.is_server_error() => "server_error",
                     _ => "invalid_request_error",
                 };

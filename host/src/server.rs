@@ -17,7 +17,11 @@ use crate::plugins::{PluginRegistry, RuntimeConfig};
 
 /// Runs the server until Ctrl-C / SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    tracing::info!(?config, "starting decide {}", env!("CARGO_PKG_VERSION"));
+    let mut shown = config.clone();
+    if shown.api_key.is_some() {
+        shown.api_key = Some("<redacted>".into());
+    }
+    tracing::info!(config = ?shown, "starting decide {}", env!("CARGO_PKG_VERSION"));
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
         .await
         .with_context(|| format!("cannot listen on {}:{} (settings --host/--port)", config.host, config.port))?;

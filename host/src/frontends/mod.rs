@@ -5,6 +5,7 @@
 //! running the pipeline off the async runtime, failing a request whose every question failed)
 //! lives here.
 
+pub mod body;
 pub mod json;
 pub mod openai;
 pub mod systemone;
@@ -25,31 +26,31 @@ pub fn ready_engine(state: &AppState) -> Result<Arc<Engine>, ApiError> {
     state.engine()
 }
 
-/// Reads the body as JSON within `--max-body-bytes`, refusing encodings we do not decode.
-pub async fn read_json(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
-    if let Some(encoding) = headers.get(header::CONTENT_ENCODING) {
-        let encoding = encoding.to_str().unwrap_or("?").trim().to_ascii_lowercase();
-        if !encoding.is_empty() && encoding != "identity" {
-            return Err(ApiError::UnsupportedMedia {
-                message: format!("Content-Encoding `{encoding}` is not supported; send the body uncompressed"),
-            });
-        }
+/// Reads the body as JSON within `--max-body-bytes` (zstd and, where `multipart`, form-data).
+pub async fn read_json(state: &AppState, headers: &HeaderMap, body: Body, multipart: bool) -> Result<Value, ApiError> {
+    body::read_json(headers, body, state.config.max_body_bytes, multipart).await
+}
+
+/// With `--api-key` set, requires `Authorization: Bearer <key>` (both SDKs send it).
+pub fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = state.config.api_key.as_deref() else { return Ok(()) };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    match presented {
+        Some(key) if constant_time_eq(key.as_bytes(), expected.as_bytes()) => Ok(()),
+        Some(_) => Err(ApiError::Unauthorized { message: "the API key is not valid for this server".into() }),
+        None => Err(ApiError::Unauthorized {
+            message: "missing `Authorization: Bearer <key>` header (this server is started with --api-key)".into(),
+        }),
     }
-    let limit = state.config.max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| ApiError::TooLarge {
-        loc: vec![],
-        message: format!(
-            "the request body exceeds the limit of {limit} bytes (setting --max-body-bytes / DECIDE_MAX_BODY_BYTES)"
-        ),
-    })?;
-    if bytes.is_empty() {
-        return Err(ApiError::invalid(vec![], "the request body is empty; send a JSON object"));
-    }
-    serde_json::from_slice(&bytes).map_err(|error| ApiError::Invalid {
-        loc: vec![],
-        message: format!("the request body is not valid JSON: {error}"),
-        kind: "json_invalid",
-    })
+}
+
+/// Compares without an early exit, so the time taken does not reveal a matching prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Accepts the served model under its names, or refuses naming what is served.

@@ -46,8 +46,9 @@ pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: 
 }
 
 async fn run(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    super::check_auth(state, headers)?;
     let engine = super::ready_engine(state)?;
-    let value = super::read_json(state, headers, body).await?;
+    let value = super::read_json(state, headers, body, false).await?;
     let parsed = parse(&value, state.config.max_questions)?;
     let model = super::check_model(state, Wire::OpenAi, value.get("model").and_then(Value::as_str))?;
     if let Some(id) = value.get("safety_identifier").and_then(Value::as_str) {

@@ -44,8 +44,9 @@ pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: 
 }
 
 async fn run(state: &SharedState, headers: &HeaderMap, body: Body, request_id: &str) -> Result<Response, ApiError> {
+    super::check_auth(state, headers)?;
     let engine = super::ready_engine(state)?;
-    let value = super::read_json(state, headers, body).await?;
+    let value = super::read_json(state, headers, body, true).await?;
     let parsed = parse(&value, state.config.max_questions)?;
     let requested = match value.get("model") {
         None | Some(Value::Null) => None,

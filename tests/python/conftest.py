@@ -1,0 +1,60 @@
+"""A real `decide` server for the SDK tests: the release binary, SmolLM2, a free loopback port.
+
+The binary is `target/release/decide` (built by `cargo test --release` or `cargo build
+--release`); the model is `$DECIDE_TEST_MODEL` or `.models/smol.gguf`.
+"""
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Server:
+    def __init__(self, *extra: str) -> None:
+        binary = os.environ.get("DECIDE_BIN", str(ROOT / "target" / "release" / "decide"))
+        model = os.environ.get("DECIDE_TEST_MODEL", str(ROOT / ".models" / "smol.gguf"))
+        assert Path(binary).exists(), f"{binary} is missing: run `cargo build --release`"
+        assert Path(model).exists(), f"{model} is missing: run `scripts/fetch-model.sh smol`"
+        self.process = subprocess.Popen(
+            [binary, "serve", "--model", model, "--port", "0", *extra],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "DECIDE_LOG": "warn"},
+            text=True,
+        )
+        line = self.process.stdout.readline().strip()
+        assert line.startswith("decide listening on "), line
+        self.base = line.removeprefix("decide listening on ")
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.base}/health") as response:
+                    if json.load(response)["status"] == "ok":
+                        break
+            except Exception:
+                pass
+            assert time.time() < deadline, "server not ready"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def server():
+    running = Server()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def keyed_server():
+    running = Server("--api-key", "sekret")
+    yield running
+    running.stop()
