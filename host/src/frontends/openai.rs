@@ -27,6 +27,7 @@ enum Detail {
 }
 
 /// What the response needs besides the pipeline's outcomes.
+#[derive(Debug)]
 struct Parsed {
     request: DecisionRequest,
     names: Vec<Option<String>>,

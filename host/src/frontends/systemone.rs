@@ -21,6 +21,7 @@ use crate::pipeline::{Decided, DecisionRequest, Outcome, Question};
 /// Response header the SDK reads as the request id.
 const REQUEST_ID_HEADER: &str = "x-typesafe-request-id";
 
+#[derive(Debug)]
 struct Parsed {
     request: DecisionRequest,
     ids: Vec<String>,
