@@ -111,13 +111,6 @@ pub struct Config {
 impl Config {
     /// The cache directory for precompiled plugins, resolved against the environment.
     pub fn resolved_cache_dir(&self) -> PathBuf {
-        if let Some(dir) = &self.cache_dir {
-            return dir.clone();
-        }
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir);
-        base.join("decide").join("wasm")
+        self.cache_dir.clone().unwrap_or_else(crate::plugins::default_cache_dir)
     }
 }

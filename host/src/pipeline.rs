@@ -17,7 +17,7 @@ use decide_models::{ChatMessage, Model, ModelError};
 
 use crate::error::{dotted, ApiError, Loc, LocPart};
 use crate::metrics::Metrics;
-use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry};
+use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType};
 use crate::readout;
 
 /// Version of the prompt layout; part of every audit block so that a change of rendering is
@@ -136,6 +136,9 @@ pub struct Engine {
 /// A compiled question waiting for the model.
 struct Planned {
     index: usize,
+    /// The plugin that compiled the question answers it too, even if a newer version is
+    /// swapped in meanwhile: one question never mixes two versions of its type.
+    plugin: Arc<QuestionType>,
     compiled: CompiledQuestion,
     labels: Vec<String>,
 }
@@ -224,9 +227,7 @@ impl Engine {
         let compiled = match plugin.compile(&question.json) {
             Ok(compiled) => compiled,
             Err(PluginCallError::InvalidQuestion(message)) => return Err(invalid_from_plugin(&question.loc, &message)),
-            Err(PluginCallError::Failed { plugin, message }) => {
-                return Ok(Err(plugin_refusal(&question.loc, &plugin, &message)))
-            }
+            Err(PluginCallError::Failed { message, .. }) => return Ok(Err(plugin_refusal(&question.loc, &message))),
         };
         let count = compiled.options.len();
         if count > self.limits.max_options {
@@ -246,7 +247,7 @@ impl Engine {
             ));
         }
         Ok(match readout::direct_labels(count) {
-            Ok(labels) => Ok(Planned { index, compiled, labels }),
+            Ok(labels) => Ok(Planned { index, plugin, compiled, labels }),
             Err(message) => Err(Refusal {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
                 code: "readout_capacity",
@@ -324,7 +325,7 @@ impl Engine {
                 message: format!("{}: {message}", dotted(loc)),
                 loc: loc.clone(),
             }),
-            PluginCallError::Failed { plugin, message } => Outcome::Refusal(plugin_refusal(loc, &plugin, &message)),
+            PluginCallError::Failed { message, .. } => Outcome::Refusal(plugin_refusal(loc, &message)),
         };
         let messages = match renderer.render(&request.state, &planned.compiled, &planned.labels) {
             Ok(messages) => messages,
@@ -372,14 +373,9 @@ impl Engine {
             Ok(probabilities) => probabilities,
             Err(error) => return refuse_plugin(error),
         };
-        let fields = match self.plugins.question_type(&question.plugin) {
-            Some(plugin) => match plugin.answer(&question.json, &probabilities) {
-                Ok(fields) => fields,
-                Err(error) => return refuse_plugin(error),
-            },
-            None => {
-                return Outcome::Refusal(plugin_refusal(loc, &question.plugin, "the plugin was removed while the request ran"))
-            }
+        let fields = match planned.plugin.answer(&question.json, &probabilities) {
+            Ok(fields) => fields,
+            Err(error) => return refuse_plugin(error),
         };
         Outcome::Answer(Box::new(Answer {
             fields,
@@ -440,11 +436,12 @@ fn parse_path(path: &str) -> Vec<LocPart> {
     parts
 }
 
-fn plugin_refusal(loc: &Loc, plugin: &str, message: &str) -> Refusal {
+/// A refusal for a plugin failure; the runtime's message already names the plugin and cause.
+fn plugin_refusal(loc: &Loc, message: &str) -> Refusal {
     Refusal {
         status: StatusCode::UNPROCESSABLE_ENTITY,
         code: "plugin_failed",
-        message: format!("{}: plugin `{plugin}` failed: {message}", dotted(loc)),
+        message: format!("{}: {message}", dotted(loc)),
         loc: loc.clone(),
     }
 }
