@@ -10,7 +10,7 @@
 //!   build's `target/release` lock.
 //!
 //! Outputs:
-//! - `$OUT_DIR/builtin_plugins.rs`: `BUILTIN_PLUGINS: &[(&str, PluginKind, &[u8])]`, the eight
+//! - `$OUT_DIR/builtin_plugins.rs`: `BUILTIN_PLUGINS: &[(&str, PluginKind, &[u8])]`, the nine
 //!   built-ins embedded with `include_bytes!` (included by `src/plugins/mod.rs`);
 //! - `$OUT_DIR/guests/<name>.wasm`: every built guest, test-only ones included, under its plugin
 //!   name; `DECIDE_TEST_GUESTS_DIR` points there so tests can copy guests into a plugins dir.
@@ -31,6 +31,7 @@ const BUILTINS: &[(&str, &str)] = &[
     ("systemone-score", "QuestionType"),
     ("direct-options", "Renderer"),
     ("temperature", "Calibration"),
+    ("bias-temperature", "Calibration"),
 ];
 
 /// Test-only guests (not embedded): copied to `DECIDE_TEST_GUESTS_DIR`.

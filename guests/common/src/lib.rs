@@ -9,6 +9,7 @@
 //! Nothing here knows about wasm: the types mirror the WIT records (`option-def`,
 //! `compiled-question`, `plugin-error`) and the wrappers convert.
 
+pub mod bias_temperature;
 pub mod json;
 pub mod questions;
 pub mod render;

@@ -1,5 +1,9 @@
 //! The `temperature` calibration policy: `softmax(scores / T)`, with `T` fitted by
 //! golden-section search over `log T` minimising the mean negative log-likelihood.
+//!
+//! A fit that ends at an edge of `[T_MIN, T_MAX]` is rejected (`failure`): the optimum lies
+//! outside the range, so the returned value would be an artefact of the range, not a measurement
+//! (typically scores that carry no signal, or labels that contradict them).
 
 use crate::{Error, Result};
 
@@ -34,7 +38,11 @@ fn log_softmax(scores: &[f64], t: f64) -> Result<Vec<f64>> {
         return Err(Error::Failure("every score is -inf".into()));
     }
     let z: Vec<f64> = scores.iter().map(|s| (s - max) / t).collect();
-    let lse = z.iter().map(|x| x.exp()).sum::<f64>().ln();
+    // ln(1 + sum of the others) keeps the NLL of a confident right answer precise (not 0.0),
+    // so the fit can tell confident from very confident.
+    let top = z.iter().position(|x| *x == 0.0).unwrap_or(0);
+    let rest: f64 = z.iter().enumerate().filter(|(i, _)| *i != top).map(|(_, x)| x.exp()).sum();
+    let lse = rest.ln_1p();
     Ok(z.into_iter().map(|x| x - lse).collect())
 }
 
@@ -95,7 +103,23 @@ pub fn fit(samples: &[(Vec<f64>, u32)]) -> Result<Vec<f64>> {
             fd = f(d);
         }
     }
-    Ok(vec![((a + b) / 2.0).exp()])
+    let log_t = (a + b) / 2.0;
+    reject_edge(log_t)?;
+    Ok(vec![log_t.exp()])
+}
+
+/// How close (in `log T`) to an edge of the search range a fit counts as "at the edge".
+pub const EDGE_TOLERANCE: f64 = 1e-3;
+
+/// Rejects a fitted `log T` at an edge of `[T_MIN, T_MAX]`.
+pub fn reject_edge(log_t: f64) -> Result<()> {
+    if !log_t.is_finite() || log_t - T_MIN.ln() < EDGE_TOLERANCE || T_MAX.ln() - log_t < EDGE_TOLERANCE {
+        return Err(Error::Failure(format!(
+            "the fitted temperature {:.4} is at the edge of the search range [{T_MIN}, {T_MAX}]; the fit is rejected",
+            log_t.exp()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -142,5 +166,19 @@ mod tests {
         assert!((t - 3.0).abs() < 0.4, "fitted T = {t}");
         assert!(matches!(fit(&[]), Err(Error::Invalid(_))));
         assert!(matches!(fit(&[(vec![0.0, 1.0], 2)]), Err(Error::Invalid(_))));
+    }
+
+    #[test]
+    fn a_fit_at_the_edge_is_rejected() {
+        // The higher score is always wrong: the NLL falls as T grows, the optimum is T -> inf.
+        let wrong: Vec<(Vec<f64>, u32)> = (0..50).map(|i| (vec![0.0, 1.0 + (i % 3) as f64], 0)).collect();
+        match fit(&wrong) {
+            Err(Error::Failure(m)) => assert!(m.contains("edge"), "{m}"),
+            other => panic!("expected an edge rejection, got {other:?}"),
+        }
+        // Always right with large margins: the optimum is T -> 0.
+        let right: Vec<(Vec<f64>, u32)> = (0..50).map(|i| (vec![0.0, 5.0 + (i % 3) as f64], 1)).collect();
+        assert!(matches!(fit(&right), Err(Error::Failure(_))));
+        assert!(reject_edge(1.0f64.ln()).is_ok());
     }
 }

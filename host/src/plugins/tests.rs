@@ -76,6 +76,7 @@ fn builtins_are_listed_with_kinds() {
     assert_eq!(
         names,
         vec![
+            ("bias-temperature", PluginKind::Calibration),
             ("direct-options", PluginKind::Renderer),
             ("openai-choice", PluginKind::QuestionType),
             ("openai-predicate", PluginKind::QuestionType),
@@ -91,7 +92,7 @@ fn builtins_are_listed_with_kinds() {
         assert_eq!(s.version, "0.1.0");
         assert_eq!(s.sha256.len(), 64);
     }
-    let json = serde_json::to_value(&list[0]).unwrap();
+    let json = serde_json::to_value(&list[1]).unwrap();
     assert_eq!(json["kind"], "renderer");
     assert_eq!(json["source"], "builtin");
     // Lookups are by kind.
