@@ -15,8 +15,7 @@ const STATE: &str =
 mobile app logs me out every few minutes. I have reinstalled it twice, cleared the cache, and \
 tried both Wi-Fi and mobile data. My colleague on the same plan has no problem. I need this \
 fixed today because I use the app to approve invoices for my team, and three of them are \
-overdue already. If this cannot be fixed I would like to know how to approve invoices from \
-the web dashboard instead.\"";
+overdue already. Otherwise, how do I approve them on the web?\"";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
