@@ -19,6 +19,20 @@ pub struct Cli {
 pub enum Command {
     /// Serve the HTTP API (`/v1/decisions`, `/v1/systemone`, `/v1/models`, `/health`, `/metrics`).
     Serve(Box<Config>),
+    /// Run startup calibration offline: read the question file through the model, fit, print
+    /// the report and save the result where `serve` reuses it.
+    Calibrate(Box<CalibrateArgs>),
+}
+
+/// `decide calibrate`: the server's settings plus the question file.
+#[derive(Debug, Clone, Args)]
+pub struct CalibrateArgs {
+    /// Labelled question file (JSONL, see calibration/default.jsonl); default: the built-in set.
+    #[arg(long)]
+    pub questions: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub config: Config,
 }
 
 /// Server configuration. Limits are enforced before any model work; each error message names
@@ -74,13 +88,24 @@ pub struct Config {
     #[arg(long, env = "DECIDE_RENDERER", default_value = "direct-options")]
     pub renderer: String,
 
-    /// Calibration policy plugin that maps option scores to probabilities.
+    /// Calibration policy plugin that maps option scores to probabilities and fits its parameters
+    /// at startup (built-ins: `temperature`, `bias-temperature`).
     #[arg(long, env = "DECIDE_CALIBRATION", default_value = "temperature")]
     pub calibration: String,
 
-    /// Temperature applied when a request sets none (operator override).
+    /// Temperature applied when a request sets none (operator override; startup calibration
+    /// is then not run).
     #[arg(long, env = "DECIDE_TEMPERATURE")]
     pub temperature: Option<f64>,
+
+    /// Labelled questions for startup calibration (JSONL); default: the built-in set
+    /// (calibration/default.jsonl); `none` skips calibration (T = 1.0, source `default`).
+    #[arg(long, env = "DECIDE_CALIBRATION_QUESTIONS")]
+    pub calibration_questions: Option<String>,
+
+    /// Where calibration results are saved and reused (default: $XDG_CACHE_HOME/decide/calibration).
+    #[arg(long, env = "DECIDE_CALIBRATION_DIR")]
+    pub calibration_dir: Option<PathBuf>,
 
     /// Most questions in one request.
     #[arg(long, env = "DECIDE_MAX_QUESTIONS", default_value_t = 400)]
@@ -112,5 +137,13 @@ impl Config {
     /// The cache directory for precompiled plugins, resolved against the environment.
     pub fn resolved_cache_dir(&self) -> PathBuf {
         self.cache_dir.clone().unwrap_or_else(crate::plugins::default_cache_dir)
+    }
+
+    /// The calibration directory: the flag, else `calibration/` next to the default plugin cache.
+    pub fn resolved_calibration_dir(&self) -> PathBuf {
+        self.calibration_dir.clone().unwrap_or_else(|| {
+            let wasm = crate::plugins::default_cache_dir();
+            wasm.parent().map(|decide| decide.join("calibration")).unwrap_or_else(|| wasm.join("calibration"))
+        })
     }
 }

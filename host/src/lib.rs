@@ -10,6 +10,7 @@
 //! router; [`server`] loads everything and serves.
 
 pub mod api;
+pub mod calibration;
 pub mod config;
 pub mod error;
 pub mod frontends;

@@ -1,4 +1,4 @@
-//! The `decide` binary: `decide serve --model FILE`.
+//! The `decide` binary: `decide serve --model FILE`, `decide calibrate --model FILE [--questions FILE]`.
 
 use clap::Parser;
 use decide::config::{Cli, Command};
@@ -16,5 +16,6 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(decide::server::serve(*config))
         }
+        Command::Calibrate(args) => decide::server::calibrate(*args),
     }
 }

@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 
 use decide_models::{ChatMessage, Model, ModelError};
 
+use crate::calibration::CalibrationState;
 use crate::error::{dotted, ApiError, Loc, LocPart};
 use crate::metrics::Metrics;
 use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType};
@@ -48,8 +49,13 @@ pub struct DecisionRequest {
 /// Where an answer's temperature came from, highest priority first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TemperatureSource {
+    /// `extra.calibration_temperature` of the request.
     Request,
+    /// `--temperature` of the operator.
     Operator,
+    /// Measured by startup calibration (fitted and kept, or measured and no correction needed).
+    Calibrated,
+    /// Nothing measured or set: T = 1.0.
     Default,
 }
 
@@ -58,9 +64,29 @@ impl TemperatureSource {
         match self {
             TemperatureSource::Request => "request",
             TemperatureSource::Operator => "operator",
+            TemperatureSource::Calibrated => "calibrated",
             TemperatureSource::Default => "default",
         }
     }
+}
+
+/// The calibration an answer gets: the policy's parameters, the temperature they stand for,
+/// and where it came from.
+#[derive(Debug, Clone)]
+struct Applied {
+    policy: String,
+    params: Result<Vec<f64>, PluginCallError>,
+    temperature: f64,
+    source: TemperatureSource,
+}
+
+/// Raw option scores of one question, read without calibration (for startup calibration).
+#[derive(Debug, Clone)]
+pub struct RawRead {
+    /// The compiled options (keys are JSON values as text), in label order.
+    pub options: Vec<crate::plugins::OptionDef>,
+    /// Log-softmax over the whole vocabulary at the label tokens, in option order.
+    pub scores: Vec<f64>,
 }
 
 /// A question the model answered.
@@ -79,8 +105,13 @@ pub struct Answer {
     /// True next-token probability mass on the labels.
     pub option_mass: f32,
     pub input_tokens: usize,
+    /// The temperature the calibration used (`params[0]` of the built-in policies).
     pub temperature: f64,
     pub temperature_source: TemperatureSource,
+    /// The calibration policy plugin and the parameters it applied (more than `[T]` for
+    /// policies such as `bias-temperature`).
+    pub calibration_policy: String,
+    pub calibration_params: Vec<f64>,
 }
 
 /// A question that failed while others may have succeeded.
@@ -129,6 +160,8 @@ pub struct Engine {
     renderer: String,
     calibration: String,
     operator_temperature: Option<f64>,
+    /// What startup calibration measured (or the default when it did not run).
+    calibrated: CalibrationState,
     limits: Limits,
     metrics: Arc<Metrics>,
 }
@@ -157,12 +190,28 @@ impl Engine {
             model,
             forward_lock: Mutex::new(()),
             plugins,
+            calibrated: CalibrationState::default_for(&calibration),
             renderer,
             calibration,
             operator_temperature,
             limits,
             metrics,
         }
+    }
+
+    /// Installs the result of startup calibration (before the engine is shared).
+    pub fn set_calibration(&mut self, state: CalibrationState) {
+        self.calibrated = state;
+    }
+
+    /// The calibration state answers get when neither the request nor the operator sets T.
+    pub fn calibration(&self) -> &CalibrationState {
+        &self.calibrated
+    }
+
+    /// The configured renderer and calibration plugin names.
+    pub fn plugin_names(&self) -> (&str, &str) {
+        (&self.renderer, &self.calibration)
     }
 
     pub fn model(&self) -> &Model {
@@ -257,11 +306,24 @@ impl Engine {
         })
     }
 
-    fn temperature(&self, requested: Option<f64>) -> (f64, TemperatureSource) {
+    /// Which calibration an answer gets, highest first: the request's temperature, the
+    /// operator's, the calibrated parameters, T = 1.0. A temperature is mapped through the
+    /// policy's `default-params(t)`. Fitted parameters are used only with the plugin version
+    /// they were fitted with; after a hot swap of the policy, answers fall back to the default.
+    fn applied(&self, requested: Option<f64>, calibration: &crate::plugins::Calibration) -> Applied {
+        let policy = calibration.name().to_string();
+        let from_temperature = |t: f64, source| Applied { policy: policy.clone(), params: calibration.default_params(t), temperature: t, source };
         match (requested, self.operator_temperature) {
-            (Some(t), _) => (t, TemperatureSource::Request),
-            (None, Some(t)) => (t, TemperatureSource::Operator),
-            (None, None) => (1.0, TemperatureSource::Default),
+            (Some(t), _) => from_temperature(t, TemperatureSource::Request),
+            (None, Some(t)) => from_temperature(t, TemperatureSource::Operator),
+            (None, None) => {
+                let c = &self.calibrated;
+                if c.source == TemperatureSource::Calibrated && c.plugin_sha256 == calibration.sha256() {
+                    Applied { policy, params: Ok(c.params.clone()), temperature: c.temperature, source: c.source }
+                } else {
+                    from_temperature(1.0, TemperatureSource::Default)
+                }
+            }
         }
     }
 
@@ -269,7 +331,6 @@ impl Engine {
     pub fn decide(&self, request: &DecisionRequest) -> Result<Decided, ApiError> {
         let started = Instant::now();
         let compiled = self.compile(request)?;
-        let (temperature, temperature_source) = self.temperature(request.temperature);
         let renderer = self.plugins.renderer(&self.renderer).ok_or_else(|| ApiError::NotReady {
             reason: format!("renderer plugin `{}` is not loaded (setting --renderer)", self.renderer),
             retry_after_s: None,
@@ -278,6 +339,7 @@ impl Engine {
             reason: format!("calibration plugin `{}` is not loaded (setting --calibration)", self.calibration),
             retry_after_s: None,
         })?;
+        let applied = self.applied(request.temperature, &calibration);
 
         let mut decided = Decided { outcomes: Vec::new(), input_tokens: 0, cached_tokens: 0, forward_passes: 0 };
         for planned in compiled {
@@ -295,8 +357,7 @@ impl Engine {
                 planned,
                 &renderer,
                 &calibration,
-                temperature,
-                temperature_source,
+                &applied,
                 &mut decided,
             );
             decided.outcomes.push(outcome);
@@ -305,40 +366,52 @@ impl Engine {
         Ok(decided)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn answer_one(
-        &self,
-        request: &DecisionRequest,
-        question: &Question,
-        planned: Planned,
-        renderer: &crate::plugins::Renderer,
-        calibration: &crate::plugins::Calibration,
-        temperature: f64,
-        temperature_source: TemperatureSource,
-        decided: &mut Decided,
-    ) -> Outcome {
-        let loc = &question.loc;
-        let refuse_plugin = |error: PluginCallError| match error {
-            PluginCallError::InvalidQuestion(message) => Outcome::Refusal(Refusal {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
-                code: "invalid_question",
-                message: format!("{}: {message}", dotted(loc)),
-                loc: loc.clone(),
-            }),
-            PluginCallError::Failed { message, .. } => Outcome::Refusal(plugin_refusal(loc, &message)),
+    /// Raw option scores of each question about `state`, through the same compile, render and
+    /// read steps as [`Engine::decide`] but without calibration and without request metrics:
+    /// what startup calibration measures. A question that cannot be read gives the reason.
+    pub fn read_raw(&self, state: &str, questions: &[Question]) -> Vec<Result<RawRead, String>> {
+        let Some(renderer) = self.plugins.renderer(&self.renderer) else {
+            let reason = format!("renderer plugin `{}` is not loaded (setting --renderer)", self.renderer);
+            return questions.iter().map(|_| Err(reason.clone())).collect();
         };
-        let messages = match renderer.render(&request.state, &planned.compiled, &planned.labels) {
+        let mut decided = Decided { outcomes: Vec::new(), input_tokens: 0, cached_tokens: 0, forward_passes: 0 };
+        questions
+            .iter()
+            .enumerate()
+            .map(|(index, question)| {
+                let planned = match self.compile_one(index, question) {
+                    Ok(Ok(planned)) => planned,
+                    Ok(Err(refusal)) => return Err(refusal.message),
+                    Err(error) => return Err(error.to_string()),
+                };
+                let (read, _) = self.read_one(state, question, &planned, &renderer, &mut decided).map_err(|r| r.message)?;
+                Ok(RawRead { options: planned.compiled.options, scores: read.logprobs.iter().map(|&s| f64::from(s)).collect() })
+            })
+            .collect()
+    }
+
+    /// Renders one compiled question and reads its label log-probabilities.
+    fn read_one(
+        &self,
+        state: &str,
+        question: &Question,
+        planned: &Planned,
+        renderer: &crate::plugins::Renderer,
+        decided: &mut Decided,
+    ) -> Result<(decide_models::Readout, usize), Refusal> {
+        let loc = &question.loc;
+        let messages = match renderer.render(state, &planned.compiled, &planned.labels) {
             Ok(messages) => messages,
-            Err(error) => return refuse_plugin(error),
+            Err(error) => return Err(plugin_call_refusal(loc, error)),
         };
         let messages: Vec<ChatMessage> =
             messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect();
         let prompt = match self.model.render(&messages) {
             Ok(prompt) => prompt,
-            Err(error) => return Outcome::Refusal(model_refusal(loc, error)),
+            Err(error) => return Err(model_refusal(loc, error)),
         };
         if prompt.tokens.len() > self.limits.max_prompt_tokens {
-            return Outcome::Refusal(Refusal {
+            return Err(Refusal {
                 status: StatusCode::BAD_REQUEST,
                 code: "context_length_exceeded",
                 message: format!(
@@ -352,7 +425,7 @@ impl Engine {
         }
         let label_ids = match self.model.label_ids(&prompt, &planned.labels) {
             Ok(ids) => ids,
-            Err(error) => return Outcome::Refusal(model_refusal(loc, error)),
+            Err(error) => return Err(model_refusal(loc, error)),
         };
         let read = {
             let _forward = self.forward_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -360,14 +433,33 @@ impl Engine {
         };
         let read = match read {
             Ok(read) => read,
-            Err(error) => return Outcome::Refusal(model_refusal(loc, error)),
+            Err(error) => return Err(model_refusal(loc, error)),
         };
         decided.forward_passes += 1;
         decided.input_tokens += prompt.tokens.len();
+        Ok((read, prompt.tokens.len()))
+    }
+
+    fn answer_one(
+        &self,
+        request: &DecisionRequest,
+        question: &Question,
+        planned: Planned,
+        renderer: &crate::plugins::Renderer,
+        calibration: &crate::plugins::Calibration,
+        applied: &Applied,
+        decided: &mut Decided,
+    ) -> Outcome {
+        let loc = &question.loc;
+        let refuse_plugin = |error: PluginCallError| Outcome::Refusal(plugin_call_refusal(loc, error));
+        let (read, input_tokens) = match self.read_one(&request.state, question, &planned, renderer, decided) {
+            Ok(read) => read,
+            Err(refusal) => return Outcome::Refusal(refusal),
+        };
         let scores: Vec<f64> = read.logprobs.iter().map(|&s| f64::from(s)).collect();
-        let params = match calibration.default_params(temperature) {
-            Ok(params) => params,
-            Err(error) => return refuse_plugin(error),
+        let params = match &applied.params {
+            Ok(params) => params.clone(),
+            Err(error) => return refuse_plugin(error.clone()),
         };
         let probabilities = match calibration.apply(&scores, &params) {
             Ok(probabilities) => probabilities,
@@ -384,10 +476,25 @@ impl Engine {
             logprobs: read.logprobs,
             probabilities,
             option_mass: read.option_mass,
-            input_tokens: prompt.tokens.len(),
-            temperature,
-            temperature_source,
+            input_tokens,
+            temperature: applied.temperature,
+            temperature_source: applied.source,
+            calibration_policy: applied.policy.clone(),
+            calibration_params: params,
         }))
+    }
+}
+
+/// A refusal for a failed renderer or calibration call.
+fn plugin_call_refusal(loc: &Loc, error: PluginCallError) -> Refusal {
+    match error {
+        PluginCallError::InvalidQuestion(message) => Refusal {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "invalid_question",
+            message: format!("{}: {message}", dotted(loc)),
+            loc: loc.clone(),
+        },
+        PluginCallError::Failed { message, .. } => plugin_refusal(loc, &message),
     }
 }
 

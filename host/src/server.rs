@@ -10,6 +10,7 @@ use anyhow::Context;
 use decide_models::{Device, Model};
 
 use crate::api::{self, AppState, SharedState};
+use crate::calibration;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{Engine, Limits};
@@ -59,7 +60,25 @@ fn load(state: &SharedState) {
 
 fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     let config = &state.config;
-    state.set_loading("loading plugins");
+    let (mut engine, served) = load_engine(config, state.metrics.clone(), &|step| state.set_loading(step))?;
+    if config.temperature.is_some() {
+        tracing::info!("startup calibration not run: the operator temperature (--temperature) applies to every answer without one of its own");
+    } else {
+        let settings = calibration::Settings {
+            questions: calibration::Questions::from_flag(config.calibration_questions.as_deref()),
+            dir: config.resolved_calibration_dir(),
+            model_file: &config.model,
+            reuse: true,
+        };
+        let (calibrated, _) = calibration::startup(&engine, &settings, &|step| state.set_loading(step));
+        engine.set_calibration(calibrated);
+    }
+    Ok((engine, served))
+}
+
+/// Loads plugins and the model and builds the engine (uncalibrated), reporting steps to `progress`.
+pub fn load_engine(config: &Config, metrics: Arc<Metrics>, progress: &dyn Fn(String)) -> anyhow::Result<(Engine, String)> {
+    progress("loading plugins".into());
     let started = Instant::now();
     let runtime = RuntimeConfig {
         memory_limit_bytes: (config.plugin_memory_mib as usize) * 1024 * 1024,
@@ -79,7 +98,7 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     }
     tracing::info!(seconds = started.elapsed().as_secs_f64(), plugins = plugins.list().len(), "plugins loaded");
 
-    state.set_loading("loading the model");
+    progress("loading the model".into());
     let started = Instant::now();
     let device = parse_device(&config.device)?;
     let model = Model::load(&config.model, &device)
@@ -104,9 +123,33 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
         config.calibration.clone(),
         config.temperature,
         limits,
-        state.metrics.clone(),
+        metrics,
     );
     Ok((engine, served))
+}
+
+/// `decide calibrate`: loads plugins and model like `serve`, runs the calibration (always
+/// re-fitting), prints the report lines and saves the result where `serve` reuses it.
+pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
+    let config = &args.config;
+    let (engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| tracing::info!("{step}"))?;
+    let questions = match &args.questions {
+        Some(path) => calibration::Questions::File(path.clone()),
+        None => calibration::Questions::from_flag(config.calibration_questions.as_deref()),
+    };
+    let settings = calibration::Settings { questions, dir: config.resolved_calibration_dir(), model_file: &config.model, reuse: false };
+    let saved = calibration::run(&engine, &settings, &|step| tracing::info!("{step}"))
+        .map_err(|cause| anyhow::anyhow!("calibration failed: {cause}"))?;
+    println!("model {served} ({})", config.model.display());
+    for line in calibration::report_lines(&saved) {
+        println!("{line}");
+    }
+    println!(
+        "answers get: policy {}, params {:?}, T = {:.3}, source {} ({})",
+        saved.policy, saved.params, saved.temperature, saved.source, saved.reason
+    );
+    println!("saved under {}", settings.dir.display());
+    Ok(())
 }
 
 /// `cpu`, `cuda` or `cuda:N`.

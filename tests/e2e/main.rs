@@ -4,6 +4,7 @@
 
 mod server;
 
+mod calibration;
 mod endpoints;
 mod errors;
 mod lifecycle;

@@ -61,6 +61,10 @@ impl Server {
         if !extra.contains(&"--model") {
             command.arg("--model").arg(model_path());
         }
+        // Startup calibration reads hundreds of questions; only tests about it turn it on.
+        if !extra.contains(&"--calibration-questions") {
+            command.args(["--calibration-questions", "none"]);
+        }
         let mut child = command
             .args(["--port", "0", "--host", "127.0.0.1"])
             .arg("--cache-dir")
@@ -91,14 +95,19 @@ impl Server {
     }
 
     pub fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(120);
+        self.wait_ready_within(Duration::from_secs(120));
+    }
+
+    /// Waits until `/health` says ok, failing after `limit`.
+    pub fn wait_ready_within(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
         loop {
             let reply = self.get("/health");
             if reply.status == 200 {
                 return;
             }
             assert!(reply.body["status"] != "failed", "server failed to start: {}", reply.body);
-            assert!(Instant::now() < deadline, "server not ready after 120 s: {}", reply.body);
+            assert!(Instant::now() < deadline, "server not ready after {} s: {}", limit.as_secs(), reply.body);
             std::thread::sleep(Duration::from_millis(100));
         }
     }

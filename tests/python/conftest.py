@@ -22,7 +22,7 @@ class Server:
         assert Path(binary).exists(), f"{binary} is missing: run `cargo build --release`"
         assert Path(model).exists(), f"{model} is missing: run `scripts/fetch-model.sh smol`"
         self.process = subprocess.Popen(
-            [binary, "serve", "--model", model, "--port", "0", *extra],
+            [binary, "serve", "--model", model, "--port", "0", "--calibration-questions", "none", *extra],
             stdout=subprocess.PIPE,
             env={**os.environ, "DECIDE_LOG": "warn"},
             text=True,

@@ -371,6 +371,8 @@ fn respond(
                             audit.insert("state_sha256".into(), json!(state_sha));
                             audit.insert("confidence_formula".into(), json!("(k*max-1)/(k-1)"));
                             audit.insert("render_version".into(), json!(RENDER_VERSION));
+                            audit.insert("calibration_policy".into(), json!(answer.calibration_policy));
+                            audit.insert("calibration_params".into(), json!(answer.calibration_params));
                             audit.insert("forward_passes".into(), json!(1));
                             audit.insert("readout".into(), json!("direct"));
                             audit.insert("label_layout".into(), json!(answer.labels));

@@ -1,0 +1,429 @@
+//! Startup calibration: measure how well the loaded model's raw probabilities are calibrated
+//! on a labelled question set, and let the calibration policy plugin correct them.
+//!
+//! Flow ([`startup`], also `decide calibrate`):
+//! 1. the question file ([`questions`]) is read through the server's own pipeline
+//!    ([`Engine::read_raw`]: the question-type plugin compiles, the renderer renders, the model
+//!    reads), recording each question's raw option scores and expected option;
+//! 2. the policy plugin fits its parameters (`fit` in `wit/plugin.wit`); the host does what is
+//!    the same for every policy ([`cv`]): 5-fold cross-validation with groups kept in one fold,
+//!    ECE raw vs held-out calibrated with 95% bootstrap intervals over groups ([`ece`]), and the
+//!    keep rule; the configured policy is compared with another built-in one in the log;
+//! 3. the result is saved ([`store`]) and reused at the next start when the model file, the
+//!    readout, the policy, the render version and the question file are all unchanged.
+//!
+//! Fewer than [`MIN_ANSWERED`] answered questions, a missing or malformed file, or a failed fit:
+//! T = 1.0 with source `default` and a warning naming the cause; the server always starts.
+
+pub mod cv;
+pub mod ece;
+pub mod questions;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::pipeline::{Engine, Question, TemperatureSource, RENDER_VERSION};
+use crate::plugins::Calibration;
+use cv::{PolicyReport, Sample};
+use questions::QuestionSet;
+use store::{Key, QuestionCounts, Saved};
+
+/// Fewest answered questions a fit is made on.
+pub const MIN_ANSWERED: usize = 50;
+
+/// Value of `--calibration-questions` that skips startup calibration.
+pub const SKIP: &str = "none";
+
+/// The calibration answers get when neither the request nor the operator sets a temperature.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CalibrationState {
+    /// The policy plugin the parameters belong to.
+    pub policy: String,
+    /// The sha256 of the policy component that fitted them (empty for the default).
+    pub plugin_sha256: String,
+    /// Parameters for the policy's `apply`.
+    pub params: Vec<f64>,
+    /// The temperature they stand for (`params[0]`).
+    pub temperature: f64,
+    /// `Calibrated` or `Default`.
+    pub source: TemperatureSource,
+}
+
+impl CalibrationState {
+    /// T = 1.0, nothing measured.
+    pub fn default_for(policy: &str) -> CalibrationState {
+        CalibrationState {
+            policy: policy.to_string(),
+            plugin_sha256: String::new(),
+            params: vec![1.0],
+            temperature: 1.0,
+            source: TemperatureSource::Default,
+        }
+    }
+}
+
+/// Where the questions come from.
+#[derive(Debug, Clone)]
+pub enum Questions {
+    /// The built-in set.
+    Builtin,
+    /// An operator's file.
+    File(PathBuf),
+    /// Do not calibrate.
+    Skip,
+}
+
+impl Questions {
+    /// From `--calibration-questions`: none given = the built-in set, `none` = skip.
+    pub fn from_flag(flag: Option<&str>) -> Questions {
+        match flag {
+            None | Some("") => Questions::Builtin,
+            Some(SKIP) => Questions::Skip,
+            Some(path) => Questions::File(PathBuf::from(path)),
+        }
+    }
+
+    fn load(&self) -> Result<QuestionSet, String> {
+        match self {
+            Questions::Builtin => Ok(QuestionSet::builtin()),
+            Questions::File(path) => QuestionSet::read(path),
+            Questions::Skip => Err("skipped".into()),
+        }
+    }
+}
+
+/// What startup calibration needs to know.
+pub struct Settings<'a> {
+    pub questions: Questions,
+    /// Where results are saved (`--calibration-dir`).
+    pub dir: PathBuf,
+    /// The model file (hashed for the key).
+    pub model_file: &'a Path,
+    /// Reuse a saved result when the key matches (`decide calibrate` always re-fits).
+    pub reuse: bool,
+}
+
+/// Runs startup calibration and returns the state answers get. Never fails: every problem
+/// ends in T = 1.0 with source `default` and a warning naming the cause. `progress` receives
+/// "calibrating (n/N)" steps. The report lines are logged; the saved result is returned too.
+pub fn startup(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> (CalibrationState, Option<Saved>) {
+    let (_, policy_name) = engine.plugin_names();
+    let fallback = CalibrationState::default_for(policy_name);
+    if matches!(settings.questions, Questions::Skip) {
+        tracing::info!("startup calibration skipped (--calibration-questions {SKIP}): T = 1.0, source default");
+        return (fallback, None);
+    }
+    match run(engine, settings, progress) {
+        Ok(saved) => (state_of(&saved, engine), Some(saved)),
+        Err(cause) => {
+            tracing::warn!("startup calibration not applied: {cause}; answers use T = 1.0, source default");
+            (fallback, None)
+        }
+    }
+}
+
+fn state_of(saved: &Saved, engine: &Engine) -> CalibrationState {
+    let (_, policy_name) = engine.plugin_names();
+    let source = if saved.source == "calibrated" { TemperatureSource::Calibrated } else { TemperatureSource::Default };
+    CalibrationState {
+        policy: policy_name.to_string(),
+        plugin_sha256: saved.key.policy_sha256.clone(),
+        params: saved.params.clone(),
+        temperature: saved.temperature,
+        source,
+    }
+}
+
+/// Reads the questions (or reuses a saved result), fits, saves, logs. Errors name the cause.
+pub fn run(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> Result<Saved, String> {
+    let started = Instant::now();
+    let (renderer_name, policy_name) = engine.plugin_names();
+    let plugins = engine.plugins();
+    let policy = plugins
+        .calibration(policy_name)
+        .ok_or_else(|| format!("calibration plugin `{policy_name}` is not loaded (setting --calibration)"))?;
+    let renderer = plugins
+        .renderer(renderer_name)
+        .ok_or_else(|| format!("renderer plugin `{renderer_name}` is not loaded (setting --renderer)"))?;
+    let set = settings.questions.load()?;
+    let mut question_types: Vec<String> = set
+        .questions
+        .iter()
+        .map(|q| match plugins.question_type(&q.plugin) {
+            Some(p) => format!("{}={}", q.plugin, p.sha256()),
+            None => format!("{}=missing", q.plugin),
+        })
+        .collect();
+    question_types.sort();
+    question_types.dedup();
+    let model_sha256 = store::file_sha256(settings.model_file)
+        .map_err(|e| format!("cannot hash the model file {}: {e}", settings.model_file.display()))?;
+    let key = Key {
+        model_sha256,
+        readout: "direct".into(),
+        policy: policy_name.to_string(),
+        policy_sha256: policy.sha256().to_string(),
+        render_version: RENDER_VERSION.into(),
+        renderer: renderer_name.to_string(),
+        renderer_sha256: renderer.sha256().to_string(),
+        question_types,
+        questions_sha256: set.sha256.clone(),
+    };
+    if settings.reuse {
+        match store::load(&settings.dir, &key) {
+            Ok(Some((saved, path))) => {
+                log_report(&saved, &format!("saved result {} reused", path.display()));
+                return Ok(saved);
+            }
+            Ok(None) => {}
+            Err(cause) => tracing::warn!("{cause}; calibrating again"),
+        }
+    }
+
+    let (samples, counts) = collect(engine, &set, progress);
+    if samples.len() < MIN_ANSWERED {
+        return Err(format!(
+            "only {} of {} questions from {} were answered, at least {MIN_ANSWERED} are needed{}",
+            samples.len(),
+            counts.total,
+            set.origin,
+            counts.skipped_reasons.first().map(|r| format!(" (first skipped: {r})")).unwrap_or_default()
+        ));
+    }
+    progress(format!("calibrating (fitting {policy_name})"));
+    let mut reports = vec![cv::evaluate(&policy, &samples)];
+    for other in ["temperature", "bias-temperature"] {
+        if other != policy_name {
+            if let Some(plugin) = plugins.calibration(other) {
+                reports.push(cv::evaluate(&plugin, &samples));
+                break;
+            }
+        }
+    }
+    let saved = decide(key, counts, reports, &policy, started.elapsed().as_secs_f64());
+    match store::save(&settings.dir, &saved) {
+        Ok(path) => log_report(&saved, &format!("saved to {}", path.display())),
+        Err(cause) => {
+            log_report(&saved, "not saved");
+            tracing::warn!("calibration result not saved: {cause}");
+        }
+    }
+    Ok(saved)
+}
+
+/// Applies the keep rule of the configured policy's report.
+fn decide(key: Key, questions: QuestionCounts, reports: Vec<PolicyReport>, policy: &Calibration, seconds: f64) -> Saved {
+    let report = &reports[0];
+    let one = policy.default_params(1.0).unwrap_or_else(|_| vec![1.0]);
+    let (params, temperature, source, kept, reason) = match (&report.error, &report.params) {
+        (Some(error), _) => (one, 1.0, "default", false, format!("fit failed: {error}")),
+        (None, None) => (one, 1.0, "default", false, "fit failed".to_string()),
+        (None, Some(params)) if report.keep => {
+            let t = params.first().copied().unwrap_or(1.0);
+            (params.clone(), t, "calibrated", true, "held-out ECE interval lies below the raw one".to_string())
+        }
+        (None, Some(_)) => (
+            one,
+            1.0,
+            "calibrated",
+            false,
+            "held-out ECE interval does not lie below the raw one: no correction needed".to_string(),
+        ),
+    };
+    Saved {
+        key,
+        date: store::now_rfc3339(),
+        decide_version: env!("CARGO_PKG_VERSION").to_string(),
+        policy: report.policy.clone(),
+        params,
+        temperature,
+        source: source.to_string(),
+        kept,
+        reason,
+        questions,
+        seconds,
+        reports,
+    }
+}
+
+/// Reads every question through the engine, grouped by state (one request per state).
+fn collect(engine: &Engine, set: &QuestionSet, progress: &dyn Fn(String)) -> (Vec<Sample>, QuestionCounts) {
+    let total = set.questions.len();
+    let mut by_state: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (i, q) in set.questions.iter().enumerate() {
+        match by_state.iter_mut().find(|(state, _)| *state == q.state) {
+            Some((_, list)) => list.push(i),
+            None => by_state.push((&q.state, vec![i])),
+        }
+    }
+    let mut samples = Vec::with_capacity(total);
+    let mut skipped = Vec::new();
+    let mut done = 0;
+    progress(format!("calibrating (0/{total})"));
+    for (state, indices) in by_state {
+        let batch: Vec<Question> = indices
+            .iter()
+            .map(|&i| Question {
+                loc: crate::loc!["calibration", set.questions[i].id.as_str()],
+                plugin: set.questions[i].plugin.clone(),
+                json: set.questions[i].json.clone(),
+            })
+            .collect();
+        for (&i, read) in indices.iter().zip(engine.read_raw(state, &batch)) {
+            let q = &set.questions[i];
+            match read {
+                Err(reason) => skipped.push(format!("{}: {reason}", q.id)),
+                Ok(read) if read.scores.iter().any(|s| !s.is_finite()) => {
+                    skipped.push(format!("{}: a raw option score is not finite", q.id))
+                }
+                Ok(read) => match questions::expected_index(&read.options, &q.expected) {
+                    Some(expected) => samples.push(Sample { scores: read.scores, expected, group: q.group.clone() }),
+                    None => skipped.push(format!("{}: expected {} is not one of the question's options", q.id, q.expected)),
+                },
+            }
+            done += 1;
+        }
+        progress(format!("calibrating ({done}/{total})"));
+    }
+    let counts = QuestionCounts {
+        origin: set.origin.clone(),
+        total,
+        used: samples.len(),
+        skipped: skipped.len(),
+        skipped_reasons: skipped.iter().take(20).cloned().collect(),
+    };
+    for reason in skipped.iter().take(5) {
+        tracing::warn!("calibration question skipped: {reason}");
+    }
+    (samples, counts)
+}
+
+/// The report lines: one per policy, the configured one first.
+pub fn report_lines(saved: &Saved) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (i, report) in saved.reports.iter().enumerate() {
+        let role = if i == 0 { "configured" } else { "compared" };
+        let fitted = match &report.params {
+            Some(params) if params.len() > 1 => {
+                let biases: Vec<String> = params[1..].iter().map(|b| format!("{b:+.2}")).collect();
+                format!("T = {:.3}, biases [{}]", params[0], biases.join(", "))
+            }
+            Some(params) => format!("T = {:.3}", params.first().copied().unwrap_or(f64::NAN)),
+            None => "no fit".to_string(),
+        };
+        let verdict = if i == 0 {
+            if saved.kept {
+                "kept".to_string()
+            } else {
+                format!("not kept, answers use T = {:.3} ({})", saved.temperature, saved.source)
+            }
+        } else if report.keep {
+            "would be kept".to_string()
+        } else {
+            "would not be kept".to_string()
+        };
+        let calibrated = report.ece_calibrated.map(|c| c.to_string()).unwrap_or_else(|| "n/a".into());
+        let accuracy = match report.accuracy_calibrated {
+            Some(a) => format!("accuracy {:.3} -> {:.3}", report.accuracy_raw, a),
+            None => format!("accuracy {:.3}", report.accuracy_raw),
+        };
+        let mut line = format!(
+            "calibration {} ({role}): {fitted}, {verdict}; ECE raw {} -> calibrated {calibrated} (held-out, 5-fold, 95% bootstrap over groups); {accuracy}; n = {} questions ({} skipped); {:.1} s",
+            report.policy, report.ece_raw, saved.questions.used, saved.questions.skipped, saved.seconds
+        );
+        if let Some(error) = &report.error {
+            line.push_str(&format!("; {error}"));
+        }
+        lines.push(line);
+    }
+    lines
+}
+
+fn log_report(saved: &Saved, how: &str) {
+    for line in report_lines(saved) {
+        tracing::info!("{line} [{how}]");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::{PluginRegistry, PluginRuntime, RuntimeConfig};
+    use std::sync::Arc;
+
+    fn registry() -> Arc<PluginRegistry> {
+        let config = RuntimeConfig { cache_dir: Some(PathBuf::from(env!("OUT_DIR")).join("test-wasm-cache")), ..RuntimeConfig::default() };
+        PluginRegistry::with_builtins(PluginRuntime::new(config).unwrap()).unwrap()
+    }
+
+    /// Samples whose labels follow softmax(scores / t), 3 per group.
+    fn synthetic(t: f64, n: usize, seed: u64) -> Vec<Sample> {
+        let mut rng = ece::Rng::new(seed);
+        let mut uniform = move || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        (0..n)
+            .map(|i| {
+                let k = 2 + i % 3;
+                let scores: Vec<f64> = (0..k).map(|_| uniform() * 8.0 - 8.0).collect();
+                let p = cv::raw_probabilities(&scores.iter().map(|s| s / t).collect::<Vec<_>>());
+                let u = uniform();
+                let mut acc = 0.0;
+                let expected = p.iter().position(|x| {
+                    acc += x;
+                    u < acc
+                });
+                Sample { scores, expected: expected.unwrap_or(k - 1), group: format!("g{}", i / 3) }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_fit_recovers_a_known_temperature_and_the_keep_rule_decides() {
+        let registry = registry();
+        for name in ["temperature", "bias-temperature"] {
+            let policy = registry.calibration(name).unwrap();
+            // Overconfident scores (truth T = 3): the fit finds T near 3, and the held-out ECE
+            // improves clearly, so the parameters are kept.
+            let report = cv::evaluate(&policy, &synthetic(3.0, 1500, 1));
+            let t = report.temperature().unwrap();
+            assert!((t - 3.0).abs() < 0.4, "{name}: fitted T = {t}");
+            assert!(report.keep, "{name}: {report:?}");
+            assert!(report.ece_calibrated.unwrap().high < report.ece_raw.low);
+            // Already calibrated scores (truth T = 1): T near 1, no clear improvement, not kept.
+            let report = cv::evaluate(&policy, &synthetic(1.0, 600, 2));
+            let t = report.temperature().unwrap();
+            assert!((t - 1.0).abs() < 0.25, "{name}: fitted T = {t}");
+            assert!(!report.keep, "{name}: {report:?}");
+        }
+    }
+
+    #[test]
+    fn the_saved_result_follows_the_keep_rule() {
+        let registry = registry();
+        let policy = registry.calibration("temperature").unwrap();
+        let key = Key {
+            model_sha256: String::new(),
+            readout: "direct".into(),
+            policy: "temperature".into(),
+            policy_sha256: policy.sha256().into(),
+            render_version: RENDER_VERSION.into(),
+            renderer: "direct-options".into(),
+            renderer_sha256: String::new(),
+            question_types: vec![],
+            questions_sha256: String::new(),
+        };
+        let counts = QuestionCounts { origin: "test".into(), total: 600, used: 600, skipped: 0, skipped_reasons: vec![] };
+        let kept = decide(key.clone(), counts.clone(), vec![cv::evaluate(&policy, &synthetic(3.0, 600, 3))], &policy, 0.0);
+        assert!(kept.kept && kept.source == "calibrated" && (kept.temperature - 3.0).abs() < 0.6, "{kept:?}");
+        let not_kept = decide(key.clone(), counts.clone(), vec![cv::evaluate(&policy, &synthetic(1.0, 600, 4))], &policy, 0.0);
+        assert!(!not_kept.kept && not_kept.source == "calibrated" && not_kept.params == vec![1.0], "{not_kept:?}");
+        // Labels that contradict the scores: the fit is at the edge of its range and rejected.
+        let mut wrong = synthetic(1.0, 300, 5);
+        for s in &mut wrong {
+            s.expected = (0..s.scores.len()).min_by(|a, b| s.scores[*a].total_cmp(&s.scores[*b])).unwrap();
+        }
+        let failed = decide(key, counts, vec![cv::evaluate(&policy, &wrong)], &policy, 0.0);
+        assert!(!failed.kept && failed.source == "default" && failed.reason.contains("edge"), "{failed:?}");
+        assert_eq!(report_lines(&failed).len(), 1);
+    }
+}
