@@ -10,7 +10,9 @@
 //!
 //! The arithmetic follows candle-transformers step by step (same ops, same order: RMSNorm,
 //! quantized matmuls, RoPE tables computed the same way, scaled dot-product attention with a
-//! causal mask, SwiGLU MLP), so our logits match theirs to float rounding; a test checks it.
+//! causal mask, SwiGLU MLP). With [`Numerics::Reference`] our logits equal theirs bit for bit
+//! (a test checks it); the default [`Numerics::SplitInvariant`] changes only the rounding, so
+//! that cached and uncached reads agree exactly (see [`KV_PAD`]).
 //!
 //! RoPE layout: llama.cpp's converter permutes the q/k weights of `llama` models so that
 //! rotary pairs are adjacent ("interleaved", `rope_i`), while `qwen2` keeps the Hugging Face
