@@ -120,6 +120,19 @@ impl Linear {
     }
 }
 
+/// Where an attention call's keys come from.
+#[derive(Clone, Copy)]
+enum Keys<'a> {
+    /// The cache's positions followed by this pass's tokens (one sequence).
+    Sequential { past: Option<&'a (Tensor, Tensor)> },
+    /// Several suffixes packed into one pass: the shared prefix, then each suffix's block of
+    /// rows `(start, len)` placed at a KV_PAD-aligned column.
+    Packed {
+        prefix: Option<&'a (Tensor, Tensor)>,
+        blocks: &'a [(usize, usize)],
+    },
+}
+
 /// One decoder block's weights.
 struct Layer {
     attn_norm: Tensor,
@@ -426,7 +439,14 @@ impl Transformer {
         for (i, layer) in self.layers.iter().enumerate() {
             let past = cache.map(|c| &c.layers[i]);
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
-            let (attn, kv) = self.attention(layer, &h, (&cos, &sin), past, mask.as_ref(), pad)?;
+            let (attn, kv) = self.attention(
+                layer,
+                &h,
+                (&cos, &sin),
+                Keys::Sequential { past },
+                mask.as_ref(),
+                pad,
+            )?;
             new_cache.push(kv);
             x = (attn + &x)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
@@ -454,6 +474,107 @@ impl Transformer {
         ))
     }
 
+    /// Runs several token suffixes against one shared prefix in a single pass, each suffix
+    /// attending to the prefix and to itself only (not to the other suffixes), and returns the
+    /// final hidden state after each suffix's last token, shape `(suffixes.len(), hidden)`.
+    ///
+    /// The suffixes are packed row after row (no padding rows, so the matmuls see all of
+    /// them at once); their keys are laid out at aligned columns so that, on CPU, each
+    /// suffix's result is bit-for-bit what [`Transformer::forward`] gives for it alone.
+    /// `prefix` is the cache of the shared prefix (`None`: suffixes start at position 0).
+    pub fn forward_suffixes(
+        &self,
+        prefix: Option<&KvCache>,
+        suffixes: &[&[u32]],
+    ) -> Result<Tensor> {
+        if suffixes.is_empty() {
+            return Ok(Tensor::zeros(
+                (0, self.dims.hidden),
+                DType::F32,
+                &self.device,
+            )?);
+        }
+        if suffixes.iter().any(|s| s.is_empty()) {
+            return Err(ModelError::EmptyPrompt);
+        }
+        if let Some(c) = prefix {
+            if c.layers.len() != self.layers.len() {
+                return Err(ModelError::Cache(format!(
+                    "the cache has {} layers, this model {}",
+                    c.layers.len(),
+                    self.layers.len()
+                )));
+            }
+        }
+        let p = prefix.map_or(0, |c| c.len);
+        let longest = suffixes.iter().map(|s| s.len()).max().unwrap_or(0);
+        if p + longest > self.dims.context_length {
+            return Err(ModelError::PromptTooLong {
+                tokens: p + longest,
+                limit: self.dims.context_length,
+            });
+        }
+        let tokens: Vec<u32> = suffixes.iter().flat_map(|s| s.iter().copied()).collect();
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.dims.vocab_size) {
+            return Err(ModelError::TokenOutOfRange {
+                id,
+                vocab_size: self.dims.vocab_size,
+            });
+        }
+        let m = tokens.len();
+
+        // Row blocks, positions, the last row of each suffix, and the additive mask over
+        // [prefix | aligned blocks | tail padding].
+        let mut blocks = Vec::with_capacity(suffixes.len());
+        let mut positions = Vec::with_capacity(m);
+        let mut last_rows = Vec::with_capacity(suffixes.len());
+        let mut col = p; // column where the next block's keys start
+        let mut block_cols = Vec::with_capacity(suffixes.len());
+        let mut start = 0;
+        for s in suffixes {
+            blocks.push((start, s.len()));
+            block_cols.push(col);
+            positions.extend((p..p + s.len()).map(|x| x as u32));
+            start += s.len();
+            last_rows.push((start - 1) as u32);
+            col += s.len().next_multiple_of(KV_PAD);
+        }
+        let kv = col.next_multiple_of(KV_PAD);
+        let mut mask = vec![f32::NEG_INFINITY; m * kv];
+        for (b, &(start, len)) in blocks.iter().enumerate() {
+            for j in 0..len {
+                let row = &mut mask[(start + j) * kv..(start + j + 1) * kv];
+                row[..p].fill(0.0);
+                row[block_cols[b]..=block_cols[b] + j].fill(0.0);
+            }
+        }
+        let mask = Tensor::from_vec(mask, (m, kv), &self.device)?;
+        let pos = Tensor::new(positions.as_slice(), &self.device)?;
+        let cos = self.cos.index_select(&pos, 0)?;
+        let sin = self.sin.index_select(&pos, 0)?;
+
+        let ids = Tensor::new(tokens.as_slice(), &self.device)?;
+        let mut x = self.embed.embedding(&ids)?.unsqueeze(0)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let keys = Keys::Packed {
+                prefix: prefix.map(|c| &c.layers[i]),
+                blocks: &blocks,
+            };
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
+            let (attn, _) = self.attention(layer, &h, (&cos, &sin), keys, Some(&mask), true)?;
+            x = (attn + &x)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
+            let mlp = layer.down.forward(
+                &(candle_nn::ops::silu(&layer.gate.forward(&h, true)?)?
+                    * layer.up.forward(&h, true)?)?,
+                true,
+            )?;
+            x = (mlp + &x)?;
+        }
+        let idx = Tensor::new(last_rows.as_slice(), &self.device)?;
+        Ok(x.squeeze(0)?.index_select(&idx, 0)?)
+    }
+
     /// Output norm + head over hidden rows `(r, hidden)`: logits `(r, vocab_size)`, f32.
     pub fn head(&self, hidden: &Tensor) -> Result<Tensor> {
         self.head_with(hidden, Numerics::SplitInvariant)
@@ -472,7 +593,7 @@ impl Transformer {
         layer: &Layer,
         h: &Tensor,
         (cos, sin): (&Tensor, &Tensor),
-        past: Option<&(Tensor, Tensor)>,
+        keys: Keys<'_>,
         mask: Option<&Tensor>,
         pad: bool,
     ) -> Result<(Tensor, (Tensor, Tensor))> {
@@ -496,20 +617,57 @@ impl Transformer {
         let q = self.apply_rope(&proj(&layer.wq, &layer.bq, n_head)?, cos, sin)?;
         let k = self.apply_rope(&proj(&layer.wk, &layer.bk, n_kv_head)?, cos, sin)?;
         let v = proj(&layer.wv, &layer.bv, n_kv_head)?;
-        let (k, v) = match past {
-            Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
-            None => (k, v),
-        };
+        let (kdt, dev) = (k.dtype(), k.device().clone());
+        let zeros = |len: usize| Tensor::zeros((b, n_kv_head, len, head_dim), kdt, &dev);
 
-        // Pad keys and values with zeros up to a multiple of KV_PAD (see there); the mask
-        // hides the padding.
-        let t = k.dim(2)?;
-        let t_pad = if pad { t.next_multiple_of(KV_PAD) } else { t };
-        let (kp, vp) = if t_pad > t {
-            let z = Tensor::zeros((b, n_kv_head, t_pad - t, head_dim), k.dtype(), k.device())?;
-            (Tensor::cat(&[&k, &z], 2)?, Tensor::cat(&[&v, &z], 2)?)
-        } else {
-            (k.clone(), v.clone())
+        // The key/value columns attended over, and what goes into the returned cache.
+        let (kp, vp, k, v) = match keys {
+            Keys::Sequential { past } => {
+                let (k, v) = match past {
+                    Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
+                    None => (k, v),
+                };
+                // Pad keys and values with zeros up to a multiple of KV_PAD (see there); the
+                // mask hides the padding.
+                let t = k.dim(2)?;
+                let t_pad = if pad { t.next_multiple_of(KV_PAD) } else { t };
+                if t_pad > t {
+                    let z = zeros(t_pad - t)?;
+                    (Tensor::cat(&[&k, &z], 2)?, Tensor::cat(&[&v, &z], 2)?, k, v)
+                } else {
+                    (k.clone(), v.clone(), k, v)
+                }
+            }
+            Keys::Packed { prefix, blocks } => {
+                // [prefix | block 0, zeros to KV_PAD | block 1, zeros | ...]: every block
+                // starts at prefix + a multiple of KV_PAD, so each suffix's keys sit in the
+                // same SIMD lanes as when it runs alone.
+                let mut ks: Vec<Tensor> = Vec::with_capacity(2 * blocks.len() + 1);
+                let mut vs: Vec<Tensor> = Vec::with_capacity(2 * blocks.len() + 1);
+                if let Some((pk, pv)) = prefix {
+                    ks.push(pk.clone());
+                    vs.push(pv.clone());
+                }
+                for &(start, len) in blocks {
+                    ks.push(k.narrow(2, start, len)?);
+                    vs.push(v.narrow(2, start, len)?);
+                    let gap = len.next_multiple_of(KV_PAD) - len;
+                    if gap > 0 {
+                        ks.push(zeros(gap)?);
+                        vs.push(zeros(gap)?);
+                    }
+                }
+                let t: usize = ks
+                    .iter()
+                    .map(|x| x.dim(2))
+                    .sum::<candle_core::Result<usize>>()?;
+                let tail = t.next_multiple_of(KV_PAD) - t;
+                if tail > 0 {
+                    ks.push(zeros(tail)?);
+                    vs.push(zeros(tail)?);
+                }
+                (Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?, k, v)
+            }
         };
         let rep = n_head / n_kv_head;
         let kr = repeat_kv(&kp, rep)?;

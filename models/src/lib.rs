@@ -338,6 +338,32 @@ impl Model {
         self.transformer.forward(tokens, start_pos, cache, rows)
     }
 
+    /// Runs several suffixes against one shared prefix in a single batched pass (each suffix
+    /// attends to the prefix and itself; see [`Transformer::forward_suffixes`]) and reads
+    /// `label_ids[i]` after suffix `i`. On CPU each readout equals [`Model::read`] of
+    /// prefix + suffix bit for bit.
+    pub fn read_suffixes(
+        &self,
+        prefix: Option<&KvCache>,
+        suffixes: &[&[u32]],
+        label_ids: &[&[u32]],
+    ) -> Result<Vec<Readout>> {
+        if suffixes.len() != label_ids.len() {
+            return Err(ModelError::Compute(format!(
+                "{} suffixes but {} label sets",
+                suffixes.len(),
+                label_ids.len()
+            )));
+        }
+        let hidden = self.transformer.forward_suffixes(prefix, suffixes)?;
+        let logits = self.transformer.head(&hidden)?;
+        label_ids
+            .iter()
+            .enumerate()
+            .map(|(i, ids)| readout::read_labels(&logits.get(i)?, ids))
+            .collect()
+    }
+
     /// Token ids of `text` with special tokens (`<|im_start|>` ...) recognised; no BOS added.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
         self.tokenizer.encode(text)

@@ -463,6 +463,77 @@ fn check_cache_split(key: &'static str) {
     eprintln!("{key}: max abs logit difference, full vs prefix+suffix: {worst:e}");
 }
 
+/// Several suffixes batched against one prefix read exactly like each full prompt alone.
+fn check_batched_suffixes(key: &'static str) {
+    let Some(m) = load(key) else { return };
+    let state = "The parcel was sent on Monday and arrived damaged on Friday. ";
+    let questions = [
+        "Was the parcel damaged? Answer A (yes) or B (no).",
+        "On which day did it arrive? A) Monday B) Friday C) Sunday. Answer with the letter.",
+        "Is the customer likely to be happy? A yes, B no.",
+        "A or B?",
+    ];
+    let prompts: Vec<_> = questions
+        .iter()
+        .map(|q| m.render(&user(&format!("{state}{q}"))).unwrap())
+        .collect();
+    // The shared prefix: the longest common prefix of all prompts' tokens.
+    let mut n = prompts[0].tokens.len();
+    for p in &prompts[1..] {
+        n = n.min(
+            p.tokens
+                .iter()
+                .zip(&prompts[0].tokens)
+                .take_while(|(a, b)| a == b)
+                .count(),
+        );
+    }
+    assert!(n > 10, "{n}");
+    let labels = strings(&["A", "B"]);
+    let ids: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| m.label_ids(p, &labels).unwrap())
+        .collect();
+    let singles: Vec<_> = prompts
+        .iter()
+        .zip(&ids)
+        .map(|(p, ids)| m.read(&p.tokens, ids).unwrap())
+        .collect();
+    let (_, cache) = m.forward(&prompts[0].tokens[..n], 0, None, &[]).unwrap();
+    let suffixes: Vec<&[u32]> = prompts.iter().map(|p| &p.tokens[n..]).collect();
+    let id_refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
+    let batched = m.read_suffixes(Some(&cache), &suffixes, &id_refs).unwrap();
+    let whole: Vec<&[u32]> = prompts.iter().map(|p| p.tokens.as_slice()).collect();
+    let no_prefix = m.read_suffixes(None, &whole, &id_refs).unwrap();
+    for i in 0..prompts.len() {
+        if m.device().is_cpu() {
+            assert_eq!(batched[i], singles[i], "{key}: suffix {i}");
+            assert_eq!(
+                no_prefix[i], singles[i],
+                "{key}: prompt {i} batched without prefix"
+            );
+        } else {
+            for (a, b) in batched[i].logprobs.iter().zip(&singles[i].logprobs) {
+                assert!((a - b).abs() < 1e-2, "{key}: suffix {i}: {a} vs {b}");
+            }
+        }
+    }
+    eprintln!(
+        "{key}: {} suffixes batched on a {n}-token prefix read exactly like single reads",
+        prompts.len()
+    );
+}
+
+#[test]
+fn batched_suffixes_match_single_reads_smol() {
+    check_batched_suffixes("smol");
+}
+
+#[test]
+fn batched_suffixes_match_single_reads_qwen() {
+    check_batched_suffixes("q05");
+}
+
 #[test]
 fn cache_split_matches_full_read_smol() {
     check_cache_split("smol");
