@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use decide_models::{ChatMessage, Device, LoadOptions, Model, WeightFormat};
+use decide_models::{ChatMessage, Device, LoadOptions, Model, Readout, WeightFormat};
 
 const STATE: &str =
     "Ticket #4821 from a customer on the premium plan: \"Since yesterday's update the \
@@ -16,6 +16,18 @@ mobile app logs me out every few minutes. I have reinstalled it twice, cleared t
 tried both Wi-Fi and mobile data. My colleague on the same plan has no problem. I need this \
 fixed today because I use the app to approve invoices for my team, and three of them are \
 overdue already. Otherwise, how do I approve them on the web?\"";
+
+/// Quantized weights give bit-identical reads however the prompt is split or batched (on the
+/// CPUs where that was verified); dense weights agree to float rounding.
+fn check_same(a: &Readout, b: &Readout, weights: WeightFormat, what: &str) {
+    if weights == WeightFormat::Quantized {
+        assert_eq!(a, b, "{what}");
+    } else {
+        for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
+            assert!((x - y).abs() < 1e-3, "{what}: {x} vs {y}");
+        }
+    }
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -73,9 +85,45 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (h, _) = model.forward(suffix, n, Some(&cache), &[suffix.len() - 1])?;
         let r = model.read_hidden(&h, &ids)?;
         suffix_times.push(t.elapsed().as_secs_f64() * 1e3);
-        assert_eq!(r, first, "cached read differs from the one-pass read");
+        check_same(
+            &r,
+            &first,
+            weights,
+            "cached read differs from the one-pass read",
+        );
     }
     suffix_times.sort_by(f64::total_cmp);
+
+    // Four questions over the same state: one batched pass over the cached prefix.
+    let variants = ["A", "B", "C", "D"].map(|first| {
+        question.replace(
+            "Answer with the letter only.",
+            &format!("Answer with the letter only; {first} is not a hint."),
+        )
+    });
+    let prompts = variants
+        .iter()
+        .map(|q| {
+            model.render(&[ChatMessage {
+                role: "user".into(),
+                content: format!("{STATE}\n\n{q}"),
+            }])
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let suffixes: Vec<&[u32]> = prompts.iter().map(|p| &p.tokens[n..]).collect();
+    let label_sets: Vec<&[u32]> = vec![ids.as_slice(); prompts.len()];
+    let t = Instant::now();
+    let batched = model.read_suffixes(Some(&cache), &suffixes, &label_sets)?;
+    let batched_ms = t.elapsed().as_secs_f64() * 1e3;
+    for (p, r) in prompts.iter().zip(&batched) {
+        let single = model.read(&p.tokens, &ids)?;
+        check_same(
+            r,
+            &single,
+            weights,
+            "batched read differs from the single read",
+        );
+    }
 
     let info = model.info();
     println!(
@@ -99,9 +147,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         times[reps - 1]
     );
     println!(
-        "cached prefix of {n} tokens + suffix of {} tokens: median {:.1} ms (identical readout)",
+        "cached prefix of {n} tokens + suffix of {} tokens: median {:.1} ms (same readout)",
         suffix.len(),
         suffix_times[reps / 2]
+    );
+    println!(
+        "{} questions batched on the cached prefix: {batched_ms:.1} ms in all, {:.1} ms per decision (same readouts)",
+        prompts.len(),
+        batched_ms / prompts.len() as f64
     );
     let probs: Vec<String> = first
         .logprobs
