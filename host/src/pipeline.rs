@@ -13,7 +13,7 @@ use std::time::Instant;
 use axum::http::StatusCode;
 use serde_json::{Map, Value};
 
-use decide_models::{ChatMessage, Model, ModelError};
+use decide_models::{ChatMessage, Model, ModelError, Readout};
 
 use crate::calibration::CalibrationState;
 use crate::error::{dotted, ApiError, Loc, LocPart};
@@ -104,7 +104,10 @@ pub struct Answer {
     pub probabilities: Vec<f64>,
     /// True next-token probability mass on the labels.
     pub option_mass: f32,
+    /// Prompt tokens of this question.
     pub input_tokens: usize,
+    /// Of those, tokens whose KV came from a prefix computed once for the request.
+    pub cached_tokens: usize,
     /// The temperature the calibration used (`params[0]` of the built-in policies).
     pub temperature: f64,
     pub temperature_source: TemperatureSource,
@@ -342,24 +345,34 @@ impl Engine {
         let applied = self.applied(request.temperature, &calibration);
 
         let mut decided = Decided { outcomes: Vec::new(), input_tokens: 0, cached_tokens: 0, forward_passes: 0 };
+        // Compile and render every question first, so all reads go into one batched forward.
+        let mut slots: Vec<Result<(Planned, Prepared), Refusal>> = Vec::with_capacity(compiled.len());
         for planned in compiled {
-            let planned = match planned {
-                Ok(planned) => planned,
-                Err(refusal) => {
-                    decided.outcomes.push(Outcome::Refusal(refusal));
-                    continue;
+            slots.push(planned.and_then(|planned| {
+                let question = &request.questions[planned.index];
+                self.prepare_one(&request.state, question, &planned, &renderer).map(|prepared| (planned, prepared))
+            }));
+        }
+        let ready: Vec<&Prepared> = slots.iter().filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p)).collect();
+        let mut reads = self.read_batch(&ready, &mut decided).into_iter();
+        for slot in slots {
+            let outcome = match slot {
+                Err(refusal) => Outcome::Refusal(refusal),
+                Ok((planned, prepared)) => {
+                    let question = &request.questions[planned.index];
+                    match reads.next().expect("one read per prepared prompt") {
+                        Ok((read, cached)) => self.answer_one(
+                            question,
+                            planned,
+                            read,
+                            (prepared.tokens.len(), cached),
+                            &calibration,
+                            &applied,
+                        ),
+                        Err(error) => Outcome::Refusal(model_refusal(&question.loc, error)),
+                    }
                 }
             };
-            let question = &request.questions[planned.index];
-            let outcome = self.answer_one(
-                request,
-                question,
-                planned,
-                &renderer,
-                &calibration,
-                &applied,
-                &mut decided,
-            );
             decided.outcomes.push(outcome);
         }
         self.metrics.record_request(&decided, started.elapsed());
@@ -384,21 +397,26 @@ impl Engine {
                     Ok(Err(refusal)) => return Err(refusal.message),
                     Err(error) => return Err(error.to_string()),
                 };
-                let (read, _) = self.read_one(state, question, &planned, &renderer, &mut decided).map_err(|r| r.message)?;
+                let prepared = self.prepare_one(state, question, &planned, &renderer).map_err(|r| r.message)?;
+                let read = self
+                    .read_batch(&[&prepared], &mut decided)
+                    .pop()
+                    .expect("one read")
+                    .map_err(|error| model_refusal(&question.loc, error).message)?
+                    .0;
                 Ok(RawRead { options: planned.compiled.options, scores: read.logprobs.iter().map(|&s| f64::from(s)).collect() })
             })
             .collect()
     }
 
-    /// Renders one compiled question and reads its label log-probabilities.
-    fn read_one(
+    /// Renders one compiled question into prompt tokens and checks its labels.
+    fn prepare_one(
         &self,
         state: &str,
         question: &Question,
         planned: &Planned,
         renderer: &crate::plugins::Renderer,
-        decided: &mut Decided,
-    ) -> Result<(decide_models::Readout, usize), Refusal> {
+    ) -> Result<Prepared, Refusal> {
         let loc = &question.loc;
         let messages = match renderer.render(state, &planned.compiled, &planned.labels) {
             Ok(messages) => messages,
@@ -427,35 +445,67 @@ impl Engine {
             Ok(ids) => ids,
             Err(error) => return Err(model_refusal(loc, error)),
         };
-        let read = {
-            let _forward = self.forward_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            self.model.read(&prompt.tokens, &label_ids)
-        };
-        let read = match read {
-            Ok(read) => read,
-            Err(error) => return Err(model_refusal(loc, error)),
-        };
-        decided.forward_passes += 1;
-        decided.input_tokens += prompt.tokens.len();
-        Ok((read, prompt.tokens.len()))
+        Ok(Prepared { tokens: prompt.tokens, label_ids })
     }
 
+    /// Reads every prepared prompt of one request. Prompts share the chat-template header and
+    /// the state, so their longest common token prefix is prefilled once and every suffix runs
+    /// against its KV in packed batches of at most [`MAX_BATCH_SUFFIX_TOKENS`] tokens. On CPU
+    /// each readout equals a lone read of its full prompt bit for bit (tested in models/).
+    /// Returns per prompt the readout and how many of its tokens came from the shared prefix.
+    fn read_batch(&self, prompts: &[&Prepared], decided: &mut Decided) -> Vec<Result<(Readout, usize), ModelError>> {
+        let _forward = self.forward_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for prompt in prompts {
+            decided.input_tokens += prompt.tokens.len();
+        }
+        let shared = shared_prefix_len(prompts);
+        if prompts.len() < 2 || shared == 0 {
+            return prompts
+                .iter()
+                .map(|p| {
+                    decided.forward_passes += 1;
+                    self.model.read(&p.tokens, &p.label_ids).map(|read| (read, 0))
+                })
+                .collect();
+        }
+        let prefix = &prompts[0].tokens[..shared];
+        let cache = match self.model.forward(prefix, 0, None, &[]) {
+            Ok((_, cache)) => cache,
+            Err(error) => return prompts.iter().map(|_| Err(clone_error(&error))).collect(),
+        };
+        decided.forward_passes += 1;
+        decided.cached_tokens += shared * (prompts.len() - 1);
+        let mut results = Vec::with_capacity(prompts.len());
+        for chunk in suffix_chunks(prompts, shared) {
+            let suffixes: Vec<&[u32]> = chunk.iter().map(|p| &p.tokens[shared..]).collect();
+            let labels: Vec<&[u32]> = chunk.iter().map(|p| p.label_ids.as_slice()).collect();
+            decided.forward_passes += 1;
+            match self.model.read_suffixes(Some(&cache), &suffixes, &labels) {
+                Ok(reads) => results.extend(reads.into_iter().map(Ok)),
+                Err(error) => results.extend(chunk.iter().map(|_| Err(clone_error(&error)))),
+            }
+        }
+        // The first prompt paid for the prefix; the others reused it.
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(i, read)| read.map(|read| (read, if i == 0 { 0 } else { shared })))
+            .collect()
+    }
+
+    /// Calibrates a read and lets the question type turn it into its answer.
     fn answer_one(
         &self,
-        request: &DecisionRequest,
         question: &Question,
         planned: Planned,
-        renderer: &crate::plugins::Renderer,
+        read: Readout,
+        usage: (usize, usize),
         calibration: &crate::plugins::Calibration,
         applied: &Applied,
-        decided: &mut Decided,
     ) -> Outcome {
         let loc = &question.loc;
         let refuse_plugin = |error: PluginCallError| Outcome::Refusal(plugin_call_refusal(loc, error));
-        let (read, input_tokens) = match self.read_one(&request.state, question, &planned, renderer, decided) {
-            Ok(read) => read,
-            Err(refusal) => return Outcome::Refusal(refusal),
-        };
+        let (input_tokens, cached_tokens) = usage;
         let scores: Vec<f64> = read.logprobs.iter().map(|&s| f64::from(s)).collect();
         let params = match &applied.params {
             Ok(params) => params.clone(),
@@ -477,12 +527,61 @@ impl Engine {
             probabilities,
             option_mass: read.option_mass,
             input_tokens,
+            cached_tokens,
             temperature: applied.temperature,
             temperature_source: applied.source,
             calibration_policy: applied.policy.clone(),
             calibration_params: params,
         }))
     }
+}
+
+/// A question rendered to prompt tokens, with its label token ids.
+struct Prepared {
+    tokens: Vec<u32>,
+    label_ids: Vec<u32>,
+}
+
+/// Most suffix tokens in one packed forward. Bounds the attention mask and activations of a
+/// batch (rows x (prefix + rows)); a request with more is read in several passes over the
+/// same prefilled prefix.
+pub const MAX_BATCH_SUFFIX_TOKENS: usize = 2048;
+
+/// Longest common token prefix of all prompts, leaving every prompt at least one own token
+/// (the read happens at the last token, which must be computed in the suffix pass).
+fn shared_prefix_len(prompts: &[&Prepared]) -> usize {
+    let Some(first) = prompts.first() else { return 0 };
+    let mut len = prompts.iter().map(|p| p.tokens.len()).min().unwrap_or(0).saturating_sub(1);
+    for prompt in &prompts[1..] {
+        len = first.tokens[..len].iter().zip(&prompt.tokens).take_while(|(a, b)| a == b).count();
+    }
+    len
+}
+
+/// Splits prompts into consecutive groups whose suffixes fit [`MAX_BATCH_SUFFIX_TOKENS`]
+/// (a single longer suffix gets a group of its own).
+fn suffix_chunks<'a>(prompts: &'a [&'a Prepared], shared: usize) -> Vec<&'a [&'a Prepared]> {
+    let mut chunks = Vec::new();
+    let (mut start, mut tokens) = (0, 0);
+    for (i, prompt) in prompts.iter().enumerate() {
+        let own = prompt.tokens.len() - shared;
+        if i > start && tokens + own > MAX_BATCH_SUFFIX_TOKENS {
+            chunks.push(&prompts[start..i]);
+            start = i;
+            tokens = 0;
+        }
+        tokens += own;
+    }
+    if start < prompts.len() {
+        chunks.push(&prompts[start..]);
+    }
+    chunks
+}
+
+/// `ModelError` is not `Clone` (it wraps candle errors); a batch failure is reported to every
+/// question of the batch by its message.
+fn clone_error(error: &ModelError) -> ModelError {
+    ModelError::Compute(error.to_string())
 }
 
 /// A refusal for a failed renderer or calibration call.
@@ -566,6 +665,29 @@ fn model_refusal(loc: &Loc, error: ModelError) -> Refusal {
 mod tests {
     use super::*;
     use crate::loc;
+
+    fn prepared(tokens: &[u32]) -> Prepared {
+        Prepared { tokens: tokens.to_vec(), label_ids: vec![] }
+    }
+
+    #[test]
+    fn the_shared_prefix_leaves_every_prompt_a_token_of_its_own() {
+        let (a, b, c) = (prepared(&[1, 2, 3, 4, 5]), prepared(&[1, 2, 3, 9]), prepared(&[1, 2, 3]));
+        assert_eq!(shared_prefix_len(&[&a, &b]), 3);
+        assert_eq!(shared_prefix_len(&[&a, &b, &c]), 2);
+        assert_eq!(shared_prefix_len(&[&a, &a]), 4);
+        assert_eq!(shared_prefix_len(&[&prepared(&[7, 1]), &b]), 0);
+    }
+
+    #[test]
+    fn suffixes_are_chunked_by_token_budget() {
+        let long = prepared(&vec![0; MAX_BATCH_SUFFIX_TOKENS + 10]);
+        let short = prepared(&[0; 20]);
+        let prompts = [&short, &long, &short, &short];
+        let chunks = suffix_chunks(&prompts, 10);
+        assert_eq!(chunks.iter().map(|c| c.len()).collect::<Vec<_>>(), [1, 1, 2]);
+        assert_eq!(suffix_chunks(&[&short, &short], 10).len(), 1);
+    }
 
     #[test]
     fn plugin_paths_are_prefixed_with_the_question_location() {

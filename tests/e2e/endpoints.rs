@@ -77,7 +77,7 @@ fn openai_decisions_answer_every_question_type() {
     assert!(usage["input_tokens"].as_u64().unwrap() > 50);
     assert_eq!(usage["output_tokens"], 0);
     assert_eq!(usage["total_tokens"], usage["input_tokens"]);
-    assert_eq!(usage["input_tokens_details"]["cached_tokens"], 0);
+    assert!(usage["input_tokens_details"]["cached_tokens"].as_u64().unwrap() < usage["input_tokens"].as_u64().unwrap());
     let audit = &answers[0]["extra"]["audit"];
     assert_eq!(audit["temperature_source"], "default");
     assert!(audit["option_mass"].as_f64().unwrap() > 0.0);
@@ -172,4 +172,26 @@ fn models_and_health_endpoints() {
     assert_eq!(models.body["models"][0]["name"], served.as_str());
     let metrics = server.get("/metrics");
     assert!(metrics.body.as_str().unwrap().contains("decide_requests_total"));
+}
+
+#[test]
+fn questions_read_together_over_a_shared_prefix_equal_questions_read_alone() {
+    let server = Server::ready(&[]);
+    let together = server.post("/v1/decisions", &openai_request());
+    assert_eq!(together.status, 200, "{}", together.body);
+    let usage = &together.body["usage"];
+    let cached = usage["input_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached > 0, "the shared prefix is computed once and reused: {usage}");
+    assert!(cached < usage["input_tokens"].as_u64().unwrap());
+    let questions = openai_request()["questions"].as_array().unwrap().clone();
+    for (i, question) in questions.into_iter().enumerate() {
+        let mut alone = openai_request();
+        alone["questions"] = json!([question]);
+        let reply = server.post("/v1/decisions", &alone);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let (a, b) = (&together.body["answers"][i], &reply.body["answers"][0]);
+        for field in ["probability", "probabilities", "score", "choice", "confidence"] {
+            assert_eq!(a.get(field), b.get(field), "question {i} field {field}: batched {a} vs alone {b}");
+        }
+    }
 }

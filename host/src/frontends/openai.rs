@@ -355,7 +355,7 @@ fn respond(
                             "temperature_source": answer.temperature_source.as_str(),
                             "option_mass": answer.option_mass,
                             "input_tokens": answer.input_tokens,
-                            "cached_input_tokens": 0,
+                            "cached_input_tokens": answer.cached_tokens,
                         });
                         let mut extra = Map::new();
                         if detail == Detail::Full {
@@ -373,7 +373,7 @@ fn respond(
                             audit.insert("render_version".into(), json!(RENDER_VERSION));
                             audit.insert("calibration_policy".into(), json!(answer.calibration_policy));
                             audit.insert("calibration_params".into(), json!(answer.calibration_params));
-                            audit.insert("forward_passes".into(), json!(1));
+                            audit.insert("forward_passes".into(), json!(decided.forward_passes));
                             audit.insert("readout".into(), json!("direct"));
                             audit.insert("label_layout".into(), json!(answer.labels));
                         }
