@@ -5,7 +5,9 @@
 //! applied to the held-out one. ECE of the raw scores (softmax at T = 1) and of the held-out
 //! calibrated probabilities are compared with bootstrap intervals over groups, and the keep
 //! rule decides: keep the parameters fitted on all questions only when the calibrated
-//! interval's top is below the raw interval's bottom.
+//! interval's top is below the raw interval's bottom. A fold whose fit the policy rejects (an
+//! edge fit) gets what the server would then serve, `default-params(1.0)`, so the held-out ECE
+//! measures the whole procedure; the rejections are listed in the report.
 
 use serde::{Deserialize, Serialize};
 
@@ -79,6 +81,9 @@ pub struct PolicyReport {
     pub keep: bool,
     /// Why nothing was fitted, when a fit failed (an edge fit, a plugin failure).
     pub error: Option<String>,
+    /// Folds whose fit the policy rejected (their held-out answers use T = 1.0), with why.
+    #[serde(default)]
+    pub rejected_folds: Vec<String>,
 }
 
 impl PolicyReport {
@@ -107,10 +112,12 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
         accuracy_calibrated: None,
         keep: false,
         error: None,
+        rejected_folds: Vec::new(),
     };
     let describe = |e: PluginCallError| e.to_string();
     match held_out(policy, samples) {
-        Ok(tops) => {
+        Ok((tops, rejected)) => {
+            report.rejected_folds = rejected;
             let intervals = ece::with_intervals(&[&raw_tops, &tops], &groups);
             report.ece_raw = intervals[0];
             report.ece_calibrated = Some(intervals[1]);
@@ -139,20 +146,29 @@ fn labelled<'a>(samples: impl Iterator<Item = &'a Sample>) -> Vec<LabelledScores
     samples.map(|s| LabelledScores { scores: s.scores.clone(), expected: s.expected as u32 }).collect()
 }
 
-/// Held-out calibrated top answers: fit on the other folds, apply to this one.
-fn held_out(policy: &Calibration, samples: &[Sample]) -> Result<Vec<Top>, String> {
+/// Held-out calibrated top answers: fit on the other folds, apply to this one. A fold whose
+/// fit the policy rejects (`failure`) is served `default-params(1.0)`; invalid samples fail.
+fn held_out(policy: &Calibration, samples: &[Sample]) -> Result<(Vec<Top>, Vec<String>), String> {
     let (fold_of, folds) = assign_folds(samples)?;
     let mut tops = vec![Top { confidence: 0.0, correct: false }; samples.len()];
+    let mut rejected = Vec::new();
     for fold in 0..folds {
         let train = labelled(samples.iter().zip(&fold_of).filter(|(_, f)| **f != fold).map(|(s, _)| s));
-        let params = policy.fit(&train).map_err(|e| format!("fold {}/{folds}: {e}", fold + 1))?;
+        let params = match policy.fit(&train) {
+            Ok(params) => params,
+            Err(PluginCallError::Failed { message, .. }) => {
+                rejected.push(format!("fold {}/{folds}: {message}", fold + 1));
+                policy.default_params(1.0).map_err(|e| format!("default-params(1): {e}"))?
+            }
+            Err(error) => return Err(format!("fold {}/{folds}: {error}", fold + 1)),
+        };
         for (i, sample) in samples.iter().enumerate().filter(|(i, _)| fold_of[*i] == fold) {
             let probabilities =
                 policy.apply(&sample.scores, &params).map_err(|e| format!("fold {}/{folds}: apply: {e}", fold + 1))?;
             tops[i] = Top::of(&probabilities, sample.expected);
         }
     }
-    Ok(tops)
+    Ok((tops, rejected))
 }
 
 #[cfg(test)]

@@ -201,7 +201,8 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> R
             }
         }
     }
-    let saved = decide(key, counts, reports, &policy, started.elapsed().as_secs_f64());
+    let mut saved = decide(key, counts, reports, &policy, started.elapsed().as_secs_f64());
+    saved.samples = samples;
     match store::save(&settings.dir, &saved) {
         Ok(path) => log_report(&saved, &format!("saved to {}", path.display())),
         Err(cause) => {
@@ -244,6 +245,7 @@ fn decide(key: Key, questions: QuestionCounts, reports: Vec<PolicyReport>, polic
         questions,
         seconds,
         reports,
+        samples: Vec::new(),
     }
 }
 
@@ -332,6 +334,9 @@ pub fn report_lines(saved: &Saved) -> Vec<String> {
             "calibration {} ({role}): {fitted}, {verdict}; ECE raw {} -> calibrated {calibrated} (held-out, 5-fold, 95% bootstrap over groups); {accuracy}; n = {} questions ({} skipped); {:.1} s",
             report.policy, report.ece_raw, saved.questions.used, saved.questions.skipped, saved.seconds
         );
+        if !report.rejected_folds.is_empty() {
+            line.push_str(&format!("; {} of 5 fold fits rejected (served T = 1.0)", report.rejected_folds.len()));
+        }
         if let Some(error) = &report.error {
             line.push_str(&format!("; {error}"));
         }

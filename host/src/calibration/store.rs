@@ -81,6 +81,9 @@ pub struct Saved {
     pub seconds: f64,
     /// The configured policy first, then the policies it was compared with.
     pub reports: Vec<PolicyReport>,
+    /// The raw scores measured (for audits and offline analysis of other policies).
+    #[serde(default)]
+    pub samples: Vec<super::cv::Sample>,
 }
 
 /// Loads the saved result for `key`, if there is one with exactly this key.
@@ -186,7 +189,9 @@ mod tests {
                 accuracy_calibrated: Some(0.5),
                 keep: true,
                 error: None,
+                rejected_folds: vec![],
             }],
+            samples: vec![],
         }
     }
 
