@@ -114,3 +114,15 @@ pub fn unix_now() -> u64 {
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
+
+/// Header with the server's own time for a request, in milliseconds: benchmarks compare it
+/// with client wall time to separate server work from HTTP and client overhead.
+pub const SERVER_TIME_HEADER: &str = "x-decide-server-ms";
+
+/// Adds [`SERVER_TIME_HEADER`] measured from `started`.
+pub fn add_server_time(response: &mut axum::response::Response, started: std::time::Instant) {
+    let ms = format!("{:.3}", started.elapsed().as_secs_f64() * 1e3);
+    if let Ok(value) = axum::http::HeaderValue::from_str(&ms) {
+        response.headers_mut().insert(SERVER_TIME_HEADER, value);
+    }
+}

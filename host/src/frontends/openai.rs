@@ -37,13 +37,16 @@ struct Parsed {
 
 /// `POST /v1/decisions`.
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
-    match run(&state, &headers, body).await {
+    let started = std::time::Instant::now();
+    let mut response = match run(&state, &headers, body).await {
         Ok(response) => response,
         Err(error) => {
             state.metrics.record_rejected();
             error.into_response_for(Wire::OpenAi)
         }
-    }
+    };
+    super::add_server_time(&mut response, started);
+    response
 }
 
 async fn run(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {

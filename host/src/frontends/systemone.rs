@@ -30,6 +30,7 @@ struct Parsed {
 
 /// `POST /v1/systemone`.
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
+    let started = std::time::Instant::now();
     let request_id = super::request_id("req");
     let mut response = match run(&state, &headers, body, &request_id).await {
         Ok(response) => response,
@@ -41,6 +42,7 @@ pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: 
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
+    super::add_server_time(&mut response, started);
     response
 }
 

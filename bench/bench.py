@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Benchmark a running decide server over HTTP and write a JSON report.
+
+    bench/bench.py --url http://127.0.0.1:8000 [--quick] [--report bench/reports/NAME.json]
+
+Scenarios (issue 3): `single` (one question per request, one at a time: p50/p95 client wall
+time and the server's own time from the `x-decide-server-ms` header when present); `multi` (16
+and 64 questions over one ~4k-token state in one request: time per decision and the share of
+input tokens served from the shared prefix); `load` (1, 8, 64 concurrent clients on short
+prompts for a fixed time: decisions/s and p95); `repeat` (one question on a long state, first
+read vs a repeat). Standard library only, so it runs on a bare GPU machine.
+"""
+import argparse
+import json
+import statistics
+import threading
+import time
+import urllib.request
+
+TOPICS = ["billing", "shipping", "login", "refunds", "performance", "security", "pricing", "support"]
+
+
+def long_state(words: int) -> str:
+    """A deterministic support-log text of about `words` words (~1.3 tokens per word)."""
+    lines, i = [], 0
+    while sum(len(line.split()) for line in lines) < words:
+        topic = TOPICS[i % len(TOPICS)]
+        lines.append(f"Entry {i}: customer {i * 7 % 1000} wrote about {topic}; the agent replied that the {topic} "
+                     f"team would follow up within {i % 5 + 1} days and logged reference {i * 31 % 9973}.")
+        i += 1
+    return "\n".join(lines)
+
+
+def question(i: int) -> dict:
+    topic = TOPICS[i % len(TOPICS)]
+    kind = i % 3
+    if kind == 0:
+        return {"type": "predicate", "instructions": f"The log mentions {topic} issue number {i}."}
+    if kind == 1:
+        return {"type": "choice", "instructions": f"Which team handles question {i}?",
+                "choices": [{"value": t} for t in TOPICS[:4]]}
+    return {"type": "score", "instructions": f"How urgent is item {i}?",
+            "levels": [{"label": "low"}, {"label": "medium"}, {"label": "high"}]}
+
+
+class Client:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        models = json.load(urllib.request.urlopen(f"{url}/v1/models"))
+        self.model = models["data"][0]["id"]
+
+    def decide(self, state: str, questions: list) -> tuple:
+        body = json.dumps({"model": self.model, "input": state, "questions": questions}).encode()
+        request = urllib.request.Request(f"{self.url}/v1/decisions", data=body,
+                                         headers={"content-type": "application/json"})
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=600) as response:
+            payload = json.load(response)
+            server_ms = response.headers.get("x-decide-server-ms")
+        wall_ms = (time.perf_counter() - started) * 1000
+        return wall_ms, (float(server_ms) if server_ms else None), payload
+
+
+def percentile(values: list, q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered))) - 1))]
+
+
+def single(client: Client, n: int) -> dict:
+    state = "I was charged twice for my subscription this month. Please refund the extra charge."
+    client.decide(state, [question(0)])
+    walls, servers = [], []
+    for i in range(n):
+        wall, server, _ = client.decide(state, [question(i)])
+        walls.append(wall)
+        if server is not None:
+            servers.append(server)
+    report = {"n": n, "wall_p50_ms": statistics.median(walls), "wall_p95_ms": percentile(walls, 0.95)}
+    if servers:
+        report |= {"server_p50_ms": statistics.median(servers), "server_p95_ms": percentile(servers, 0.95)}
+    return report
+
+
+def multi(client: Client, counts: list, words: int) -> dict:
+    state = long_state(words)
+    out = {}
+    for count in counts:
+        questions = [question(i) for i in range(count)]
+        wall, server, payload = client.decide(state, questions)
+        usage = payload["usage"]
+        out[str(count)] = {
+            "wall_ms": wall,
+            "server_ms": server,
+            "ms_per_decision": wall / count,
+            "input_tokens": usage["input_tokens"],
+            "cached_share": usage["input_tokens_details"]["cached_tokens"] / max(1, usage["input_tokens"]),
+        }
+    return out
+
+
+def load(client: Client, clients: list, seconds: float) -> dict:
+    state = "The package arrived late and the box was damaged."
+    out = {}
+    for count in clients:
+        stop = time.perf_counter() + seconds
+        latencies, lock = [], threading.Lock()
+
+        def worker(offset: int) -> None:
+            i = offset
+            while time.perf_counter() < stop:
+                wall, _, _ = client.decide(state, [question(i)])
+                with lock:
+                    latencies.append(wall)
+                i += count
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(count)]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - started
+        out[str(count)] = {"decisions": len(latencies), "decisions_per_s": len(latencies) / elapsed,
+                           "p95_ms": percentile(latencies, 0.95) if latencies else None}
+    return out
+
+
+def repeat(client: Client, words: int) -> dict:
+    state = long_state(words)
+    first, _, payload = client.decide(state, [question(0)])
+    again, _, payload2 = client.decide(state, [question(0)])
+    return {"first_ms": first, "repeat_ms": again, "input_tokens": payload["usage"]["input_tokens"],
+            "repeat_cached_tokens": payload2["usage"]["input_tokens_details"]["cached_tokens"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for CPU smoke runs")
+    parser.add_argument("--report", help="write the JSON report here")
+    args = parser.parse_args()
+    client = Client(args.url)
+    quick = args.quick
+    report = {"model": client.model, "url": args.url, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report["single"] = single(client, 5 if quick else 50)
+    print(json.dumps({"single": report["single"]}), flush=True)
+    report["multi"] = multi(client, [4] if quick else [16, 64], 150 if quick else 3000)
+    print(json.dumps({"multi": report["multi"]}), flush=True)
+    report["load"] = load(client, [1, 2] if quick else [1, 8, 64], 3 if quick else 10)
+    print(json.dumps({"load": report["load"]}), flush=True)
+    report["repeat"] = repeat(client, 300 if quick else 24000)
+    print(json.dumps({"repeat": report["repeat"]}), flush=True)
+    if args.report:
+        with open(args.report, "w") as handle:
+            json.dump(report, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
