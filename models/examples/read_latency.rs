@@ -29,6 +29,14 @@ fn check_same(a: &Readout, b: &Readout, weights: WeightFormat, what: &str) {
     }
 }
 
+/// User + system CPU seconds of this process so far (Linux `/proc/self/stat`, 100 Hz ticks).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args.next().ok_or("usage: read_latency MODEL.gguf [REPS]")?;
@@ -59,12 +67,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let first = model.read(&prompt.tokens, &ids)?; // warm-up (first call packs weights)
     let mut times = Vec::with_capacity(reps);
+    let cpu0 = cpu_seconds();
     for _ in 0..reps {
         let t = Instant::now();
         let r = model.read(&prompt.tokens, &ids)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(r, first);
     }
+    let cpu_per_read_ms = cpu0
+        .zip(cpu_seconds())
+        .map(|(a, b)| (b - a) * 1e3 / reps as f64);
     times.sort_by(f64::total_cmp);
 
     // Prefix cache: everything up to the question prefilled once, then only the suffix.
@@ -146,6 +158,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         times[reps / 2],
         times[reps - 1]
     );
+    if let Some(c) = cpu_per_read_ms {
+        println!(
+            "read CPU time: {c:.1} ms per read (all threads; on a busy machine wall time above is inflated, \
+             CPU time / threads approximates an idle machine's wall time: {:.1} ms)",
+            c / candle_core::utils::get_num_threads() as f64
+        );
+        println!(
+            "load average now: {}",
+            std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .trim()
+        );
+    }
     println!(
         "cached prefix of {n} tokens + suffix of {} tokens: median {:.1} ms (same readout)",
         suffix.len(),
