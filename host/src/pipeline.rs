@@ -387,8 +387,9 @@ impl Engine {
             let reason = format!("renderer plugin `{}` is not loaded (setting --renderer)", self.renderer);
             return questions.iter().map(|_| Err(reason.clone())).collect();
         };
-        let mut decided = Decided { outcomes: Vec::new(), input_tokens: 0, cached_tokens: 0, forward_passes: 0 };
-        questions
+        // Compile and render every question, then read them all in one batched pass over their
+        // shared prefix, like a request's questions.
+        let mut slots: Vec<Result<(CompiledQuestion, Prepared), String>> = questions
             .iter()
             .enumerate()
             .map(|(index, question)| {
@@ -398,13 +399,20 @@ impl Engine {
                     Err(error) => return Err(error.to_string()),
                 };
                 let prepared = self.prepare_one(state, question, &planned, &renderer).map_err(|r| r.message)?;
-                let read = self
-                    .read_batch(&[&prepared], &mut decided)
-                    .pop()
-                    .expect("one read")
-                    .map_err(|error| model_refusal(&question.loc, error).message)?
-                    .0;
-                Ok(RawRead { options: planned.compiled.options, scores: read.logprobs.iter().map(|&s| f64::from(s)).collect() })
+                Ok((planned.compiled, prepared))
+            })
+            .collect();
+        let mut decided = Decided { outcomes: Vec::new(), input_tokens: 0, cached_tokens: 0, forward_passes: 0 };
+        let ready: Vec<&Prepared> = slots.iter().filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p)).collect();
+        let mut reads = self.read_batch(&ready, &mut decided).into_iter();
+        slots
+            .drain(..)
+            .zip(questions)
+            .map(|(slot, question)| {
+                let (compiled, _) = slot?;
+                let read = reads.next().expect("a read per prepared question");
+                let (read, _) = read.map_err(|error| model_refusal(&question.loc, error).message)?;
+                Ok(RawRead { options: compiled.options, scores: read.logprobs.iter().map(|&s| f64::from(s)).collect() })
             })
             .collect()
     }

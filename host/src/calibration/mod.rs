@@ -229,7 +229,7 @@ fn decide(key: Key, questions: QuestionCounts, reports: Vec<PolicyReport>, polic
             1.0,
             "calibrated",
             false,
-            "held-out ECE interval does not lie below the raw one: no correction needed".to_string(),
+            "held-out ECE interval does not lie below the raw one: no correction established, T = 1.0".to_string(),
         ),
     };
     Saved {
