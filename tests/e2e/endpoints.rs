@@ -190,8 +190,32 @@ fn questions_read_together_over_a_shared_prefix_equal_questions_read_alone() {
         let reply = server.post("/v1/decisions", &alone);
         assert_eq!(reply.status, 200, "{}", reply.body);
         let (a, b) = (&together.body["answers"][i], &reply.body["answers"][0]);
-        for field in ["probability", "probabilities", "score", "choice", "confidence"] {
-            assert_eq!(a.get(field), b.get(field), "question {i} field {field}: batched {a} vs alone {b}");
+        // Dense (f32) weights, the CPU default, agree to ~1e-5 between a packed batch and a
+        // lone read; quantized weights agree bit for bit (tested in models/).
+        assert_eq!(a.get("choice"), b.get("choice"), "question {i}: batched {a} vs alone {b}");
+        for (x, y) in numbers(a).iter().zip(numbers(b)) {
+            assert!((x - y).abs() < 1e-4, "question {i}: batched {a} vs alone {b}");
         }
     }
+}
+
+/// Every number in an answer (probabilities, score, confidence), in document order.
+fn numbers(answer: &Value) -> Vec<f64> {
+    let mut out = Vec::new();
+    fn walk(value: &Value, out: &mut Vec<f64>, top: bool) {
+        match value {
+            Value::Number(n) => out.push(n.as_f64().unwrap()),
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out, false)),
+            Value::Object(map) => {
+                for (key, v) in map {
+                    if !(top && key == "extra") && key != "value" {
+                        walk(v, out, false);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(answer, &mut out, true);
+    out
 }
