@@ -231,7 +231,7 @@ pub fn fit(samples: &[(Vec<f64>, u32)]) -> Result<Vec<f64>> {
         }
     }
     let u = theta[0];
-    if !(u > 0.0) || !u.is_finite() {
+    if u <= 0.0 || !u.is_finite() {
         return Err(Error::Failure(format!(
             "the fitted inverse temperature is {u:.4}: the scores do not rank the expected options above the others; the fit is rejected"
         )));
