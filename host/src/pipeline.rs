@@ -232,22 +232,7 @@ impl Engine {
     /// Checks the request against the limits and compiles every question. Invalid questions
     /// fail the whole request (nothing was computed yet); plugin failures refuse one question.
     fn compile(&self, request: &DecisionRequest) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
-        if request.questions.is_empty() {
-            return Err(ApiError::invalid(
-                crate::loc!["questions"],
-                "questions: at least one question is required",
-            ));
-        }
-        if request.questions.len() > self.limits.max_questions {
-            return Err(ApiError::invalid(
-                crate::loc!["questions"],
-                format!(
-                    "questions: {} questions exceed the limit of {} per request (setting --max-questions / DECIDE_MAX_QUESTIONS)",
-                    request.questions.len(),
-                    self.limits.max_questions
-                ),
-            ));
-        }
+        crate::frontends::json::question_count(request.questions.len(), self.limits.max_questions, &crate::loc!["questions"])?;
         if request.state.len() > self.limits.max_input_bytes {
             return Err(ApiError::TooLarge {
                 loc: vec![],

@@ -77,6 +77,20 @@ pub fn required<'a>(map: &'a Map<String, Value>, field: &str, loc: &Loc) -> Resu
     })
 }
 
+/// At least one question, at most `max` (`--max-questions`).
+pub fn question_count(count: usize, max: usize, loc: &Loc) -> Result<(), ApiError> {
+    if count == 0 {
+        return Err(invalid(loc, "at least one question is required"));
+    }
+    if count > max {
+        return Err(invalid(
+            loc,
+            format!("{count} questions exceed the limit of {max} per request (setting --max-questions / DECIDE_MAX_QUESTIONS)"),
+        ));
+    }
+    Ok(())
+}
+
 /// Compact JSON text with keys in the order they were sent: deterministic for a given body.
 pub fn compact(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()

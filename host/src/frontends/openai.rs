@@ -91,18 +91,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
 
     let questions_loc = loc!["questions"];
     let list = j::array(j::required(body, "questions", &root)?, &questions_loc)?;
-    if list.is_empty() {
-        return Err(j::invalid(&questions_loc, "at least one question is required"));
-    }
-    if list.len() > max_questions {
-        return Err(j::invalid(
-            &questions_loc,
-            format!(
-                "{} questions exceed the limit of {max_questions} per request (setting --max-questions / DECIDE_MAX_QUESTIONS)",
-                list.len()
-            ),
-        ));
-    }
+    j::question_count(list.len(), max_questions, &questions_loc)?;
     let mut questions = Vec::with_capacity(list.len());
     let mut names: Vec<Option<String>> = Vec::with_capacity(list.len());
     let mut types = Vec::with_capacity(list.len());

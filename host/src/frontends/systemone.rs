@@ -81,18 +81,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
     };
     let questions_loc = loc!["questions"];
     let map = j::object(j::required(body, "questions", &root)?, &questions_loc)?;
-    if map.is_empty() {
-        return Err(j::invalid(&questions_loc, "at least one question is required"));
-    }
-    if map.len() > max_questions {
-        return Err(j::invalid(
-            &questions_loc,
-            format!(
-                "{} questions exceed the limit of {max_questions} per request (setting --max-questions / DECIDE_MAX_QUESTIONS)",
-                map.len()
-            ),
-        ));
-    }
+    j::question_count(map.len(), max_questions, &questions_loc)?;
     let mut questions = Vec::with_capacity(map.len());
     let mut ids = Vec::with_capacity(map.len());
     let mut types = Vec::with_capacity(map.len());
