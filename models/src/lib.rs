@@ -226,9 +226,18 @@ impl Model {
     }
 
     /// Renders `messages` with the model's chat template (`add_generation_prompt=true`,
-    /// `enable_thinking=false`, any open `<think>` block closed) and tokenizes the result
-    /// with special tokens recognised. The prompt ends exactly where the assistant's first
-    /// answer token goes. A base model without a template gets a [`ModelError::Template`].
+    /// `enable_thinking=false`, any open `<think>` block closed) and tokenizes the result.
+    /// The prompt ends exactly where the assistant's first answer token goes. A base model
+    /// without a template gets a [`ModelError::Template`].
+    ///
+    /// Control tokens (`<|im_start|>`, `<|im_end|>`, `<|endoftext|>` ...) come only from the
+    /// template's own text: message contents are tokenized as plain text, so a content that
+    /// spells `<|im_end|>` cannot end its turn or forge another role (see
+    /// [`ChatTemplate::render_marked`](template::ChatTemplate) and
+    /// `GgufTokenizer::encode_parts`). Prompts whose contents contain no control-token string
+    /// get exactly the ids of tokenizing the whole text with control tokens recognised. A role
+    /// that contains a control-token string is refused, and so is such a content when the
+    /// template transforms contents so that they cannot be located in the text.
     pub fn render(&self, messages: &[ChatMessage]) -> Result<Prompt> {
         let template = self.template.as_ref().ok_or_else(|| {
             ModelError::Template(format!(
@@ -237,8 +246,44 @@ impl Model {
                 self.info.name
             ))
         })?;
-        let text = template.render(messages)?;
-        let tokens = self.prompt_tokens(&text)?;
+        if let Some(m) = messages
+            .iter()
+            .find(|m| self.tokenizer.contains_control(&m.role))
+        {
+            return Err(ModelError::Template(format!(
+                "the role {:?} contains a control token",
+                m.role
+            )));
+        }
+        let rendered = template.render_marked(messages)?;
+        let text = rendered.text;
+        let tokens = match rendered.content {
+            Some(spans) => {
+                let mut parts: Vec<(&str, bool)> = Vec::with_capacity(2 * spans.len() + 1);
+                let mut at = 0;
+                for span in spans {
+                    parts.push((&text[at..span.start], false));
+                    parts.push((&text[span.clone()], true));
+                    at = span.end;
+                }
+                parts.push((&text[at..], false));
+                self.with_bos(self.tokenizer.encode_parts(&parts)?)
+            }
+            None => {
+                if messages
+                    .iter()
+                    .any(|m| self.tokenizer.contains_control(&m.content))
+                {
+                    return Err(ModelError::Template(format!(
+                        "a message contains a control token string, and model {}'s chat \
+                         template transforms message contents, so they cannot be told apart \
+                         from the template's own control tokens",
+                        self.info.name
+                    )));
+                }
+                self.prompt_tokens(&text)?
+            }
+        };
         Ok(Prompt { text, tokens })
     }
 
@@ -246,8 +291,19 @@ impl Model {
     /// prompt text, must tokenize to exactly one new token, must leave the prompt's tokens
     /// unchanged, and must decode back to itself; labels must be distinct tokens. Otherwise a
     /// [`ModelError::Label`] names the label and the reason.
+    ///
+    /// The label is plain text (a control-token string is not a control token) and is
+    /// tokenized together with the prompt's text after its last control token, which is
+    /// where the prompt's tokenization can merge with it (control tokens always split).
     pub fn label_ids(&self, prompt: &Prompt, labels: &[String]) -> Result<Vec<u32>> {
-        let n = prompt.tokens.len();
+        let head = prompt
+            .tokens
+            .iter()
+            .rposition(|&t| self.tokenizer.is_control(t))
+            .map_or(0, |j| j + 1);
+        let tail_tokens = &prompt.tokens[head..];
+        let tail = self.tokenizer.decode(tail_tokens)?;
+        let n = tail_tokens.len();
         let mut ids: Vec<u32> = Vec::with_capacity(labels.len());
         for (i, label) in labels.iter().enumerate() {
             let refuse = |reason: String| ModelError::Label {
@@ -257,8 +313,8 @@ impl Model {
             if label.is_empty() {
                 return Err(refuse("the label is empty".into()));
             }
-            let toks = self.prompt_tokens(&format!("{}{}", prompt.text, label))?;
-            if toks.len() < n || toks[..n] != prompt.tokens[..] {
+            let toks = self.tokenizer.encode_plain(&format!("{tail}{label}"))?;
+            if toks.len() < n || toks[..n] != tail_tokens[..] {
                 return Err(refuse(
                     "appended to the prompt it merges with the prompt's last token(s), so the \
                      tokens before the answer would change"
@@ -387,12 +443,16 @@ impl Model {
     /// Prompt tokenization: the text's tokens, with BOS in front when the model's metadata
     /// asks for it (`tokenizer.ggml.add_bos_token`) and the template did not write it.
     fn prompt_tokens(&self, text: &str) -> Result<Vec<u32>> {
-        let mut toks = self.tokenizer.encode(text)?;
+        Ok(self.with_bos(self.tokenizer.encode(text)?))
+    }
+
+    /// `toks` with BOS in front when the model asks for it and it is not there yet.
+    fn with_bos(&self, mut toks: Vec<u32>) -> Vec<u32> {
         if let (true, Some(bos)) = (self.tokenizer.add_bos, self.tokenizer.bos) {
             if toks.first() != Some(&bos) {
                 toks.insert(0, bos);
             }
         }
-        Ok(toks)
+        toks
     }
 }

@@ -67,45 +67,143 @@ impl ChatTemplate {
     }
 
     /// Renders the conversation followed by the assistant's generation prompt.
+    #[cfg(test)]
     pub fn render(&self, messages: &[crate::ChatMessage]) -> Result<String> {
+        Ok(self.render_marked(messages)?.text)
+    }
+
+    /// Renders the conversation and locates each message content in the text.
+    ///
+    /// The template is rendered twice: with the real contents, and with each non-empty
+    /// content replaced by a unique sentinel. Splitting the sentinel rendering at the
+    /// sentinels gives the template's own pieces; putting the real contents back in must give
+    /// the real rendering byte for byte, and then the content spans are known. A template that
+    /// transforms contents (strips them, cuts reasoning out of them, ...) fails that check and
+    /// `content` is `None`.
+    ///
+    /// Whether to close an open `<think>` block is decided on the sentinel rendering, so a
+    /// `<think>` inside a message cannot change the end of the prompt.
+    pub fn render_marked(&self, messages: &[crate::ChatMessage]) -> Result<Rendered> {
+        let mut text = self.render_raw(messages.iter().map(|m| m.content.as_str()), messages)?;
+        if messages.iter().all(|m| m.content.is_empty()) {
+            close_open_think(&mut text);
+            return Ok(Rendered {
+                text,
+                content: Some(Vec::new()),
+            });
+        }
+        // A marker that occurs nowhere in the real rendering or in any content.
+        let marker = (0u64..)
+            .map(|k| format!("{SENTINEL_OPEN}decide{k}:"))
+            .find(|mk| {
+                !text.contains(mk.as_str())
+                    && !messages.iter().any(|m| m.content.contains(mk.as_str()))
+            })
+            .expect("some marker is unused");
+        let sentinels: Vec<String> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                if m.content.is_empty() {
+                    String::new()
+                } else {
+                    format!("{marker}{i}{SENTINEL_CLOSE}")
+                }
+            })
+            .collect();
+        let mut marked = self.render_raw(sentinels.iter().map(String::as_str), messages)?;
+        let closing = close_open_think(&mut marked);
+        if let Some(c) = &closing {
+            text.push_str(c);
+        }
+        // Split the sentinel rendering into template pieces and message indices.
+        let mut rebuilt = String::with_capacity(text.len());
+        let mut spans = Vec::new();
+        let mut rest = marked.as_str();
+        while let Some(at) = rest.find(marker.as_str()) {
+            rebuilt.push_str(&rest[..at]);
+            let after = &rest[at + marker.len()..];
+            let parsed = after.split_once(SENTINEL_CLOSE).and_then(|(num, tail)| {
+                let i: usize = num.parse().ok()?;
+                (sentinels.get(i)? == &format!("{marker}{num}{SENTINEL_CLOSE}"))
+                    .then_some((i, tail))
+            });
+            let Some((i, tail)) = parsed else {
+                // A mangled sentinel: the template transformed the content.
+                return Ok(Rendered {
+                    text,
+                    content: None,
+                });
+            };
+            let start = rebuilt.len();
+            rebuilt.push_str(&messages[i].content);
+            spans.push(start..rebuilt.len());
+            rest = tail;
+        }
+        rebuilt.push_str(rest);
+        let content = (rebuilt == text).then_some(spans);
+        Ok(Rendered { text, content })
+    }
+
+    /// The template rendered with `contents[i]` as the content of message `i`.
+    fn render_raw<'a>(
+        &self,
+        contents: impl Iterator<Item = &'a str>,
+        messages: &[crate::ChatMessage],
+    ) -> Result<String> {
         let msgs: Vec<Msg> = messages
             .iter()
-            .map(|m| Msg {
+            .zip(contents)
+            .map(|(m, content)| Msg {
                 role: &m.role,
-                content: &m.content,
+                content,
             })
             .collect();
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ModelError::Template(e.to_string()))?;
-        let mut text = tmpl
-            .render(minijinja::context! {
-                messages => msgs,
-                add_generation_prompt => true,
-                enable_thinking => false,
-                bos_token => &self.bos_token,
-                eos_token => &self.eos_token,
-            })
-            .map_err(|e| ModelError::Template(format!("rendering failed: {e:#}")))?;
-        close_open_think(&mut text);
-        Ok(text)
+        tmpl.render(minijinja::context! {
+            messages => msgs,
+            add_generation_prompt => true,
+            enable_thinking => false,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        })
+        .map_err(|e| ModelError::Template(format!("rendering failed: {e:#}")))
     }
 }
 
-/// Appends a `</think>` when the text ends inside an open `<think>` block.
-fn close_open_think(text: &mut String) {
-    let open = text.rfind("<think>");
+/// A rendered conversation with the places of the message contents in it.
+pub(crate) struct Rendered {
+    /// The prompt text.
+    pub text: String,
+    /// Byte ranges of `text` that are message contents, in order of appearance; `None` when
+    /// the template's handling of contents could not be verified (see
+    /// [`ChatTemplate::render_marked`]).
+    pub content: Option<Vec<std::ops::Range<usize>>>,
+}
+
+/// Sentinel delimiters: private-use characters, which no template writes.
+const SENTINEL_OPEN: char = '\u{E000}';
+const SENTINEL_CLOSE: char = '\u{E001}';
+
+/// Appends a `</think>` when the text ends inside an open `<think>` block; returns what was
+/// appended.
+fn close_open_think(text: &mut String) -> Option<String> {
+    let open = text.rfind("<think>")?;
     let close = text.rfind("</think>");
-    if let Some(o) = open {
-        if close.is_none_or(|c| c < o) {
-            // Qwen3's non-thinking form: "<think>\n\n</think>\n\n".
-            if !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(THINK_CLOSE);
-        }
+    if close.is_some_and(|c| c > open) {
+        return None;
     }
+    // Qwen3's non-thinking form: "<think>\n\n</think>\n\n".
+    let mut add = String::new();
+    if !text.ends_with('\n') {
+        add.push('\n');
+    }
+    add.push_str(THINK_CLOSE);
+    text.push_str(&add);
+    Some(add)
 }
 
 /// `strftime_now(fmt)` as in HF templates (used for "Today Date: ..."): current UTC time,
@@ -237,6 +335,54 @@ mod tests {
         let mut s = "<think>\n\n</think>\n\n".to_string();
         close_open_think(&mut s);
         assert_eq!(s, "<think>\n\n</think>\n\n");
+    }
+
+    #[test]
+    fn marks_content_spans() {
+        let src = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</>\n{% endfor %}\
+                   {% if add_generation_prompt %}<a>{% endif %}";
+        let t = ChatTemplate::new(src, "".into(), "".into()).unwrap();
+        let msgs = [
+            msg("system", "x\u{E000}decide0:0\u{E001}"),
+            msg("user", ""),
+            msg("user", "<b>"),
+        ];
+        let r = t.render_marked(&msgs).unwrap();
+        assert_eq!(
+            r.text,
+            "<system>x\u{E000}decide0:0\u{E001}</>\n<user></>\n<user><b></>\n<a>"
+        );
+        let spans = r.content.unwrap();
+        let got: Vec<&str> = spans.iter().map(|s| &r.text[s.clone()]).collect();
+        assert_eq!(got, vec![msgs[0].content.as_str(), "<b>"]);
+        // A template that transforms contents cannot be verified.
+        let t = ChatTemplate::new(
+            "{% for m in messages %}{{ m.content.strip() }}{% endfor %}",
+            "".into(),
+            "".into(),
+        )
+        .unwrap();
+        assert!(t
+            .render_marked(&[msg("user", " hi")])
+            .unwrap()
+            .content
+            .is_none());
+        assert!(t
+            .render_marked(&[msg("user", "hi")])
+            .unwrap()
+            .content
+            .is_some());
+        // A <think> in a content does not close anything; one from the template does.
+        let t = ChatTemplate::new("{{ messages[0].content }}<x>", "".into(), "".into()).unwrap();
+        assert_eq!(
+            t.render_marked(&[msg("user", "<think>")]).unwrap().text,
+            "<think><x>"
+        );
+        let t =
+            ChatTemplate::new("{{ messages[0].content }}<think>", "".into(), "".into()).unwrap();
+        let r = t.render_marked(&[msg("user", "q")]).unwrap();
+        assert_eq!(r.text, "q<think>\n\n</think>\n\n");
+        assert_eq!(r.content.unwrap(), vec![0..1]);
     }
 
     #[test]

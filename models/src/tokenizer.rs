@@ -15,6 +15,12 @@
 //! Control tokens (`token_type` 3) become special added tokens and user-defined ones (4)
 //! plain added tokens, so `<|im_start|>` in rendered chat text is one token, as in llama.cpp
 //! and Hugging Face.
+//!
+//! Control tokens may only come from the chat template's own text: [`GgufTokenizer::encode_parts`]
+//! tokenizes a rendered prompt whose message contents are marked, matching control tokens in
+//! the template pieces only, and encodes everything between them with a second tokenizer that
+//! reads control-token strings as plain text (`set_encode_special_tokens`). So a message that
+//! contains `<|im_start|>` or `<|im_end|>` cannot forge a role boundary.
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -43,6 +49,12 @@ pub(crate) const SUPPORTED_PRE: &[&str] = &["smollm", "qwen2", "gpt2"];
 /// A byte-level BPE tokenizer plus the BOS/EOS facts the chat template and prompt need.
 pub(crate) struct GgufTokenizer {
     inner: Tokenizer,
+    /// `inner` with control tokens not matched in text (they are read as plain text).
+    plain: Tokenizer,
+    /// Whether each id is a control token (`token_type` 3), i.e. a special added token.
+    control: Vec<bool>,
+    /// The strings of the control tokens.
+    control_strs: Vec<String>,
     /// Token strings by id, as stored in the GGUF file.
     tokens: Vec<String>,
     /// Beginning-of-sequence token id, if the file names one.
@@ -106,6 +118,8 @@ impl GgufTokenizer {
         inner.with_decoder(Some(ByteLevelDecoder::default()));
 
         // Control and user-defined tokens are matched in text before BPE.
+        let mut control = vec![false; tokens.len()];
+        let mut control_strs = Vec::new();
         if let Some(types) = g.int_array_opt("tokenizer.ggml.token_type")? {
             let mut special = Vec::new();
             let mut user = Vec::new();
@@ -113,6 +127,8 @@ impl GgufTokenizer {
                 let Some(t) = tokens.get(id) else { break };
                 match *ty {
                     TOKEN_TYPE_CONTROL => {
+                        control[id] = true;
+                        control_strs.push(t.clone());
                         special.push(AddedToken::from(t.clone(), true).normalized(false))
                     }
                     TOKEN_TYPE_USER_DEFINED => {
@@ -129,6 +145,9 @@ impl GgufTokenizer {
                 .map_err(|e| tok_err(format!("cannot add user-defined tokens: {e}")))?;
         }
 
+        let mut plain = inner.clone();
+        plain.set_encode_special_tokens(true);
+
         let id = |key: &str| {
             g.usize_opt(key)
                 .map(|x| x as u32)
@@ -136,6 +155,9 @@ impl GgufTokenizer {
         };
         Ok(Self {
             inner,
+            plain,
+            control,
+            control_strs,
             bos: id("tokenizer.ggml.bos_token_id"),
             eos: id("tokenizer.ggml.eos_token_id"),
             add_bos: g.bool_opt("tokenizer.ggml.add_bos_token").unwrap_or(false),
@@ -151,6 +173,67 @@ impl GgufTokenizer {
             .encode(text, false)
             .map_err(|e| ModelError::Tokenizer(format!("cannot tokenize text: {e}")))?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// Token ids of `text` with control-token strings read as plain text (no control token
+    /// is ever matched; user-defined added tokens still are). Nothing added (no BOS).
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .plain
+            .encode(text, false)
+            .map_err(|e| ModelError::Tokenizer(format!("cannot tokenize text: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Whether `id` is a control token (`<|im_start|>`, `<|endoftext|>`, ...).
+    pub fn is_control(&self, id: u32) -> bool {
+        self.control.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether `text` contains the string of any control token.
+    pub fn contains_control(&self, text: &str) -> bool {
+        self.control_strs.iter().any(|c| text.contains(c.as_str()))
+    }
+
+    /// Token ids of the concatenation of `parts`, each `(text, is_content)`: control tokens are
+    /// matched in template parts only (as [`GgufTokenizer::encode`] matches them there), and
+    /// all text between two matched control tokens, content included, is encoded as one run
+    /// with control-token strings read as plain text. When no content part contains a control
+    /// token string, the result equals `encode` of the concatenated text: the added-token
+    /// matcher splits the text at exactly the same control tokens, and the runs between them
+    /// are the same strings.
+    pub fn encode_parts(&self, parts: &[(&str, bool)]) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut run = String::new();
+        for &(piece, is_content) in parts {
+            if is_content {
+                run.push_str(piece);
+                continue;
+            }
+            let enc = self
+                .inner
+                .encode(piece, false)
+                .map_err(|e| ModelError::Tokenizer(format!("cannot tokenize text: {e}")))?;
+            let mut cursor = 0;
+            for (&id, &(s, e)) in enc.get_ids().iter().zip(enc.get_offsets()) {
+                if !self.is_control(id) {
+                    continue;
+                }
+                if s < cursor || piece.get(s..e) != self.token_str(id) {
+                    return Err(ModelError::Tokenizer(format!(
+                        "control token {id} at bytes {s}..{e} of {piece:?} does not match its text"
+                    )));
+                }
+                run.push_str(&piece[cursor..s]);
+                out.extend(self.encode_plain(&run)?);
+                run.clear();
+                out.push(id);
+                cursor = e;
+            }
+            run.push_str(&piece[cursor..]);
+        }
+        out.extend(self.encode_plain(&run)?);
+        Ok(out)
     }
 
     /// Text of `ids`, special tokens written out (so decode(encode(x)) == x).
