@@ -1,7 +1,7 @@
 """A real `decide` server for the SDK tests: the release binary, SmolLM2, a free loopback port.
 
-The binary is `target/release/decide` (built by `cargo test --release` or `cargo build
---release`); the model is `$DECIDE_TEST_MODEL` or `.models/smol.gguf`.
+The binary is `$DECIDE_BIN`, else `release/decide` in `$CARGO_TARGET_DIR` or `target/` (built by
+`cargo test --release` or `cargo build --release`); the model is `$DECIDE_TEST_MODEL` or `.models/smol.gguf`.
 """
 import json
 import os
@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class Server:
     def __init__(self, *extra: str) -> None:
-        binary = os.environ.get("DECIDE_BIN", str(ROOT / "target" / "release" / "decide"))
+        target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+        binary = os.environ.get("DECIDE_BIN", str(target / "release" / "decide"))
         model = os.environ.get("DECIDE_TEST_MODEL", str(ROOT / ".models" / "smol.gguf"))
         assert Path(binary).exists(), f"{binary} is missing: run `cargo build --release`"
         assert Path(model).exists(), f"{model} is missing: run `scripts/fetch-model.sh smol`"
