@@ -126,3 +126,60 @@ mod tests {
         assert!(matches!(check_probabilities(&[f64::NAN, 0.5], 2), Err(Error::Failure(_))));
     }
 }
+
+/// Defines a crate's whole question-type plugin component from one module of [`questions`]
+/// (its `EXAMPLE`, `compile` and `answer`): the wit-bindgen glue is the same for every
+/// question type, so each guest crate is one invocation of this macro.
+///
+/// The invoking crate depends on `wit-bindgen` and sits at `guests/NAME/` (the WIT path is
+/// relative to it).
+#[macro_export]
+macro_rules! question_type_plugin {
+    (module: $module:ident, name: $name:literal, description: $description:literal $(,)?) => {
+        wit_bindgen::generate!({ path: "../../wit", world: "question-type-plugin" });
+
+        use decide::plugin::types::{CompiledQuestion, OptionDef, PluginError, PluginInfo};
+        use exports::decide::plugin::question_type::Guest;
+        use $crate::{questions::$module as q, Compiled, Error};
+
+        struct Plugin;
+
+        fn to_wit(c: Compiled) -> CompiledQuestion {
+            CompiledQuestion {
+                instructions: c.instructions,
+                options: c
+                    .options
+                    .into_iter()
+                    .map(|o| OptionDef { key: o.key, text: o.text, description: o.description })
+                    .collect(),
+            }
+        }
+
+        fn err(e: Error) -> PluginError {
+            match e {
+                Error::Invalid(m) => PluginError::InvalidQuestion(m),
+                Error::Failure(m) => PluginError::Failure(m),
+            }
+        }
+
+        impl Guest for Plugin {
+            fn info() -> PluginInfo {
+                PluginInfo { name: $name.into(), version: env!("CARGO_PKG_VERSION").into(), description: $description.into() }
+            }
+
+            fn example() -> String {
+                q::EXAMPLE.into()
+            }
+
+            fn compile(question: String) -> Result<CompiledQuestion, PluginError> {
+                q::compile(&question).map(to_wit).map_err(err)
+            }
+
+            fn answer(question: String, probabilities: Vec<f64>) -> Result<String, PluginError> {
+                q::answer(&question, &probabilities).map_err(err)
+            }
+        }
+
+        export!(Plugin);
+    };
+}

@@ -1,51 +1,7 @@
 //! `openai-predicate`: OpenAI-style yes/no predicate; answers the probability of yes.
 
-wit_bindgen::generate!({ path: "../../wit", world: "question-type-plugin" });
-
-use decide::plugin::types::{CompiledQuestion, OptionDef, PluginError, PluginInfo};
-use decide_guest_common::{questions::predicate as q, Compiled, Error};
-use exports::decide::plugin::question_type::Guest;
-
-struct Plugin;
-
-fn to_wit(c: Compiled) -> CompiledQuestion {
-    CompiledQuestion {
-        instructions: c.instructions,
-        options: c
-            .options
-            .into_iter()
-            .map(|o| OptionDef { key: o.key, text: o.text, description: o.description })
-            .collect(),
-    }
+decide_guest_common::question_type_plugin! {
+    module: predicate,
+    name: "openai-predicate",
+    description: "OpenAI-style yes/no predicate; answers the probability of yes.",
 }
-
-fn err(e: Error) -> PluginError {
-    match e {
-        Error::Invalid(m) => PluginError::InvalidQuestion(m),
-        Error::Failure(m) => PluginError::Failure(m),
-    }
-}
-
-impl Guest for Plugin {
-    fn info() -> PluginInfo {
-        PluginInfo {
-            name: "openai-predicate".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            description: "OpenAI-style yes/no predicate; answers the probability of yes.".into(),
-        }
-    }
-
-    fn example() -> String {
-        q::EXAMPLE.into()
-    }
-
-    fn compile(question: String) -> Result<CompiledQuestion, PluginError> {
-        q::compile(&question).map(to_wit).map_err(err)
-    }
-
-    fn answer(question: String, probabilities: Vec<f64>) -> Result<String, PluginError> {
-        q::answer(&question, &probabilities).map_err(err)
-    }
-}
-
-export!(Plugin);
