@@ -35,14 +35,23 @@ const BUILTINS: &[(&str, &str)] = &[
 ];
 
 /// Test-only guests (not embedded): copied to `DECIDE_TEST_GUESTS_DIR`.
-const TEST_GUESTS: &[&str] =
-    &["predicate-inverted", "trap-question", "spin-question", "hog-question", "broken-example"];
+const TEST_GUESTS: &[&str] = &[
+    "predicate-inverted",
+    "trap-question",
+    "spin-question",
+    "hog-question",
+    "broken-example",
+];
 
 const WASM_TARGET: &str = "wasm32-wasip2";
 
 fn main() {
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
-    let root = manifest_dir.parent().expect("host/ has a parent").to_path_buf();
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let root = manifest_dir
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf();
     let guests = root.join("guests");
     let wit = root.join("wit");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
@@ -56,11 +65,15 @@ fn main() {
     let built = target_dir.join(WASM_TARGET).join("release");
     let guests_out = out_dir.join("guests");
     fs::create_dir_all(&guests_out).expect("create $OUT_DIR/guests");
-    let all = BUILTINS.iter().map(|(name, _)| *name).chain(TEST_GUESTS.iter().copied());
+    let all = BUILTINS
+        .iter()
+        .map(|(name, _)| *name)
+        .chain(TEST_GUESTS.iter().copied());
     for name in all {
         let from = built.join(format!("{}.wasm", name.replace('-', "_")));
         let to = guests_out.join(format!("{name}.wasm"));
-        fs::copy(&from, &to).unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
+        fs::copy(&from, &to)
+            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
     }
 
     let mut generated = String::from(
@@ -69,13 +82,20 @@ fn main() {
     );
     for (name, kind) in BUILTINS {
         let path = guests_out.join(format!("{name}.wasm"));
-        writeln!(generated, "    ({name:?}, PluginKind::{kind}, include_bytes!({:?})),", path.display().to_string())
-            .unwrap();
+        writeln!(
+            generated,
+            "    ({name:?}, PluginKind::{kind}, include_bytes!({:?})),",
+            path.display().to_string()
+        )
+        .unwrap();
     }
     generated.push_str("];\n");
     fs::write(out_dir.join("builtin_plugins.rs"), generated).expect("write builtin_plugins.rs");
 
-    println!("cargo:rustc-env=DECIDE_TEST_GUESTS_DIR={}", guests_out.display());
+    println!(
+        "cargo:rustc-env=DECIDE_TEST_GUESTS_DIR={}",
+        guests_out.display()
+    );
 }
 
 /// Rebuild when the guest sources or the WIT contract change. Each top-level entry of
@@ -103,7 +123,12 @@ fn check_wasm_target() {
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
     if let Some(sysroot) = sysroot {
-        if !sysroot.join("lib").join("rustlib").join(WASM_TARGET).is_dir() {
+        if !sysroot
+            .join("lib")
+            .join("rustlib")
+            .join(WASM_TARGET)
+            .is_dir()
+        {
             panic!(
                 "the {WASM_TARGET} standard library is missing from {}: install the wasm target: rustup target add {WASM_TARGET}",
                 sysroot.display()
@@ -140,7 +165,13 @@ fn leaks(key: &str) -> bool {
         "DEBUG",
         "PROFILE",
     ];
-    const PREFIXES: &[&str] = &["CARGO_CFG_", "CARGO_FEATURE_", "CARGO_PKG_", "CARGO_PROFILE_", "DEP_"];
+    const PREFIXES: &[&str] = &[
+        "CARGO_CFG_",
+        "CARGO_FEATURE_",
+        "CARGO_PKG_",
+        "CARGO_PROFILE_",
+        "DEP_",
+    ];
     EXACT.contains(&key)
         || PREFIXES.iter().any(|p| key.starts_with(p))
         || (key.starts_with("CARGO_TARGET_") && key.ends_with("_RUSTFLAGS"))
@@ -164,10 +195,14 @@ fn build_guests(guests: &Path, target_dir: &Path) {
             }
         }
     }
-    let output = command.output().unwrap_or_else(|e| panic!("run cargo to build the guests: {e}"));
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("run cargo to build the guests: {e}"));
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        if stderr.contains("can't find crate for `core`") || stderr.contains("target may not be installed") {
+        if stderr.contains("can't find crate for `core`")
+            || stderr.contains("target may not be installed")
+        {
             panic!("building the guest plugins failed: install the wasm target: rustup target add {WASM_TARGET}\n{stderr}");
         }
         panic!("building the guest plugins (guests/, target {WASM_TARGET}) failed:\n{stderr}");

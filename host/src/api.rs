@@ -41,7 +41,11 @@ pub type SharedState = Arc<AppState>;
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> SharedState {
-        Arc::new(AppState { config, metrics, phase: RwLock::new(Phase::Loading("starting".into())) })
+        Arc::new(AppState {
+            config,
+            metrics,
+            phase: RwLock::new(Phase::Loading("starting".into())),
+        })
     }
 
     /// Records loading progress shown by `/health`.
@@ -67,9 +71,10 @@ impl AppState {
                 reason: format!("the server is loading ({step}); retry shortly"),
                 retry_after_s: Some(LOADING_RETRY_AFTER_S),
             }),
-            Phase::Failed(reason) => {
-                Err(ApiError::NotReady { reason: format!("the server cannot answer decisions: {reason}"), retry_after_s: None })
-            }
+            Phase::Failed(reason) => Err(ApiError::NotReady {
+                reason: format!("the server cannot answer decisions: {reason}"),
+                retry_after_s: None,
+            }),
         }
     }
 
@@ -118,10 +123,19 @@ async fn health(State(state): State<SharedState>) -> Response {
     let (status, body) = match &*state.phase.read().unwrap_or_else(|p| p.into_inner()) {
         Phase::Ready(engine, served) => {
             let info = engine.model().info();
-            (StatusCode::OK, json!({"status": "ok", "model": served, "arch": info.arch, "device": state.config.device}))
+            (
+                StatusCode::OK,
+                json!({"status": "ok", "model": served, "arch": info.arch, "device": state.config.device}),
+            )
         }
-        Phase::Loading(step) => (StatusCode::SERVICE_UNAVAILABLE, json!({"status": "loading", "step": step})),
-        Phase::Failed(reason) => (StatusCode::SERVICE_UNAVAILABLE, json!({"status": "failed", "reason": reason})),
+        Phase::Loading(step) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "loading", "step": step}),
+        ),
+        Phase::Failed(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "failed", "reason": reason}),
+        ),
     };
     (status, Json(body)).into_response()
 }
@@ -152,7 +166,11 @@ async fn plugins(State(state): State<SharedState>) -> Response {
 }
 
 async fn metrics(State(state): State<SharedState>) -> Response {
-    ([("content-type", "text/plain; version=0.0.4")], state.metrics.render()).into_response()
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
 }
 
 async fn not_found() -> Response {

@@ -142,14 +142,18 @@ pub struct Config {
 impl Config {
     /// The cache directory for precompiled plugins, resolved against the environment.
     pub fn resolved_cache_dir(&self) -> PathBuf {
-        self.cache_dir.clone().unwrap_or_else(crate::plugins::default_cache_dir)
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(crate::plugins::default_cache_dir)
     }
 
     /// The calibration directory: the flag, else `calibration/` next to the default plugin cache.
     pub fn resolved_calibration_dir(&self) -> PathBuf {
         self.calibration_dir.clone().unwrap_or_else(|| {
             let wasm = crate::plugins::default_cache_dir();
-            wasm.parent().map(|decide| decide.join("calibration")).unwrap_or_else(|| wasm.join("calibration"))
+            wasm.parent()
+                .map(|decide| decide.join("calibration"))
+                .unwrap_or_else(|| wasm.join("calibration"))
         })
     }
 }

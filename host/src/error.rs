@@ -71,7 +71,11 @@ pub fn dotted(loc: &[LocPart]) -> String {
 pub enum ApiError {
     /// The request is malformed or breaks a rule; `loc` points at the field.
     #[error("{message}")]
-    Invalid { loc: Loc, message: String, kind: &'static str },
+    Invalid {
+        loc: Loc,
+        message: String,
+        kind: &'static str,
+    },
     /// The request is too large for a configured limit.
     #[error("{message}")]
     TooLarge { loc: Loc, message: String },
@@ -80,10 +84,18 @@ pub enum ApiError {
     UnsupportedMedia { message: String },
     /// The server is loading or could not load its model/plugins.
     #[error("{reason}")]
-    NotReady { reason: String, retry_after_s: Option<u64> },
+    NotReady {
+        reason: String,
+        retry_after_s: Option<u64>,
+    },
     /// Every question of the request failed; this is the first failure.
     #[error("{message}")]
-    QuestionFailed { status: StatusCode, loc: Loc, message: String, code: &'static str },
+    QuestionFailed {
+        status: StatusCode,
+        loc: Loc,
+        message: String,
+        code: &'static str,
+    },
     /// `--api-key` is set and the request did not present it.
     #[error("{message}")]
     Unauthorized { message: String },
@@ -98,7 +110,11 @@ pub enum ApiError {
 impl ApiError {
     /// An invalid field, with the conventional error kind.
     pub fn invalid(loc: Loc, message: impl Into<String>) -> Self {
-        ApiError::Invalid { loc, message: message.into(), kind: "value_error" }
+        ApiError::Invalid {
+            loc,
+            message: message.into(),
+            kind: "value_error",
+        }
     }
 
     /// The HTTP status of this error. Validation is 400 for OpenAI and 422 for Jev, as each
@@ -155,7 +171,11 @@ impl ApiError {
                     s if s.is_server_error() => "server_error",
                     _ => "invalid_request_error",
                 };
-                let param = if loc.is_empty() { Value::Null } else { Value::String(dotted(&loc)) };
+                let param = if loc.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(dotted(&loc))
+                };
                 json!({"error": {"message": message, "type": kind, "param": param, "code": self.code()}})
             }
             Wire::SystemOne => {
@@ -190,7 +210,10 @@ mod tests {
 
     #[test]
     fn dotted_paths_mix_fields_and_indices() {
-        assert_eq!(dotted(&loc!["questions", 2, "choices", 0, "value"]), "questions[2].choices[0].value");
+        assert_eq!(
+            dotted(&loc!["questions", 2, "choices", 0, "value"]),
+            "questions[2].choices[0].value"
+        );
         assert_eq!(dotted(&loc![]), "");
     }
 
@@ -198,6 +221,9 @@ mod tests {
     fn validation_status_depends_on_the_wire_format() {
         let error = ApiError::invalid(loc!["input"], "input: must not be empty");
         assert_eq!(error.status(Wire::OpenAi), StatusCode::BAD_REQUEST);
-        assert_eq!(error.status(Wire::SystemOne), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            error.status(Wire::SystemOne),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
     }
 }

@@ -6,14 +6,17 @@ use decide::config::{Cli, Command};
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DECIDE_LOG").unwrap_or_else(|_| "info,wasmtime=warn,cranelift=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("DECIDE_LOG")
+                .unwrap_or_else(|_| "info,wasmtime=warn,cranelift=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(config) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             runtime.block_on(decide::server::serve(*config))
         }
         Command::Calibrate(args) => decide::server::calibrate(*args),

@@ -28,9 +28,12 @@ impl Metrics {
                 Outcome::Refusal(_) => self.refusals.fetch_add(1, Ordering::Relaxed),
             };
         }
-        self.input_tokens.fetch_add(decided.input_tokens as u64, Ordering::Relaxed);
-        self.forward_passes.fetch_add(decided.forward_passes as u64, Ordering::Relaxed);
-        self.decide_micros.fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+        self.input_tokens
+            .fetch_add(decided.input_tokens as u64, Ordering::Relaxed);
+        self.forward_passes
+            .fetch_add(decided.forward_passes as u64, Ordering::Relaxed);
+        self.decide_micros
+            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Records a request refused before the pipeline (validation, not ready).
@@ -41,16 +44,40 @@ impl Metrics {
     /// The Prometheus text exposition of all counters.
     pub fn render(&self) -> String {
         let counters = [
-            ("decide_requests_total", "Decision requests answered by the pipeline.", &self.requests),
-            ("decide_rejected_requests_total", "Decision requests refused before the pipeline.", &self.rejected_requests),
+            (
+                "decide_requests_total",
+                "Decision requests answered by the pipeline.",
+                &self.requests,
+            ),
+            (
+                "decide_rejected_requests_total",
+                "Decision requests refused before the pipeline.",
+                &self.rejected_requests,
+            ),
             ("decide_answers_total", "Questions answered.", &self.answers),
-            ("decide_refusals_total", "Questions refused.", &self.refusals),
-            ("decide_input_tokens_total", "Prompt tokens read by the model.", &self.input_tokens),
-            ("decide_forward_passes_total", "Forward passes run.", &self.forward_passes),
+            (
+                "decide_refusals_total",
+                "Questions refused.",
+                &self.refusals,
+            ),
+            (
+                "decide_input_tokens_total",
+                "Prompt tokens read by the model.",
+                &self.input_tokens,
+            ),
+            (
+                "decide_forward_passes_total",
+                "Forward passes run.",
+                &self.forward_passes,
+            ),
         ];
         let mut text = String::new();
         for (name, help, value) in counters {
-            let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", value.load(Ordering::Relaxed));
+            let _ = writeln!(
+                text,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
         }
         let seconds = self.decide_micros.load(Ordering::Relaxed) as f64 / 1e6;
         let _ = writeln!(

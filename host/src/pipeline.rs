@@ -231,8 +231,15 @@ impl Engine {
 
     /// Checks the request against the limits and compiles every question. Invalid questions
     /// fail the whole request (nothing was computed yet); plugin failures refuse one question.
-    fn compile(&self, request: &DecisionRequest) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
-        crate::frontends::json::question_count(request.questions.len(), self.limits.max_questions, &crate::loc!["questions"])?;
+    fn compile(
+        &self,
+        request: &DecisionRequest,
+    ) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
+        crate::frontends::json::question_count(
+            request.questions.len(),
+            self.limits.max_questions,
+            &crate::loc!["questions"],
+        )?;
         if request.state.len() > self.limits.max_input_bytes {
             return Err(ApiError::TooLarge {
                 loc: vec![],
@@ -250,7 +257,11 @@ impl Engine {
         Ok(planned)
     }
 
-    fn compile_one(&self, index: usize, question: &Question) -> Result<Result<Planned, Refusal>, ApiError> {
+    fn compile_one(
+        &self,
+        index: usize,
+        question: &Question,
+    ) -> Result<Result<Planned, Refusal>, ApiError> {
         let Some(plugin) = self.plugins.question_type(&question.plugin) else {
             return Err(ApiError::invalid(
                 with_field(&question.loc, "type"),
@@ -263,8 +274,12 @@ impl Engine {
         };
         let compiled = match plugin.compile(&question.json) {
             Ok(compiled) => compiled,
-            Err(PluginCallError::InvalidQuestion(message)) => return Err(invalid_from_plugin(&question.loc, &message)),
-            Err(PluginCallError::Failed { message, .. }) => return Ok(Err(plugin_refusal(&question.loc, &message))),
+            Err(PluginCallError::InvalidQuestion(message)) => {
+                return Err(invalid_from_plugin(&question.loc, &message))
+            }
+            Err(PluginCallError::Failed { message, .. }) => {
+                return Ok(Err(plugin_refusal(&question.loc, &message)))
+            }
         };
         let count = compiled.options.len();
         if count > self.limits.max_options {
@@ -280,11 +295,19 @@ impl Engine {
         if count < 2 {
             return Err(ApiError::invalid(
                 question.loc.clone(),
-                format!("{}: a question needs at least 2 options, got {count}", dotted(&question.loc)),
+                format!(
+                    "{}: a question needs at least 2 options, got {count}",
+                    dotted(&question.loc)
+                ),
             ));
         }
         Ok(match readout::direct_labels(count) {
-            Ok(labels) => Ok(Planned { index, plugin, compiled, labels }),
+            Ok(labels) => Ok(Planned {
+                index,
+                plugin,
+                compiled,
+                labels,
+            }),
             Err(message) => Err(Refusal {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
                 code: "readout_capacity",
@@ -298,16 +321,32 @@ impl Engine {
     /// operator's, the calibrated parameters, T = 1.0. A temperature is mapped through the
     /// policy's `default-params(t)`. Fitted parameters are used only with the plugin version
     /// they were fitted with; after a hot swap of the policy, answers fall back to the default.
-    fn applied(&self, requested: Option<f64>, calibration: &crate::plugins::Calibration) -> Applied {
+    fn applied(
+        &self,
+        requested: Option<f64>,
+        calibration: &crate::plugins::Calibration,
+    ) -> Applied {
         let policy = calibration.name().to_string();
-        let from_temperature = |t: f64, source| Applied { policy: policy.clone(), params: calibration.default_params(t), temperature: t, source };
+        let from_temperature = |t: f64, source| Applied {
+            policy: policy.clone(),
+            params: calibration.default_params(t),
+            temperature: t,
+            source,
+        };
         match (requested, self.operator_temperature) {
             (Some(t), _) => from_temperature(t, TemperatureSource::Request),
             (None, Some(t)) => from_temperature(t, TemperatureSource::Operator),
             (None, None) => {
                 let c = &self.calibrated;
-                if c.source == TemperatureSource::Calibrated && c.plugin_sha256 == calibration.sha256() {
-                    Applied { policy, params: Ok(c.params.clone()), temperature: c.temperature, source: c.source }
+                if c.source == TemperatureSource::Calibrated
+                    && c.plugin_sha256 == calibration.sha256()
+                {
+                    Applied {
+                        policy,
+                        params: Ok(c.params.clone()),
+                        temperature: c.temperature,
+                        source: c.source,
+                    }
                 } else {
                     from_temperature(1.0, TemperatureSource::Default)
                 }
@@ -319,26 +358,48 @@ impl Engine {
     pub fn decide(&self, request: &DecisionRequest) -> Result<Decided, ApiError> {
         let started = Instant::now();
         let compiled = self.compile(request)?;
-        let renderer = self.plugins.renderer(&self.renderer).ok_or_else(|| ApiError::NotReady {
-            reason: format!("renderer plugin `{}` is not loaded (setting --renderer)", self.renderer),
-            retry_after_s: None,
-        })?;
-        let calibration = self.plugins.calibration(&self.calibration).ok_or_else(|| ApiError::NotReady {
-            reason: format!("calibration plugin `{}` is not loaded (setting --calibration)", self.calibration),
-            retry_after_s: None,
-        })?;
+        let renderer = self
+            .plugins
+            .renderer(&self.renderer)
+            .ok_or_else(|| ApiError::NotReady {
+                reason: format!(
+                    "renderer plugin `{}` is not loaded (setting --renderer)",
+                    self.renderer
+                ),
+                retry_after_s: None,
+            })?;
+        let calibration =
+            self.plugins
+                .calibration(&self.calibration)
+                .ok_or_else(|| ApiError::NotReady {
+                    reason: format!(
+                        "calibration plugin `{}` is not loaded (setting --calibration)",
+                        self.calibration
+                    ),
+                    retry_after_s: None,
+                })?;
         let applied = self.applied(request.temperature, &calibration);
 
-        let mut decided = Decided { outcomes: Vec::new(), input_tokens: 0, cached_tokens: 0, forward_passes: 0 };
+        let mut decided = Decided {
+            outcomes: Vec::new(),
+            input_tokens: 0,
+            cached_tokens: 0,
+            forward_passes: 0,
+        };
         // Compile and render every question first, so all reads go into one batched forward.
-        let mut slots: Vec<Result<(Planned, Prepared), Refusal>> = Vec::with_capacity(compiled.len());
+        let mut slots: Vec<Result<(Planned, Prepared), Refusal>> =
+            Vec::with_capacity(compiled.len());
         for planned in compiled {
             slots.push(planned.and_then(|planned| {
                 let question = &request.questions[planned.index];
-                self.prepare_one(&request.state, question, &planned, &renderer).map(|prepared| (planned, prepared))
+                self.prepare_one(&request.state, question, &planned, &renderer)
+                    .map(|prepared| (planned, prepared))
             }));
         }
-        let ready: Vec<&Prepared> = slots.iter().filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p)).collect();
+        let ready: Vec<&Prepared> = slots
+            .iter()
+            .filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p))
+            .collect();
         let mut reads = self.read_batch(&ready, &mut decided).into_iter();
         for slot in slots {
             let outcome = match slot {
@@ -369,7 +430,10 @@ impl Engine {
     /// what startup calibration measures. A question that cannot be read gives the reason.
     pub fn read_raw(&self, state: &str, questions: &[Question]) -> Vec<Result<RawRead, String>> {
         let Some(renderer) = self.plugins.renderer(&self.renderer) else {
-            let reason = format!("renderer plugin `{}` is not loaded (setting --renderer)", self.renderer);
+            let reason = format!(
+                "renderer plugin `{}` is not loaded (setting --renderer)",
+                self.renderer
+            );
             return questions.iter().map(|_| Err(reason.clone())).collect();
         };
         // Compile and render every question, then read them all in one batched pass over their
@@ -383,12 +447,22 @@ impl Engine {
                     Ok(Err(refusal)) => return Err(refusal.message),
                     Err(error) => return Err(error.to_string()),
                 };
-                let prepared = self.prepare_one(state, question, &planned, &renderer).map_err(|r| r.message)?;
+                let prepared = self
+                    .prepare_one(state, question, &planned, &renderer)
+                    .map_err(|r| r.message)?;
                 Ok((planned.compiled, prepared))
             })
             .collect();
-        let mut decided = Decided { outcomes: Vec::new(), input_tokens: 0, cached_tokens: 0, forward_passes: 0 };
-        let ready: Vec<&Prepared> = slots.iter().filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p)).collect();
+        let mut decided = Decided {
+            outcomes: Vec::new(),
+            input_tokens: 0,
+            cached_tokens: 0,
+            forward_passes: 0,
+        };
+        let ready: Vec<&Prepared> = slots
+            .iter()
+            .filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p))
+            .collect();
         let mut reads = self.read_batch(&ready, &mut decided).into_iter();
         slots
             .drain(..)
@@ -396,8 +470,12 @@ impl Engine {
             .map(|(slot, question)| {
                 let (compiled, _) = slot?;
                 let read = reads.next().expect("a read per prepared question");
-                let (read, _) = read.map_err(|error| model_refusal(&question.loc, error).message)?;
-                Ok(RawRead { options: compiled.options, scores: read.logprobs.iter().map(|&s| f64::from(s)).collect() })
+                let (read, _) =
+                    read.map_err(|error| model_refusal(&question.loc, error).message)?;
+                Ok(RawRead {
+                    options: compiled.options,
+                    scores: read.logprobs.iter().map(|&s| f64::from(s)).collect(),
+                })
             })
             .collect()
     }
@@ -415,8 +493,13 @@ impl Engine {
             Ok(messages) => messages,
             Err(error) => return Err(plugin_call_refusal(loc, error)),
         };
-        let messages: Vec<ChatMessage> =
-            messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect();
+        let messages: Vec<ChatMessage> = messages
+            .into_iter()
+            .map(|m| ChatMessage {
+                role: m.role,
+                content: m.content,
+            })
+            .collect();
         let prompt = match self.model.render(&messages) {
             Ok(prompt) => prompt,
             Err(error) => return Err(model_refusal(loc, error)),
@@ -438,7 +521,10 @@ impl Engine {
             Ok(ids) => ids,
             Err(error) => return Err(model_refusal(loc, error)),
         };
-        Ok(Prepared { tokens: prompt.tokens, label_ids })
+        Ok(Prepared {
+            tokens: prompt.tokens,
+            label_ids,
+        })
     }
 
     /// Reads every prepared prompt of one request. Prompts share the chat-template header and
@@ -446,8 +532,15 @@ impl Engine {
     /// against its KV in packed batches of at most [`MAX_BATCH_SUFFIX_TOKENS`] tokens. On CPU
     /// each readout equals a lone read of its full prompt bit for bit (tested in models/).
     /// Returns per prompt the readout and how many of its tokens came from the shared prefix.
-    fn read_batch(&self, prompts: &[&Prepared], decided: &mut Decided) -> Vec<Result<(Readout, usize), ModelError>> {
-        let _forward = self.forward_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    fn read_batch(
+        &self,
+        prompts: &[&Prepared],
+        decided: &mut Decided,
+    ) -> Vec<Result<(Readout, usize), ModelError>> {
+        let _forward = self
+            .forward_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         for prompt in prompts {
             decided.input_tokens += prompt.tokens.len();
         }
@@ -457,7 +550,9 @@ impl Engine {
                 .iter()
                 .map(|p| {
                     decided.forward_passes += 1;
-                    self.model.read(&p.tokens, &p.label_ids).map(|read| (read, 0))
+                    self.model
+                        .read(&p.tokens, &p.label_ids)
+                        .map(|read| (read, 0))
                 })
                 .collect();
         }
@@ -497,7 +592,8 @@ impl Engine {
         applied: &Applied,
     ) -> Outcome {
         let loc = &question.loc;
-        let refuse_plugin = |error: PluginCallError| Outcome::Refusal(plugin_call_refusal(loc, error));
+        let refuse_plugin =
+            |error: PluginCallError| Outcome::Refusal(plugin_call_refusal(loc, error));
         let (input_tokens, cached_tokens) = usage;
         let scores: Vec<f64> = read.logprobs.iter().map(|&s| f64::from(s)).collect();
         let params = match &applied.params {
@@ -514,7 +610,12 @@ impl Engine {
         };
         Outcome::Answer(Box::new(Answer {
             fields,
-            option_keys: planned.compiled.options.iter().map(|o| o.key.clone()).collect(),
+            option_keys: planned
+                .compiled
+                .options
+                .iter()
+                .map(|o| o.key.clone())
+                .collect(),
             labels: planned.labels,
             logprobs: read.logprobs,
             probabilities,
@@ -543,10 +644,21 @@ pub const MAX_BATCH_SUFFIX_TOKENS: usize = 2048;
 /// Longest common token prefix of all prompts, leaving every prompt at least one own token
 /// (the read happens at the last token, which must be computed in the suffix pass).
 fn shared_prefix_len(prompts: &[&Prepared]) -> usize {
-    let Some(first) = prompts.first() else { return 0 };
-    let mut len = prompts.iter().map(|p| p.tokens.len()).min().unwrap_or(0).saturating_sub(1);
+    let Some(first) = prompts.first() else {
+        return 0;
+    };
+    let mut len = prompts
+        .iter()
+        .map(|p| p.tokens.len())
+        .min()
+        .unwrap_or(0)
+        .saturating_sub(1);
     for prompt in &prompts[1..] {
-        len = first.tokens[..len].iter().zip(&prompt.tokens).take_while(|(a, b)| a == b).count();
+        len = first.tokens[..len]
+            .iter()
+            .zip(&prompt.tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
     }
     len
 }
@@ -621,7 +733,9 @@ fn parse_path(path: &str) -> Vec<LocPart> {
             }
             rest = &rest[open..];
             while let Some(stripped) = rest.strip_prefix('[') {
-                let Some(close) = stripped.find(']') else { break };
+                let Some(close) = stripped.find(']') else {
+                    break;
+                };
                 match stripped[..close].parse::<usize>() {
                     Ok(index) => parts.push(LocPart::Index(index)),
                     Err(_) => parts.push(LocPart::Field(stripped[..close].to_string())),
@@ -651,7 +765,12 @@ fn model_refusal(loc: &Loc, error: ModelError) -> Refusal {
         ModelError::Label { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "label_not_readable"),
         _ => (StatusCode::UNPROCESSABLE_ENTITY, "model_failed"),
     };
-    Refusal { status, code, message: format!("{}: {error}", dotted(loc)), loc: loc.clone() }
+    Refusal {
+        status,
+        code,
+        message: format!("{}: {error}", dotted(loc)),
+        loc: loc.clone(),
+    }
 }
 
 #[cfg(test)]
@@ -660,12 +779,19 @@ mod tests {
     use crate::loc;
 
     fn prepared(tokens: &[u32]) -> Prepared {
-        Prepared { tokens: tokens.to_vec(), label_ids: vec![] }
+        Prepared {
+            tokens: tokens.to_vec(),
+            label_ids: vec![],
+        }
     }
 
     #[test]
     fn the_shared_prefix_leaves_every_prompt_a_token_of_its_own() {
-        let (a, b, c) = (prepared(&[1, 2, 3, 4, 5]), prepared(&[1, 2, 3, 9]), prepared(&[1, 2, 3]));
+        let (a, b, c) = (
+            prepared(&[1, 2, 3, 4, 5]),
+            prepared(&[1, 2, 3, 9]),
+            prepared(&[1, 2, 3]),
+        );
         assert_eq!(shared_prefix_len(&[&a, &b]), 3);
         assert_eq!(shared_prefix_len(&[&a, &b, &c]), 2);
         assert_eq!(shared_prefix_len(&[&a, &a]), 4);
@@ -678,17 +804,26 @@ mod tests {
         let short = prepared(&[0; 20]);
         let prompts = [&short, &long, &short, &short];
         let chunks = suffix_chunks(&prompts, 10);
-        assert_eq!(chunks.iter().map(|c| c.len()).collect::<Vec<_>>(), [1, 1, 2]);
+        assert_eq!(
+            chunks.iter().map(|c| c.len()).collect::<Vec<_>>(),
+            [1, 1, 2]
+        );
         assert_eq!(suffix_chunks(&[&short, &short], 10).len(), 1);
     }
 
     #[test]
     fn plugin_paths_are_prefixed_with_the_question_location() {
-        let error = invalid_from_plugin(&loc!["questions", 1], "choices[2].value: must be a string or a boolean");
+        let error = invalid_from_plugin(
+            &loc!["questions", 1],
+            "choices[2].value: must be a string or a boolean",
+        );
         match error {
             ApiError::Invalid { loc, message, .. } => {
                 assert_eq!(dotted(&loc), "questions[1].choices[2].value");
-                assert_eq!(message, "questions[1].choices[2].value: must be a string or a boolean");
+                assert_eq!(
+                    message,
+                    "questions[1].choices[2].value: must be a string or a boolean"
+                );
             }
             other => panic!("unexpected {other:?}"),
         }

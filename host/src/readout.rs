@@ -15,7 +15,9 @@ pub fn direct_labels(count: usize) -> Result<Vec<String>, String> {
              wider readouts are not available on this server yet"
         ));
     }
-    Ok((0..count).map(|i| char::from(b'A' + i as u8).to_string()).collect())
+    Ok((0..count)
+        .map(|i| char::from(b'A' + i as u8).to_string())
+        .collect())
 }
 
 #[cfg(test)]

@@ -25,7 +25,12 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(config = ?shown, "starting decide {}", env!("CARGO_PKG_VERSION"));
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
         .await
-        .with_context(|| format!("cannot listen on {}:{} (settings --host/--port)", config.host, config.port))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {}:{} (settings --host/--port)",
+                config.host, config.port
+            )
+        })?;
     let address = listener.local_addr()?;
     // Tests and scripts read this line to find a port chosen with --port 0.
     println!("decide listening on http://{address}");
@@ -35,7 +40,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let loader = state.clone();
     tokio::task::spawn_blocking(move || load(&loader));
 
-    axum::serve(listener, api::router(state)).with_graceful_shutdown(shutdown_signal()).await?;
+    axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
     Ok(())
 }
 
@@ -60,7 +67,9 @@ fn load(state: &SharedState) {
 
 fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     let config = &state.config;
-    let (mut engine, served) = load_engine(config, state.metrics.clone(), &|step| state.set_loading(step))?;
+    let (mut engine, served) = load_engine(config, state.metrics.clone(), &|step| {
+        state.set_loading(step)
+    })?;
     if config.temperature.is_some() {
         tracing::info!("startup calibration not run: the operator temperature (--temperature) applies to every answer without one of its own");
     } else {
@@ -70,14 +79,19 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
             model_file: &config.model,
             reuse: true,
         };
-        let (calibrated, _) = calibration::startup(&engine, &settings, &|step| state.set_loading(step));
+        let (calibrated, _) =
+            calibration::startup(&engine, &settings, &|step| state.set_loading(step));
         engine.set_calibration(calibrated);
     }
     Ok((engine, served))
 }
 
 /// Loads plugins and the model and builds the engine (uncalibrated), reporting steps to `progress`.
-pub fn load_engine(config: &Config, metrics: Arc<Metrics>, progress: &dyn Fn(String)) -> anyhow::Result<(Engine, String)> {
+pub fn load_engine(
+    config: &Config,
+    metrics: Arc<Metrics>,
+    progress: &dyn Fn(String),
+) -> anyhow::Result<(Engine, String)> {
     progress("loading plugins".into());
     let started = Instant::now();
     let runtime = RuntimeConfig {
@@ -94,9 +108,16 @@ pub fn load_engine(config: &Config, metrics: Arc<Metrics>, progress: &dyn Fn(Str
         }
     }
     if plugins.calibration(&config.calibration).is_none() {
-        anyhow::bail!("calibration plugin `{}` is not loaded (setting --calibration)", config.calibration);
+        anyhow::bail!(
+            "calibration plugin `{}` is not loaded (setting --calibration)",
+            config.calibration
+        );
     }
-    tracing::info!(seconds = started.elapsed().as_secs_f64(), plugins = plugins.list().len(), "plugins loaded");
+    tracing::info!(
+        seconds = started.elapsed().as_secs_f64(),
+        plugins = plugins.list().len(),
+        "plugins loaded"
+    );
 
     progress("loading the model".into());
     let started = Instant::now();
@@ -107,7 +128,10 @@ pub fn load_engine(config: &Config, metrics: Arc<Metrics>, progress: &dyn Fn(Str
         .with_context(|| format!("loading model {} (setting --model)", config.model.display()))?;
     let info = model.info().clone();
     tracing::info!(seconds = started.elapsed().as_secs_f64(), name = %info.name, arch = %info.arch, layers = info.n_layers, context = info.context_length, "model loaded");
-    let served = config.served_model_name.clone().unwrap_or_else(|| info.name.clone());
+    let served = config
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| info.name.clone());
     let max_prompt_tokens = match config.max_prompt_tokens {
         0 => info.context_length,
         flag => flag.min(info.context_length),
@@ -134,12 +158,19 @@ pub fn load_engine(config: &Config, metrics: Arc<Metrics>, progress: &dyn Fn(Str
 /// re-fitting), prints the report lines and saves the result where `serve` reuses it.
 pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let (engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| tracing::info!("{step}"))?;
+    let (engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| {
+        tracing::info!("{step}")
+    })?;
     let questions = match &args.questions {
         Some(path) => calibration::Questions::File(path.clone()),
         None => calibration::Questions::from_flag(config.calibration_questions.as_deref()),
     };
-    let settings = calibration::Settings { questions, dir: config.resolved_calibration_dir(), model_file: &config.model, reuse: false };
+    let settings = calibration::Settings {
+        questions,
+        dir: config.resolved_calibration_dir(),
+        model_file: &config.model,
+        reuse: false,
+    };
     let saved = calibration::run(&engine, &settings, &|step| tracing::info!("{step}"))
         .map_err(|cause| anyhow::anyhow!("calibration failed: {cause}"))?;
     println!("model {served} ({})", config.model.display());
@@ -172,11 +203,18 @@ pub fn parse_weights(name: &str, device: &Device) -> anyhow::Result<WeightFormat
 pub fn parse_device(name: &str) -> anyhow::Result<Device> {
     match name {
         "cpu" => Ok(Device::Cpu),
-        "cuda" => Device::new_cuda(0).context("opening CUDA device 0 (needs a build with --features cuda)"),
-        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
-            Some(ordinal) => Device::new_cuda(ordinal)
-                .with_context(|| format!("opening CUDA device {ordinal} (needs a build with --features cuda)")),
-            None => anyhow::bail!("unknown device `{other}` (setting --device): use cpu, cuda or cuda:N"),
+        "cuda" => Device::new_cuda(0)
+            .context("opening CUDA device 0 (needs a build with --features cuda)"),
+        other => match other
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            Some(ordinal) => Device::new_cuda(ordinal).with_context(|| {
+                format!("opening CUDA device {ordinal} (needs a build with --features cuda)")
+            }),
+            None => anyhow::bail!(
+                "unknown device `{other}` (setting --device): use cpu, cuda or cuda:N"
+            ),
         },
     }
 }
@@ -187,7 +225,9 @@ async fn shutdown_signal() {
     };
     #[cfg(unix)]
     let terminate = async {
-        if let Ok(mut signal) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut signal) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             signal.recv().await;
         }
     };

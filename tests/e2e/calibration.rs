@@ -12,8 +12,15 @@ use crate::server::{scratch_dir, Server};
 
 /// The first `n` questions of the built-in set.
 fn question_file(dir: &Path, n: usize) -> PathBuf {
-    let set = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../calibration/default.jsonl")).unwrap();
-    let lines: Vec<&str> = set.lines().filter(|l| !l.trim().is_empty()).take(n).collect();
+    let set = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../calibration/default.jsonl"),
+    )
+    .unwrap();
+    let lines: Vec<&str> = set
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(n)
+        .collect();
     assert_eq!(lines.len(), n);
     let path = dir.join(format!("questions-{n}.jsonl"));
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
@@ -34,7 +41,14 @@ fn audit(server: &Server, extra: Value) -> Value {
 }
 
 fn saved_files(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect()).unwrap_or_default()
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]
@@ -42,7 +56,12 @@ fn startup_calibration_measures_reports_and_is_reused() {
     let scratch = scratch_dir("calibration");
     let questions = question_file(&scratch, 60);
     let dir = scratch.join("saved");
-    let flags = ["--calibration-questions", questions.to_str().unwrap(), "--calibration-dir", dir.to_str().unwrap()];
+    let flags = [
+        "--calibration-questions",
+        questions.to_str().unwrap(),
+        "--calibration-dir",
+        dir.to_str().unwrap(),
+    ];
 
     let started = Instant::now();
     let server = Server::start(&flags);
@@ -54,13 +73,24 @@ fn startup_calibration_measures_reports_and_is_reused() {
             break;
         }
         assert_ne!(health.body["status"], "failed", "{}", health.body);
-        if health.body["step"].as_str().is_some_and(|s| s.starts_with("calibrating (")) && !saw_step {
+        if health.body["step"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("calibrating ("))
+            && !saw_step
+        {
             saw_step = true;
-            let early = server.post("/v1/systemone", &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}));
+            let early = server.post(
+                "/v1/systemone",
+                &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}),
+            );
             assert_eq!(early.status, 503, "{}", early.body);
             assert!(early.headers.contains_key("retry-after"));
         }
-        assert!(started.elapsed() < Duration::from_secs(900), "not ready after 900 s: {}", health.body);
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "not ready after 900 s: {}",
+            health.body
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(saw_step, "/health never reported a calibrating step");
@@ -70,12 +100,28 @@ fn startup_calibration_measures_reports_and_is_reused() {
     assert_eq!(files.len(), 1, "{files:?}");
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
     assert_eq!(saved["questions"]["total"], 60);
-    assert!(saved["questions"]["used"].as_u64().unwrap() >= 50, "{}", saved["questions"]);
+    assert!(
+        saved["questions"]["used"].as_u64().unwrap() >= 50,
+        "{}",
+        saved["questions"]
+    );
     assert_eq!(saved["policy"], "temperature");
-    assert_eq!(saved["reports"].as_array().unwrap().len(), 2, "both built-in policies are reported");
+    assert_eq!(
+        saved["reports"].as_array().unwrap().len(),
+        2,
+        "both built-in policies are reported"
+    );
     assert_eq!(saved["reports"][1]["policy"], "bias-temperature");
-    for field in ["model_sha256", "policy_sha256", "questions_sha256", "render_version"] {
-        assert!(saved["key"][field].as_str().is_some_and(|s| !s.is_empty()), "key.{field}");
+    for field in [
+        "model_sha256",
+        "policy_sha256",
+        "questions_sha256",
+        "render_version",
+    ] {
+        assert!(
+            saved["key"][field].as_str().is_some_and(|s| !s.is_empty()),
+            "key.{field}"
+        );
     }
     let source = saved["source"].as_str().unwrap().to_string();
     let temperature = saved["temperature"].as_f64().unwrap();
@@ -83,8 +129,14 @@ fn startup_calibration_measures_reports_and_is_reused() {
 
     let plain = audit(&server, json!({"detail": "full"}));
     assert_eq!(plain["temperature_source"], source.as_str(), "{plain}");
-    assert!((plain["calibration_temperature"].as_f64().unwrap() - temperature).abs() < 1e-9, "{plain}");
-    let requested = audit(&server, json!({"detail": "basic", "calibration_temperature": 2.0}));
+    assert!(
+        (plain["calibration_temperature"].as_f64().unwrap() - temperature).abs() < 1e-9,
+        "{plain}"
+    );
+    let requested = audit(
+        &server,
+        json!({"detail": "basic", "calibration_temperature": 2.0}),
+    );
     assert_eq!(requested["temperature_source"], "request");
     assert_eq!(requested["calibration_temperature"], 2.0);
     drop(server);
@@ -94,10 +146,16 @@ fn startup_calibration_measures_reports_and_is_reused() {
     let server = Server::start(&flags);
     server.wait_ready_within(Duration::from_secs(120));
     let second_start = started.elapsed();
-    assert!(second_start < first_start / 3, "second start {second_start:?} vs first {first_start:?}: not reused?");
+    assert!(
+        second_start < first_start / 3,
+        "second start {second_start:?} vs first {first_start:?}: not reused?"
+    );
     let again = audit(&server, json!({"detail": "full"}));
     assert_eq!(again["temperature_source"], plain["temperature_source"]);
-    assert_eq!(again["calibration_temperature"], plain["calibration_temperature"]);
+    assert_eq!(
+        again["calibration_temperature"],
+        plain["calibration_temperature"]
+    );
     assert_eq!(saved_files(&dir).len(), 1);
     drop(server);
 
@@ -115,9 +173,19 @@ fn a_missing_or_short_question_file_starts_with_the_default() {
     let missing = scratch.join("missing.jsonl");
     let short = question_file(&scratch, 2);
     for file in [&missing, &short] {
-        let server = Server::ready(&["--calibration-questions", file.to_str().unwrap(), "--calibration-dir", dir.to_str().unwrap()]);
+        let server = Server::ready(&[
+            "--calibration-questions",
+            file.to_str().unwrap(),
+            "--calibration-dir",
+            dir.to_str().unwrap(),
+        ]);
         let answer = audit(&server, json!({"detail": "basic"}));
-        assert_eq!(answer["temperature_source"], "default", "{}", file.display());
+        assert_eq!(
+            answer["temperature_source"],
+            "default",
+            "{}",
+            file.display()
+        );
         assert_eq!(answer["calibration_temperature"], 1.0);
     }
     assert!(saved_files(&dir).is_empty());

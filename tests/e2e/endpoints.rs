@@ -35,7 +35,10 @@ fn systemone_request() -> Value {
 }
 
 fn floats(values: &[Value]) -> Vec<f64> {
-    values.iter().map(|v| v.as_f64().expect("a number")).collect()
+    values
+        .iter()
+        .map(|v| v.as_f64().expect("a number"))
+        .collect()
 }
 
 #[test]
@@ -53,12 +56,30 @@ fn openai_decisions_answer_every_question_type() {
     assert!((0.0..=1.0).contains(&p));
 
     assert_eq!(answers[1]["type"], "choice");
-    let probabilities: Vec<&Value> = answers[1]["probabilities"].as_array().unwrap().iter().collect();
-    assert_eq!(probabilities.iter().map(|p| p["value"].clone()).collect::<Vec<_>>(), [json!("billing"), json!("shipping"), json!("technical")]);
-    let ps = floats(&probabilities.iter().map(|p| p["probability"].clone()).collect::<Vec<_>>());
+    let probabilities: Vec<&Value> = answers[1]["probabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    assert_eq!(
+        probabilities
+            .iter()
+            .map(|p| p["value"].clone())
+            .collect::<Vec<_>>(),
+        [json!("billing"), json!("shipping"), json!("technical")]
+    );
+    let ps = floats(
+        &probabilities
+            .iter()
+            .map(|p| p["probability"].clone())
+            .collect::<Vec<_>>(),
+    );
     assert_distribution(&ps);
     let best = ps.iter().cloned().fold(f64::MIN, f64::max);
-    let chosen = probabilities.iter().find(|p| p["value"] == answers[1]["choice"]).unwrap();
+    let chosen = probabilities
+        .iter()
+        .find(|p| p["value"] == answers[1]["choice"])
+        .unwrap();
     assert_eq!(chosen["probability"].as_f64().unwrap(), best);
     let confidence = answers[1]["confidence"].as_f64().unwrap();
     assert!((confidence - (3.0 * best - 1.0) / 2.0).abs() < 1e-9);
@@ -66,7 +87,12 @@ fn openai_decisions_answer_every_question_type() {
     assert_eq!(answers[2]["type"], "score");
     assert_eq!(answers[2]["name"], Value::Null);
     let levels = answers[2]["probabilities"].as_array().unwrap();
-    let ps = floats(&levels.iter().map(|l| l["probability"].clone()).collect::<Vec<_>>());
+    let ps = floats(
+        &levels
+            .iter()
+            .map(|l| l["probability"].clone())
+            .collect::<Vec<_>>(),
+    );
     assert_distribution(&ps);
     assert_eq!(levels[2]["label"], "furious");
     assert_eq!(levels[2]["value"], 2);
@@ -77,7 +103,12 @@ fn openai_decisions_answer_every_question_type() {
     assert!(usage["input_tokens"].as_u64().unwrap() > 50);
     assert_eq!(usage["output_tokens"], 0);
     assert_eq!(usage["total_tokens"], usage["input_tokens"]);
-    assert!(usage["input_tokens_details"]["cached_tokens"].as_u64().unwrap() < usage["input_tokens"].as_u64().unwrap());
+    assert!(
+        usage["input_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            < usage["input_tokens"].as_u64().unwrap()
+    );
     let audit = &answers[0]["extra"]["audit"];
     assert_eq!(audit["temperature_source"], "default");
     assert!(audit["option_mass"].as_f64().unwrap() > 0.0);
@@ -94,12 +125,25 @@ fn systemone_answers_every_question_type() {
     assert_eq!(answers["refund"]["type"], "noul");
     assert!((0.0..=1.0).contains(&answers["refund"]["noul"].as_f64().unwrap()));
     let team = answers["team"]["probabilities"].as_object().unwrap();
-    assert_eq!(team.keys().collect::<Vec<_>>(), ["billing", "shipping", "technical"]);
+    assert_eq!(
+        team.keys().collect::<Vec<_>>(),
+        ["billing", "shipping", "technical"]
+    );
     assert_distribution(&floats(&team.values().cloned().collect::<Vec<_>>()));
     assert!(team.contains_key(answers["team"]["choice"].as_str().unwrap()));
     let anger = &answers["anger"];
-    assert_eq!(anger["legend"], json!({"0": "calm", "1": "annoyed", "2": "furious"}));
-    assert_distribution(&floats(&anger["probabilities"].as_object().unwrap().values().cloned().collect::<Vec<_>>()));
+    assert_eq!(
+        anger["legend"],
+        json!({"0": "calm", "1": "annoyed", "2": "furious"})
+    );
+    assert_distribution(&floats(
+        &anger["probabilities"]
+            .as_object()
+            .unwrap()
+            .values()
+            .cloned()
+            .collect::<Vec<_>>(),
+    ));
     assert!(reply.body["usage"]["input_tokens"].as_u64().unwrap() > 50);
     assert!(reply.body.get("partial_failures").is_none());
 }
@@ -114,15 +158,32 @@ fn the_same_question_gives_the_same_probabilities_on_both_endpoints() {
     let oa = &openai.body["answers"];
     let js = &jev.body["answers"];
     let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} != {b}");
-    close(oa[0]["probability"].as_f64().unwrap(), js["refund"]["noul"].as_f64().unwrap());
+    close(
+        oa[0]["probability"].as_f64().unwrap(),
+        js["refund"]["noul"].as_f64().unwrap(),
+    );
     for (i, label) in ["billing", "shipping", "technical"].iter().enumerate() {
-        close(oa[1]["probabilities"][i]["probability"].as_f64().unwrap(), js["team"]["probabilities"][label].as_f64().unwrap());
+        close(
+            oa[1]["probabilities"][i]["probability"].as_f64().unwrap(),
+            js["team"]["probabilities"][label].as_f64().unwrap(),
+        );
     }
     for i in 0..3 {
-        close(oa[2]["probabilities"][i]["probability"].as_f64().unwrap(), js["anger"]["probabilities"][i.to_string()].as_f64().unwrap());
+        close(
+            oa[2]["probabilities"][i]["probability"].as_f64().unwrap(),
+            js["anger"]["probabilities"][i.to_string()]
+                .as_f64()
+                .unwrap(),
+        );
     }
-    close(oa[2]["score"].as_f64().unwrap(), js["anger"]["score"].as_f64().unwrap());
-    assert_eq!(openai.body["usage"]["input_tokens"], jev.body["usage"]["input_tokens"]);
+    close(
+        oa[2]["score"].as_f64().unwrap(),
+        js["anger"]["score"].as_f64().unwrap(),
+    );
+    assert_eq!(
+        openai.body["usage"]["input_tokens"],
+        jev.body["usage"]["input_tokens"]
+    );
 }
 
 #[test]
@@ -154,9 +215,17 @@ fn calibration_temperature_flattens_the_distribution_and_is_reported() {
     assert_eq!(hot["extra"]["audit"]["temperature_source"], "request");
     assert_eq!(hot["extra"]["audit"]["calibration_temperature"], 50.0);
     assert!(hot["confidence"].as_f64().unwrap() < plain["confidence"].as_f64().unwrap());
-    let logits = plain["extra"]["backend"]["option_logits"].as_object().unwrap();
-    assert_eq!(logits.keys().collect::<Vec<_>>(), ["billing", "shipping", "technical"]);
-    assert_eq!(plain["extra"]["audit"]["label_layout"], json!(["A", "B", "C"]));
+    let logits = plain["extra"]["backend"]["option_logits"]
+        .as_object()
+        .unwrap();
+    assert_eq!(
+        logits.keys().collect::<Vec<_>>(),
+        ["billing", "shipping", "technical"]
+    );
+    assert_eq!(
+        plain["extra"]["audit"]["label_layout"],
+        json!(["A", "B", "C"])
+    );
     let none = ask(json!({"detail": "none"}));
     assert!(none.get("extra").is_none());
 }
@@ -171,7 +240,11 @@ fn models_and_health_endpoints() {
     let served = models.body["data"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(models.body["models"][0]["name"], served.as_str());
     let metrics = server.get("/metrics");
-    assert!(metrics.body.as_str().unwrap().contains("decide_requests_total"));
+    assert!(metrics
+        .body
+        .as_str()
+        .unwrap()
+        .contains("decide_requests_total"));
 }
 
 #[test]
@@ -180,8 +253,13 @@ fn questions_read_together_over_a_shared_prefix_equal_questions_read_alone() {
     let together = server.post("/v1/decisions", &openai_request());
     assert_eq!(together.status, 200, "{}", together.body);
     let usage = &together.body["usage"];
-    let cached = usage["input_tokens_details"]["cached_tokens"].as_u64().unwrap();
-    assert!(cached > 0, "the shared prefix is computed once and reused: {usage}");
+    let cached = usage["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        cached > 0,
+        "the shared prefix is computed once and reused: {usage}"
+    );
     assert!(cached < usage["input_tokens"].as_u64().unwrap());
     let questions = openai_request()["questions"].as_array().unwrap().clone();
     for (i, question) in questions.into_iter().enumerate() {
@@ -192,9 +270,16 @@ fn questions_read_together_over_a_shared_prefix_equal_questions_read_alone() {
         let (a, b) = (&together.body["answers"][i], &reply.body["answers"][0]);
         // Dense (f32) weights, the CPU default, agree to ~1e-5 between a packed batch and a
         // lone read; quantized weights agree bit for bit (tested in models/).
-        assert_eq!(a.get("choice"), b.get("choice"), "question {i}: batched {a} vs alone {b}");
+        assert_eq!(
+            a.get("choice"),
+            b.get("choice"),
+            "question {i}: batched {a} vs alone {b}"
+        );
         for (x, y) in numbers(a).iter().zip(numbers(b)) {
-            assert!((x - y).abs() < 1e-4, "question {i}: batched {a} vs alone {b}");
+            assert!(
+                (x - y).abs() < 1e-4,
+                "question {i}: batched {a} vs alone {b}"
+            );
         }
     }
 }

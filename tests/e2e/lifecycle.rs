@@ -11,7 +11,10 @@ fn decisions_get_503_with_retry_after_until_ready() {
     let early = server.post("/v1/decisions", &body);
     assert_eq!(early.status, 503, "{}", early.body);
     assert!(early.headers.contains_key("retry-after"));
-    let early_jev = server.post("/v1/systemone", &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}));
+    let early_jev = server.post(
+        "/v1/systemone",
+        &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}),
+    );
     assert_eq!(early_jev.status, 503);
     assert!(early_jev.headers.contains_key("retry-after"));
     assert_eq!(server.get("/health").body["status"], "loading");
@@ -29,7 +32,14 @@ fn a_model_that_cannot_load_is_reported_not_crashed() {
     loop {
         let health = server.get("/health");
         if health.body["status"] == "failed" {
-            assert!(health.body["reason"].as_str().unwrap().contains("bogus.gguf"), "{}", health.body);
+            assert!(
+                health.body["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("bogus.gguf"),
+                "{}",
+                health.body
+            );
             break;
         }
         assert!(std::time::Instant::now() < deadline, "{}", health.body);

@@ -14,8 +14,14 @@ mod plugins;
 pub fn assert_distribution(probabilities: &[f64]) {
     assert!(!probabilities.is_empty());
     for p in probabilities {
-        assert!(p.is_finite() && (0.0..=1.0).contains(p), "bad probability {p} in {probabilities:?}");
+        assert!(
+            p.is_finite() && (0.0..=1.0).contains(p),
+            "bad probability {p} in {probabilities:?}"
+        );
     }
     let sum: f64 = probabilities.iter().sum();
-    assert!((sum - 1.0).abs() < 1e-6, "probabilities sum to {sum}: {probabilities:?}");
+    assert!(
+        (sum - 1.0).abs() < 1e-6,
+        "probabilities sum to {sum}: {probabilities:?}"
+    );
 }

@@ -16,7 +16,12 @@ fn predicate_body() -> serde_json::Value {
 #[test]
 fn a_plugin_replaced_while_requests_run_fails_no_request() {
     let dir = scratch_dir("hot-swap");
-    let server = Arc::new(Server::ready(&["--plugins", dir.to_str().unwrap(), "--plugin-poll-ms", "100"]));
+    let server = Arc::new(Server::ready(&[
+        "--plugins",
+        dir.to_str().unwrap(),
+        "--plugin-poll-ms",
+        "100",
+    ]));
     let before = server.post("/v1/decisions", &predicate_body());
     assert_eq!(before.status, 200, "{}", before.body);
     let p = before.body["answers"][0]["probability"].as_f64().unwrap();
@@ -28,7 +33,11 @@ fn a_plugin_replaced_while_requests_run_fails_no_request() {
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let reply = server.post("/v1/decisions", &predicate_body());
-                assert_eq!(reply.status, 200, "a request failed during the swap: {}", reply.body);
+                assert_eq!(
+                    reply.status, 200,
+                    "a request failed during the swap: {}",
+                    reply.body
+                );
                 sent.fetch_add(1, Ordering::Relaxed);
             }
         })
@@ -46,12 +55,19 @@ fn a_plugin_replaced_while_requests_run_fails_no_request() {
         if (q - (1.0 - p)).abs() < 1e-9 {
             break q;
         }
-        assert!((q - p).abs() < 1e-9, "neither the old nor the new plugin: {q} vs {p}");
-        assert!(Instant::now() < deadline, "the new plugin was not picked up");
+        assert!(
+            (q - p).abs() < 1e-9,
+            "neither the old nor the new plugin: {q} vs {p}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the new plugin was not picked up"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     stop.store(true, Ordering::Relaxed);
-    load.join().expect("no request failed while the plugin was swapped");
+    load.join()
+        .expect("no request failed while the plugin was swapped");
     assert!(sent.load(Ordering::Relaxed) > 0);
     assert!((flipped - (1.0 - p)).abs() < 1e-9);
 
@@ -69,7 +85,12 @@ fn a_plugin_that_traps_loops_or_hogs_memory_fails_only_its_question() {
     for name in ["trap-question", "spin-question", "hog-question"] {
         std::fs::copy(test_guest(name), dir.join(format!("openai-{name}.wasm"))).unwrap();
     }
-    let server = Server::ready(&["--plugins", dir.to_str().unwrap(), "--plugin-timeout-ms", "300"]);
+    let server = Server::ready(&[
+        "--plugins",
+        dir.to_str().unwrap(),
+        "--plugin-timeout-ms",
+        "300",
+    ]);
     for name in ["trap-question", "spin-question", "hog-question"] {
         let reply = server.post(
             "/v1/decisions",
@@ -79,10 +100,23 @@ fn a_plugin_that_traps_loops_or_hogs_memory_fails_only_its_question() {
             ]}),
         );
         assert_eq!(reply.status, 200, "{name}: {}", reply.body);
-        assert_eq!(reply.body["answers"][0]["type"], "refusal", "{name}: {}", reply.body);
-        let message = reply.body["answers"][0]["extra"]["error"]["message"].as_str().unwrap();
-        assert!(message.contains(name), "the refusal names the plugin: {message}");
-        assert_eq!(reply.body["answers"][1]["type"], "predicate", "{name}: {}", reply.body);
+        assert_eq!(
+            reply.body["answers"][0]["type"], "refusal",
+            "{name}: {}",
+            reply.body
+        );
+        let message = reply.body["answers"][0]["extra"]["error"]["message"]
+            .as_str()
+            .unwrap();
+        assert!(
+            message.contains(name),
+            "the refusal names the plugin: {message}"
+        );
+        assert_eq!(
+            reply.body["answers"][1]["type"], "predicate",
+            "{name}: {}",
+            reply.body
+        );
     }
     assert_eq!(server.get("/health").status, 200);
 }

@@ -9,9 +9,14 @@ use serde_json::Value;
 
 /// The small test model: `$DECIDE_TEST_MODEL`, else `<repo>/.models/smol.gguf`.
 pub fn model_path() -> PathBuf {
-    let path = std::env::var_os("DECIDE_TEST_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(".models").join("smol.gguf")
-    });
+    let path = std::env::var_os("DECIDE_TEST_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join(".models")
+                .join("smol.gguf")
+        });
     assert!(
         path.exists(),
         "test model {} is missing: run `scripts/fetch-model.sh smol` (or set DECIDE_TEST_MODEL)",
@@ -29,14 +34,21 @@ pub fn test_guest(name: &str) -> PathBuf {
 
 /// A fresh empty directory under the test target dir.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{}", std::process::id(), unique()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        unique()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
 fn unique() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 pub struct Server {
@@ -77,14 +89,23 @@ impl Server {
             .expect("start decide");
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the listening line");
         let base = line
             .trim()
             .strip_prefix("decide listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
             .to_string();
-        let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
-        Server { child, base, client }
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()
+            .unwrap();
+        Server {
+            child,
+            base,
+            client,
+        }
     }
 
     /// Starts and waits until `/health` says ok.
@@ -106,19 +127,37 @@ impl Server {
             if reply.status == 200 {
                 return;
             }
-            assert!(reply.body["status"] != "failed", "server failed to start: {}", reply.body);
-            assert!(Instant::now() < deadline, "server not ready after {} s: {}", limit.as_secs(), reply.body);
+            assert!(
+                reply.body["status"] != "failed",
+                "server failed to start: {}",
+                reply.body
+            );
+            assert!(
+                Instant::now() < deadline,
+                "server not ready after {} s: {}",
+                limit.as_secs(),
+                reply.body
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
 
     pub fn get(&self, path: &str) -> Reply {
-        let response = self.client.get(format!("{}{path}", self.base)).send().expect("GET");
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .expect("GET");
         Self::reply(response)
     }
 
     pub fn post(&self, path: &str, body: &Value) -> Reply {
-        let response = self.client.post(format!("{}{path}", self.base)).json(body).send().expect("POST");
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .expect("POST");
         Self::reply(response)
     }
 
@@ -138,7 +177,11 @@ impl Server {
         let headers = response.headers().clone();
         let text = response.text().unwrap_or_default();
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Reply { status, body, headers }
+        Reply {
+            status,
+            body,
+            headers,
+        }
     }
 }
 

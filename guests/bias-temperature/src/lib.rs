@@ -29,7 +29,10 @@ impl Guest for Plugin {
     }
 
     fn fit(samples: Vec<LabelledScores>) -> Result<Vec<f64>, PluginError> {
-        let samples: Vec<(Vec<f64>, u32)> = samples.into_iter().map(|s| (s.scores, s.expected)).collect();
+        let samples: Vec<(Vec<f64>, u32)> = samples
+            .into_iter()
+            .map(|s| (s.scores, s.expected))
+            .collect();
         t::fit(&samples).map_err(err)
     }
 

@@ -25,13 +25,21 @@ pub fn default_params(t: f64) -> Vec<f64> {
 
 fn check_params(params: &[f64]) -> Result<(f64, &[f64])> {
     let Some((&t, biases)) = params.split_first() else {
-        return Err(Error::Invalid("params: expected at least 1 parameter (the temperature), got 0".into()));
+        return Err(Error::Invalid(
+            "params: expected at least 1 parameter (the temperature), got 0".into(),
+        ));
     };
     if !t.is_finite() || t <= 0.0 {
-        return Err(Error::Invalid(format!("params[0]: temperature must be finite and > 0, got {t}")));
+        return Err(Error::Invalid(format!(
+            "params[0]: temperature must be finite and > 0, got {t}"
+        )));
     }
     if let Some(i) = biases.iter().position(|b| !b.is_finite()) {
-        return Err(Error::Invalid(format!("params[{}]: a bias must be finite, got {}", i + 1, biases[i])));
+        return Err(Error::Invalid(format!(
+            "params[{}]: a bias must be finite, got {}",
+            i + 1,
+            biases[i]
+        )));
     }
     Ok((t, biases))
 }
@@ -40,7 +48,10 @@ fn check_scores(scores: &[f64]) -> Result<f64> {
     if scores.is_empty() {
         return Err(Error::Failure("no scores".into()));
     }
-    if let Some(i) = scores.iter().position(|s| s.is_nan() || *s == f64::INFINITY) {
+    if let Some(i) = scores
+        .iter()
+        .position(|s| s.is_nan() || *s == f64::INFINITY)
+    {
         return Err(Error::Failure(format!("score {i} is {}", scores[i])));
     }
     let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -72,7 +83,11 @@ struct Shifted {
 }
 
 /// Mean NLL + ridge, its gradient and Hessian at `theta = (u, b_1, ..., b_{m-1})`.
-fn objective(samples: &[Shifted], theta: &[f64], with_derivatives: bool) -> (f64, Vec<f64>, Vec<f64>) {
+fn objective(
+    samples: &[Shifted],
+    theta: &[f64],
+    with_derivatives: bool,
+) -> (f64, Vec<f64>, Vec<f64>) {
     let d = theta.len();
     let n = samples.len() as f64;
     let u = theta[0];
@@ -84,8 +99,17 @@ fn objective(samples: &[Shifted], theta: &[f64], with_derivatives: bool) -> (f64
     for sample in samples {
         let k = sample.scores.len();
         p.clear();
-        let z: Vec<f64> = sample.scores.iter().enumerate().map(|(i, s)| u * s + bias(i)).collect();
-        let zmax = z.iter().cloned().filter(|x| x.is_finite()).fold(f64::NEG_INFINITY, f64::max);
+        let z: Vec<f64> = sample
+            .scores
+            .iter()
+            .enumerate()
+            .map(|(i, s)| u * s + bias(i))
+            .collect();
+        let zmax = z
+            .iter()
+            .cloned()
+            .filter(|x| x.is_finite())
+            .fold(f64::NEG_INFINITY, f64::max);
         let top = z.iter().position(|x| *x == zmax).unwrap_or(0);
         let mut sum = 0.0;
         let mut rest = 0.0;
@@ -120,7 +144,10 @@ fn objective(samples: &[Shifted], theta: &[f64], with_derivatives: bool) -> (f64
             }
         };
         let dims: Vec<usize> = std::iter::once(0).chain(1..k.min(d)).collect();
-        let mean: Vec<f64> = dims.iter().map(|&j| (0..k).map(|i| p[i] * feature(i, j)).sum()).collect();
+        let mean: Vec<f64> = dims
+            .iter()
+            .map(|&j| (0..k).map(|i| p[i] * feature(i, j)).sum())
+            .collect();
         for (a, &ja) in dims.iter().enumerate() {
             grad[ja] += (mean[a] - feature(sample.expected, ja)) / n;
             for (b, &jb) in dims.iter().enumerate() {
@@ -144,7 +171,8 @@ fn objective(samples: &[Shifted], theta: &[f64], with_derivatives: bool) -> (f64
 fn solve(mut a: Vec<f64>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     let n = b.len();
     for col in 0..n {
-        let pivot = (col..n).max_by(|&x, &y| a[x * n + col].abs().total_cmp(&a[y * n + col].abs()))?;
+        let pivot =
+            (col..n).max_by(|&x, &y| a[x * n + col].abs().total_cmp(&a[y * n + col].abs()))?;
         if a[pivot * n + col].abs() < 1e-300 {
             return None;
         }
@@ -176,21 +204,33 @@ fn solve(mut a: Vec<f64>, mut b: Vec<f64>) -> Option<Vec<f64>> {
 /// options any sample has.
 pub fn fit(samples: &[(Vec<f64>, u32)]) -> Result<Vec<f64>> {
     if samples.is_empty() {
-        return Err(Error::Invalid("samples: at least one labelled sample is needed to fit".into()));
+        return Err(Error::Invalid(
+            "samples: at least one labelled sample is needed to fit".into(),
+        ));
     }
     let mut shifted = Vec::with_capacity(samples.len());
     for (i, (scores, expected)) in samples.iter().enumerate() {
         let expected = *expected as usize;
         if expected >= scores.len() {
-            return Err(Error::Invalid(format!("samples[{i}].expected: {expected} is out of range for {} scores", scores.len())));
+            return Err(Error::Invalid(format!(
+                "samples[{i}].expected: {expected} is out of range for {} scores",
+                scores.len()
+            )));
         }
         let max = check_scores(scores).map_err(|e| match e {
-            Error::Failure(m) | Error::Invalid(m) => Error::Invalid(format!("samples[{i}].scores: {m}")),
+            Error::Failure(m) | Error::Invalid(m) => {
+                Error::Invalid(format!("samples[{i}].scores: {m}"))
+            }
         })?;
         if !scores[expected].is_finite() {
-            return Err(Error::Invalid(format!("samples[{i}].scores: the expected option's score is -inf")));
+            return Err(Error::Invalid(format!(
+                "samples[{i}].scores: the expected option's score is -inf"
+            )));
         }
-        shifted.push(Shifted { scores: scores.iter().map(|s| s - max).collect(), expected });
+        shifted.push(Shifted {
+            scores: scores.iter().map(|s| s - max).collect(),
+            expected,
+        });
     }
     let m = shifted.iter().map(|s| s.scores.len()).max().unwrap_or(1);
     let d = m.max(1);
@@ -203,7 +243,9 @@ pub fn fit(samples: &[(Vec<f64>, u32)]) -> Result<Vec<f64>> {
         for j in 0..d {
             hess[j * d + j] = hess[j * d + j] * (1.0 + 1e-10) + 1e-300;
         }
-        let Some(step) = solve(hess, grad.iter().map(|g| -g).collect()) else { break };
+        let Some(step) = solve(hess, grad.iter().map(|g| -g).collect()) else {
+            break;
+        };
         // Converged: Newton steps shrink quadratically near a finite optimum (on separable
         // data they do not, and u runs off to the rejection below).
         if step.iter().all(|s| s.abs() < 1e-9) {
@@ -213,7 +255,11 @@ pub fn fit(samples: &[(Vec<f64>, u32)]) -> Result<Vec<f64>> {
         let mut alpha = 1.0;
         let mut moved = false;
         for _ in 0..40 {
-            let trial: Vec<f64> = theta.iter().zip(&step).map(|(t, s)| t + alpha * s).collect();
+            let trial: Vec<f64> = theta
+                .iter()
+                .zip(&step)
+                .map(|(t, s)| t + alpha * s)
+                .collect();
             let (v, _, _) = objective(&shifted, &trial, false);
             if v.is_finite() && v <= value + 1e-4 * alpha * slope {
                 theta = trial;
@@ -255,7 +301,9 @@ mod tests {
     use super::*;
 
     fn rnd(seed: &mut u64) -> f64 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (*seed >> 11) as f64 / (1u64 << 53) as f64
     }
 
@@ -278,8 +326,14 @@ mod tests {
         let biased = apply(&[0.0, 0.0, f64::NEG_INFINITY], &[1.0, 0.0, 2f64.ln()]).unwrap();
         assert!((biased[1] - 2.0 / 3.0).abs() < 1e-12 && biased[2] == 0.0);
         assert!(matches!(apply(&[0.0, 1.0], &[]), Err(Error::Invalid(_))));
-        assert!(matches!(apply(&[0.0, 1.0], &[1.0, f64::NAN]), Err(Error::Invalid(_))));
-        assert!(matches!(apply(&[0.0, 1.0], &[-1.0]), Err(Error::Invalid(_))));
+        assert!(matches!(
+            apply(&[0.0, 1.0], &[1.0, f64::NAN]),
+            Err(Error::Invalid(_))
+        ));
+        assert!(matches!(
+            apply(&[0.0, 1.0], &[-1.0]),
+            Err(Error::Invalid(_))
+        ));
     }
 
     #[test]
@@ -309,22 +363,45 @@ mod tests {
         }
         let fitted = fit(&plain).unwrap();
         let t = crate::temperature::fit(&plain).unwrap()[0];
-        assert!((fitted[0] - t).abs() < 0.3 && fitted[2].abs() < 0.15, "{fitted:?} vs T = {t}");
+        assert!(
+            (fitted[0] - t).abs() < 0.3 && fitted[2].abs() < 0.15,
+            "{fitted:?} vs T = {t}"
+        );
     }
 
     #[test]
     fn bad_samples_and_edge_fits_are_refused() {
         assert!(matches!(fit(&[]), Err(Error::Invalid(_))));
-        assert!(matches!(fit(&[(vec![0.0, 1.0], 2)]), Err(Error::Invalid(_))));
-        assert!(matches!(fit(&[(vec![f64::NEG_INFINITY, 1.0], 0)]), Err(Error::Invalid(_))));
+        assert!(matches!(
+            fit(&[(vec![0.0, 1.0], 2)]),
+            Err(Error::Invalid(_))
+        ));
+        assert!(matches!(
+            fit(&[(vec![f64::NEG_INFINITY, 1.0], 0)]),
+            Err(Error::Invalid(_))
+        ));
         // The higher score always loses, whatever the position: u < 0, rejected.
-        let wrong: Vec<(Vec<f64>, u32)> =
-            (0..60).map(|i| if i % 2 == 0 { (vec![0.0, 2.0], 0) } else { (vec![2.0, 0.0], 1) }).collect();
+        let wrong: Vec<(Vec<f64>, u32)> = (0..60)
+            .map(|i| {
+                if i % 2 == 0 {
+                    (vec![0.0, 2.0], 0)
+                } else {
+                    (vec![2.0, 0.0], 1)
+                }
+            })
+            .collect();
         let w = fit(&wrong);
         assert!(matches!(w, Err(Error::Failure(_))), "{w:?}");
         // Perfectly separated: T -> 0, rejected.
-        let right: Vec<(Vec<f64>, u32)> =
-            (0..60).map(|i| if i % 2 == 0 { (vec![0.0, 2.0], 1) } else { (vec![2.0, 0.0], 0) }).collect();
+        let right: Vec<(Vec<f64>, u32)> = (0..60)
+            .map(|i| {
+                if i % 2 == 0 {
+                    (vec![0.0, 2.0], 1)
+                } else {
+                    (vec![2.0, 0.0], 0)
+                }
+            })
+            .collect();
         let r = fit(&right);
         assert!(matches!(r, Err(Error::Failure(_))), "{r:?}");
     }

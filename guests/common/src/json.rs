@@ -33,7 +33,10 @@ pub fn type_name(v: &Value) -> &'static str {
 pub fn parse_question(text: &str) -> Result<Map<String, Value>> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(other) => Err(Error::invalid("question", format!("must be a JSON object, got {}", type_name(&other)))),
+        Ok(other) => Err(Error::invalid(
+            "question",
+            format!("must be a JSON object, got {}", type_name(&other)),
+        )),
         Err(e) => Err(Error::invalid("question", format!("not valid JSON: {e}"))),
     }
 }
@@ -50,12 +53,19 @@ impl<'a> Fields<'a> {
     pub fn new(v: &'a Value, path: &str, allowed: &'static [&'static str]) -> Result<Self> {
         match v {
             Value::Object(map) => Self::of_map(map, path, allowed),
-            other => Err(Error::invalid(path, format!("must be an object, got {}", type_name(other)))),
+            other => Err(Error::invalid(
+                path,
+                format!("must be an object, got {}", type_name(other)),
+            )),
         }
     }
 
     /// Same as `new` for an already parsed map; unknown fields are rejected right away.
-    pub fn of_map(map: &'a Map<String, Value>, path: &str, allowed: &'static [&'static str]) -> Result<Self> {
+    pub fn of_map(
+        map: &'a Map<String, Value>,
+        path: &str,
+        allowed: &'static [&'static str],
+    ) -> Result<Self> {
         for k in map.keys() {
             if !allowed.contains(&k.as_str()) {
                 return Err(Error::invalid(
@@ -64,7 +74,11 @@ impl<'a> Fields<'a> {
                 ));
             }
         }
-        Ok(Fields { path: path.to_string(), map, allowed })
+        Ok(Fields {
+            path: path.to_string(),
+            map,
+            allowed,
+        })
     }
 
     /// The path of field `key`.
@@ -83,7 +97,8 @@ impl<'a> Fields<'a> {
 
     /// Field `key`, required.
     pub fn req(&self, key: &str) -> Result<&'a Value> {
-        self.opt(key).ok_or_else(|| Error::invalid(&self.path_of(key), "required"))
+        self.opt(key)
+            .ok_or_else(|| Error::invalid(&self.path_of(key), "required"))
     }
 
     /// Optional non-empty string field.
@@ -103,7 +118,10 @@ impl<'a> Fields<'a> {
     pub fn check_type(&self, expected: &str) -> Result<()> {
         let t = self.req_str("type")?;
         if t != expected {
-            return Err(Error::invalid(&self.path_of("type"), format!("must be \"{expected}\", got \"{t}\"")));
+            return Err(Error::invalid(
+                &self.path_of("type"),
+                format!("must be \"{expected}\", got \"{t}\""),
+            ));
         }
         Ok(())
     }
@@ -114,7 +132,10 @@ pub fn non_empty_str<'a>(v: &'a Value, path: &str) -> Result<&'a str> {
     match v {
         Value::String(s) if s.is_empty() => Err(Error::invalid(path, "must not be empty")),
         Value::String(s) => Ok(s),
-        other => Err(Error::invalid(path, format!("must be a string, got {}", type_name(other)))),
+        other => Err(Error::invalid(
+            path,
+            format!("must be a string, got {}", type_name(other)),
+        )),
     }
 }
 
@@ -122,7 +143,10 @@ pub fn non_empty_str<'a>(v: &'a Value, path: &str) -> Result<&'a str> {
 pub fn array<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
     match v {
         Value::Array(a) => Ok(a),
-        other => Err(Error::invalid(path, format!("must be an array, got {}", type_name(other)))),
+        other => Err(Error::invalid(
+            path,
+            format!("must be an array, got {}", type_name(other)),
+        )),
     }
 }
 
@@ -134,7 +158,10 @@ pub fn content_text(v: &Value, path: &str) -> Result<String> {
         Value::Object(_) | Value::Array(_) => Ok(compact(v)),
         other => Err(Error::invalid(
             path,
-            format!("must be a string, an object or an array, got {}", type_name(other)),
+            format!(
+                "must be a string, an object or an array, got {}",
+                type_name(other)
+            ),
         )),
     }
 }
@@ -159,12 +186,20 @@ pub fn openai_instructions(v: &Value, path: &str) -> Result<String> {
                 let p = index(path, i);
                 let obj = match part {
                     Value::Object(m) => m,
-                    other => return Err(Error::invalid(&p, format!("must be an object, got {}", type_name(other)))),
+                    other => {
+                        return Err(Error::invalid(
+                            &p,
+                            format!("must be an object, got {}", type_name(other)),
+                        ))
+                    }
                 };
                 let kind = match obj.get("type") {
                     Some(Value::String(s)) => s.as_str(),
                     Some(other) => {
-                        return Err(Error::invalid(&child(&p, "type"), format!("must be a string, got {}", type_name(other))))
+                        return Err(Error::invalid(
+                            &child(&p, "type"),
+                            format!("must be a string, got {}", type_name(other)),
+                        ))
                     }
                     None => return Err(Error::invalid(&child(&p, "type"), "required")),
                 };
@@ -192,26 +227,40 @@ pub fn openai_instructions(v: &Value, path: &str) -> Result<String> {
                             other => {
                                 return Err(Error::invalid(
                                     &dp,
-                                    format!("must be an object or an array of objects, got {}", type_name(other)),
+                                    format!(
+                                        "must be an object or an array of objects, got {}",
+                                        type_name(other)
+                                    ),
                                 ))
                             }
                         }
                         out.push(compact(data));
                     }
                     "input_image" => {
-                        return Err(Error::invalid(&p, "input_image is not supported: this server has no vision model"))
+                        return Err(Error::invalid(
+                            &p,
+                            "input_image is not supported: this server has no vision model",
+                        ))
                     }
                     other => {
                         return Err(Error::invalid(
                             &child(&p, "type"),
-                            format!("unknown part type \"{other}\" (expected input_text or input_json)"),
+                            format!(
+                                "unknown part type \"{other}\" (expected input_text or input_json)"
+                            ),
                         ))
                     }
                 }
             }
             Ok(out.join("\n"))
         }
-        other => Err(Error::invalid(path, format!("must be a string or a list of parts, got {}", type_name(other)))),
+        other => Err(Error::invalid(
+            path,
+            format!(
+                "must be a string or a list of parts, got {}",
+                type_name(other)
+            ),
+        )),
     }
 }
 
@@ -223,32 +272,52 @@ mod tests {
     #[test]
     fn content_text_forms() {
         assert_eq!(content_text(&json!("hi"), "x").unwrap(), "hi");
-        assert_eq!(content_text(&json!({"b": 1, "a": [1, 2]}), "x").unwrap(), r#"{"b":1,"a":[1,2]}"#);
-        assert_eq!(content_text(&json!(""), "x"), Err(Error::Invalid("x: must not be empty".into())));
-        assert!(matches!(content_text(&json!(3), "x"), Err(Error::Invalid(m)) if m.starts_with("x: must be a string")));
+        assert_eq!(
+            content_text(&json!({"b": 1, "a": [1, 2]}), "x").unwrap(),
+            r#"{"b":1,"a":[1,2]}"#
+        );
+        assert_eq!(
+            content_text(&json!(""), "x"),
+            Err(Error::Invalid("x: must not be empty".into()))
+        );
+        assert!(
+            matches!(content_text(&json!(3), "x"), Err(Error::Invalid(m)) if m.starts_with("x: must be a string"))
+        );
     }
 
     #[test]
     fn openai_instruction_parts() {
         let v = json!([{"type": "input_text", "text": "Is it red?"}, {"type": "input_json", "data": {"k": "v"}}]);
-        assert_eq!(openai_instructions(&v, "instructions").unwrap(), "Is it red?\n{\"k\":\"v\"}");
-        let img = json!([{"type": "input_text", "text": "a"}, {"type": "input_image", "image_url": "x"}]);
+        assert_eq!(
+            openai_instructions(&v, "instructions").unwrap(),
+            "Is it red?\n{\"k\":\"v\"}"
+        );
+        let img =
+            json!([{"type": "input_text", "text": "a"}, {"type": "input_image", "image_url": "x"}]);
         assert_eq!(
             openai_instructions(&img, "instructions"),
             Err(Error::Invalid(
-                "instructions[1]: input_image is not supported: this server has no vision model".into()
+                "instructions[1]: input_image is not supported: this server has no vision model"
+                    .into()
             ))
         );
         let bad = json!([{"type": "input_json", "data": [1]}]);
-        assert!(matches!(openai_instructions(&bad, "instructions"), Err(Error::Invalid(m)) if m.starts_with("instructions[0].data[0]:")));
+        assert!(
+            matches!(openai_instructions(&bad, "instructions"), Err(Error::Invalid(m)) if m.starts_with("instructions[0].data[0]:"))
+        );
         let extra = json!([{"type": "input_text", "text": "a", "x": 1}]);
-        assert!(matches!(openai_instructions(&extra, "instructions"), Err(Error::Invalid(m)) if m.starts_with("instructions[0].x: unknown field")));
+        assert!(
+            matches!(openai_instructions(&extra, "instructions"), Err(Error::Invalid(m)) if m.starts_with("instructions[0].x: unknown field"))
+        );
     }
 
     #[test]
     fn unknown_fields_rejected() {
         let v = json!({"a": 1, "b": 2});
         let e = Fields::new(&v, "", &["a"]).err().unwrap();
-        assert_eq!(e, Error::Invalid("b: unknown field (expected one of: a)".into()));
+        assert_eq!(
+            e,
+            Error::Invalid("b: unknown field (expected one of: a)".into())
+        );
     }
 }

@@ -47,8 +47,16 @@ pub struct Opt {
 
 impl Opt {
     /// Shorthand constructor.
-    pub fn new(key: impl Into<String>, text: impl Into<String>, description: Option<String>) -> Self {
-        Opt { key: key.into(), text: text.into(), description }
+    pub fn new(
+        key: impl Into<String>,
+        text: impl Into<String>,
+        description: Option<String>,
+    ) -> Self {
+        Opt {
+            key: key.into(),
+            text: text.into(),
+            description,
+        }
     }
 }
 
@@ -93,14 +101,19 @@ pub fn check_probabilities(probs: &[f64], options: usize) -> Result<()> {
         )));
     }
     if let Some(i) = probs.iter().position(|p| !p.is_finite()) {
-        return Err(Error::Failure(format!("probability {i} is not finite ({})", probs[i])));
+        return Err(Error::Failure(format!(
+            "probability {i} is not finite ({})",
+            probs[i]
+        )));
     }
     Ok(())
 }
 
 /// A JSON number for `x` (finite by `check_probabilities`; 0 otherwise so output stays valid JSON).
 pub fn num(x: f64) -> serde_json::Value {
-    serde_json::Number::from_f64(x).map(serde_json::Value::Number).unwrap_or(serde_json::Value::from(0))
+    serde_json::Number::from_f64(x)
+        .map(serde_json::Value::Number)
+        .unwrap_or(serde_json::Value::from(0))
 }
 
 #[cfg(test)]
@@ -122,8 +135,14 @@ mod tests {
     #[test]
     fn probabilities_checked() {
         assert!(check_probabilities(&[0.5, 0.5], 2).is_ok());
-        assert!(matches!(check_probabilities(&[1.0], 2), Err(Error::Failure(_))));
-        assert!(matches!(check_probabilities(&[f64::NAN, 0.5], 2), Err(Error::Failure(_))));
+        assert!(matches!(
+            check_probabilities(&[1.0], 2),
+            Err(Error::Failure(_))
+        ));
+        assert!(matches!(
+            check_probabilities(&[f64::NAN, 0.5], 2),
+            Err(Error::Failure(_))
+        ));
     }
 }
 

@@ -5,7 +5,9 @@
 //! `predicate` == `noul` without criteria, `openai_choice` with string values ==
 //! `systemone_choice`, `openai_score` == `systemone_score` with string criteria.
 
-use crate::json::{array, child, content_text, index, openai_instructions, parse_question, type_name, Fields};
+use crate::json::{
+    array, child, content_text, index, openai_instructions, parse_question, type_name, Fields,
+};
 use crate::{argmax, check_probabilities, confidence, num, Compiled, Error, Opt, Result};
 use serde_json::{json, Map, Value};
 
@@ -15,7 +17,10 @@ pub const MAX_CHOICES: usize = 255;
 pub const MAX_LEVELS: usize = 10;
 
 fn yes_no(instructions: Option<String>, yes: Option<String>, no: Option<String>) -> Compiled {
-    Compiled { instructions, options: vec![Opt::new("true", "Yes", yes), Opt::new("false", "No", no)] }
+    Compiled {
+        instructions,
+        options: vec![Opt::new("true", "Yes", yes), Opt::new("false", "No", no)],
+    }
 }
 
 fn answer_json(m: Map<String, Value>) -> Result<String> {
@@ -24,7 +29,10 @@ fn answer_json(m: Map<String, Value>) -> Result<String> {
 
 fn count_between(path: &str, n: usize, min: usize, max: usize, what: &str) -> Result<()> {
     if n < min || n > max {
-        return Err(Error::invalid(path, format!("must have {min} to {max} {what}, got {n}")));
+        return Err(Error::invalid(
+            path,
+            format!("must have {min} to {max} {what}, got {n}"),
+        ));
     }
     Ok(())
 }
@@ -34,7 +42,8 @@ pub mod predicate {
     use super::*;
 
     /// A valid question (for the host's self-test).
-    pub const EXAMPLE: &str = r#"{"type":"predicate","instructions":"Is the input about the weather?"}"#;
+    pub const EXAMPLE: &str =
+        r#"{"type":"predicate","instructions":"Is the input about the weather?"}"#;
 
     /// Validate and name the options.
     pub fn compile(question: &str) -> Result<Compiled> {
@@ -49,7 +58,12 @@ pub mod predicate {
     pub fn answer(question: &str, probs: &[f64]) -> Result<String> {
         let c = compile(question)?;
         check_probabilities(probs, c.options.len())?;
-        answer_json(json!({"probability": num(probs[0])}).as_object().cloned().unwrap())
+        answer_json(
+            json!({"probability": num(probs[0])})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        )
     }
 }
 
@@ -66,18 +80,30 @@ pub mod noul {
         let q = parse_question(question)?;
         let f = Fields::of_map(&q, "", &["type", "instructions", "criteria"])?;
         f.check_type("noul")?;
-        let instructions = f.opt("instructions").map(|v| content_text(v, "instructions")).transpose()?;
+        let instructions = f
+            .opt("instructions")
+            .map(|v| content_text(v, "instructions"))
+            .transpose()?;
         let (yes, no) = match f.opt("criteria") {
             None => (None, None),
             Some(c) => {
                 let cf = Fields::new(c, "criteria", &["true", "false"])?;
-                let yes = cf.opt("true").map(|v| content_text(v, "criteria.true")).transpose()?;
-                let no = cf.opt("false").map(|v| content_text(v, "criteria.false")).transpose()?;
+                let yes = cf
+                    .opt("true")
+                    .map(|v| content_text(v, "criteria.true"))
+                    .transpose()?;
+                let no = cf
+                    .opt("false")
+                    .map(|v| content_text(v, "criteria.false"))
+                    .transpose()?;
                 (yes, no)
             }
         };
         if instructions.is_none() && yes.is_none() && no.is_none() {
-            return Err(Error::invalid("instructions", "required when criteria describes no outcome"));
+            return Err(Error::invalid(
+                "instructions",
+                "required when criteria describes no outcome",
+            ));
         }
         Ok(yes_no(instructions, yes, no))
     }
@@ -111,7 +137,9 @@ pub mod openai_choice {
             let cf = Fields::new(c, &p, &["value", "description"])?;
             let value = cf.req("value")?;
             let text = match value {
-                Value::String(s) if s.is_empty() => return Err(Error::invalid(&cf.path_of("value"), "must not be empty")),
+                Value::String(s) if s.is_empty() => {
+                    return Err(Error::invalid(&cf.path_of("value"), "must not be empty"))
+                }
                 Value::String(s) => s.clone(),
                 Value::Bool(b) => b.to_string(),
                 other => {
@@ -122,13 +150,22 @@ pub mod openai_choice {
                 }
             };
             if values.contains(value) {
-                return Err(Error::invalid(&cf.path_of("value"), format!("duplicate choice {value}")));
+                return Err(Error::invalid(
+                    &cf.path_of("value"),
+                    format!("duplicate choice {value}"),
+                ));
             }
             let description = cf.opt_str("description")?.map(str::to_string);
             options.push(Opt::new(value.to_string(), text, description));
             values.push(value.clone());
         }
-        Ok((Compiled { instructions: Some(instructions), options }, values))
+        Ok((
+            Compiled {
+                instructions: Some(instructions),
+                options,
+            },
+            values,
+        ))
     }
 
     /// Validate and name the options (key = the value as JSON).
@@ -140,8 +177,11 @@ pub mod openai_choice {
     pub fn answer(question: &str, probs: &[f64]) -> Result<String> {
         let (c, values) = parse(question)?;
         check_probabilities(probs, c.options.len())?;
-        let list: Vec<Value> =
-            values.iter().zip(probs).map(|(v, p)| json!({"value": v, "probability": num(*p)})).collect();
+        let list: Vec<Value> = values
+            .iter()
+            .zip(probs)
+            .map(|(v, p)| json!({"value": v, "probability": num(*p)}))
+            .collect();
         let mut m = Map::new();
         m.insert("choice".into(), values[argmax(probs)].clone());
         m.insert("confidence".into(), num(confidence(probs)));
@@ -162,10 +202,18 @@ pub mod systemone_choice {
         let q = parse_question(question)?;
         let f = Fields::of_map(&q, "", &["type", "instructions", "criteria"])?;
         f.check_type("choice")?;
-        let instructions = f.opt("instructions").map(|v| content_text(v, "instructions")).transpose()?;
+        let instructions = f
+            .opt("instructions")
+            .map(|v| content_text(v, "instructions"))
+            .transpose()?;
         let criteria = match f.req("criteria")? {
             Value::Object(m) => m,
-            other => return Err(Error::invalid("criteria", format!("must be an object, got {}", type_name(other)))),
+            other => {
+                return Err(Error::invalid(
+                    "criteria",
+                    format!("must be an object, got {}", type_name(other)),
+                ))
+            }
         };
         count_between("criteria", criteria.len(), 2, MAX_CHOICES, "labels")?;
         let mut options = Vec::with_capacity(criteria.len());
@@ -178,9 +226,16 @@ pub mod systemone_choice {
                 Value::Null => None,
                 v => Some(content_text(v, &p)?),
             };
-            options.push(Opt::new(Value::String(label.clone()).to_string(), label.clone(), description));
+            options.push(Opt::new(
+                Value::String(label.clone()).to_string(),
+                label.clone(),
+                description,
+            ));
         }
-        Ok(Compiled { instructions, options })
+        Ok(Compiled {
+            instructions,
+            options,
+        })
     }
 
     /// `{"choice": label, "confidence": c, "probabilities": {label: p}}`.
@@ -192,7 +247,10 @@ pub mod systemone_choice {
             by_label.insert(o.text.clone(), num(*p));
         }
         let mut m = Map::new();
-        m.insert("choice".into(), Value::String(c.options[argmax(probs)].text.clone()));
+        m.insert(
+            "choice".into(),
+            Value::String(c.options[argmax(probs)].text.clone()),
+        );
         m.insert("confidence".into(), num(confidence(probs)));
         m.insert("probabilities".into(), Value::Object(by_label));
         answer_json(m)
@@ -225,12 +283,18 @@ pub mod openai_score {
             let lf = Fields::new(l, &p, &["label", "description"])?;
             let label = lf.req_str("label")?;
             if options.iter().any(|o| o.text == label) {
-                return Err(Error::invalid(&lf.path_of("label"), format!("duplicate level \"{label}\"")));
+                return Err(Error::invalid(
+                    &lf.path_of("label"),
+                    format!("duplicate level \"{label}\""),
+                ));
             }
             let description = lf.opt_str("description")?.map(str::to_string);
             options.push(Opt::new(i.to_string(), label, description));
         }
-        Ok(Compiled { instructions: Some(instructions), options })
+        Ok(Compiled {
+            instructions: Some(instructions),
+            options,
+        })
     }
 
     /// `{"score", "confidence", "probabilities": [{"label", "value": i, "probability"}]}`.
@@ -263,7 +327,10 @@ pub mod systemone_score {
         let q = parse_question(question)?;
         let f = Fields::of_map(&q, "", &["type", "instructions", "criteria"])?;
         f.check_type("score")?;
-        let instructions = f.opt("instructions").map(|v| content_text(v, "instructions")).transpose()?;
+        let instructions = f
+            .opt("instructions")
+            .map(|v| content_text(v, "instructions"))
+            .transpose()?;
         let criteria = array(f.req("criteria")?, "criteria")?;
         count_between("criteria", criteria.len(), 2, MAX_LEVELS, "criteria")?;
         let mut options: Vec<Opt> = Vec::with_capacity(criteria.len());
@@ -275,7 +342,13 @@ pub mod systemone_score {
             }
             options.push(Opt::new(i.to_string(), text, None));
         }
-        Ok((Compiled { instructions, options }, criteria.clone()))
+        Ok((
+            Compiled {
+                instructions,
+                options,
+            },
+            criteria.clone(),
+        ))
     }
 
     /// Validate and name the options.
@@ -322,7 +395,12 @@ pub mod predicate_inverted {
     pub fn answer(question: &str, probs: &[f64]) -> Result<String> {
         let c = compile(question)?;
         check_probabilities(probs, c.options.len())?;
-        answer_json(json!({"probability": num(probs[1])}).as_object().cloned().unwrap())
+        answer_json(
+            json!({"probability": num(probs[1])})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        )
     }
 }
 
@@ -348,7 +426,12 @@ pub mod misbehaving {
     /// `{"probability": p0}` for any question.
     pub fn answer(probs: &[f64]) -> Result<String> {
         check_probabilities(probs, 2)?;
-        answer_json(json!({"probability": num(probs[0])}).as_object().cloned().unwrap())
+        answer_json(
+            json!({"probability": num(probs[0])})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        )
     }
 }
 
@@ -374,40 +457,79 @@ mod tests {
         let all: [(&str, C, A); 7] = [
             (predicate::EXAMPLE, predicate::compile, predicate::answer),
             (noul::EXAMPLE, noul::compile, noul::answer),
-            (openai_choice::EXAMPLE, openai_choice::compile, openai_choice::answer),
-            (systemone_choice::EXAMPLE, systemone_choice::compile, systemone_choice::answer),
-            (openai_score::EXAMPLE, openai_score::compile, openai_score::answer),
-            (systemone_score::EXAMPLE, systemone_score::compile, systemone_score::answer),
-            (predicate_inverted::EXAMPLE, predicate_inverted::compile, predicate_inverted::answer),
+            (
+                openai_choice::EXAMPLE,
+                openai_choice::compile,
+                openai_choice::answer,
+            ),
+            (
+                systemone_choice::EXAMPLE,
+                systemone_choice::compile,
+                systemone_choice::answer,
+            ),
+            (
+                openai_score::EXAMPLE,
+                openai_score::compile,
+                openai_score::answer,
+            ),
+            (
+                systemone_score::EXAMPLE,
+                systemone_score::compile,
+                systemone_score::answer,
+            ),
+            (
+                predicate_inverted::EXAMPLE,
+                predicate_inverted::compile,
+                predicate_inverted::answer,
+            ),
         ];
         for (ex, compile, answer) in all {
             let c = compile(ex).unwrap();
             let n = c.options.len();
             let a = answer(ex, &vec![1.0 / n as f64; n]).unwrap();
             assert!(parse(&a).is_object(), "{a}");
-            assert!(matches!(answer(ex, &vec![0.5; n + 1]), Err(Error::Failure(_))));
+            assert!(matches!(
+                answer(ex, &vec![0.5; n + 1]),
+                Err(Error::Failure(_))
+            ));
         }
     }
 
     #[test]
     fn predicate_equals_noul() {
-        let a = predicate::compile(r#"{"type":"predicate","instructions":"Is it raining?"}"#).unwrap();
+        let a =
+            predicate::compile(r#"{"type":"predicate","instructions":"Is it raining?"}"#).unwrap();
         let b = noul::compile(r#"{"type":"noul","instructions":"Is it raining?"}"#).unwrap();
         assert_eq!(a, b);
         let c = noul::compile(r#"{"type":"noul","instructions":"Is it raining?","criteria":{"true":null,"false":null}}"#).unwrap();
         assert_eq!(a, c);
         assert_eq!(a.options[0], Opt::new("true", "Yes", None));
-        assert_eq!(predicate::answer(r#"{"type":"predicate","instructions":"x"}"#, &[0.25, 0.75]).unwrap(), r#"{"probability":0.25}"#);
-        assert_eq!(noul::answer(r#"{"type":"noul","instructions":"x"}"#, &[0.25, 0.75]).unwrap(), r#"{"noul":0.25}"#);
+        assert_eq!(
+            predicate::answer(r#"{"type":"predicate","instructions":"x"}"#, &[0.25, 0.75]).unwrap(),
+            r#"{"probability":0.25}"#
+        );
+        assert_eq!(
+            noul::answer(r#"{"type":"noul","instructions":"x"}"#, &[0.25, 0.75]).unwrap(),
+            r#"{"noul":0.25}"#
+        );
     }
 
     #[test]
     fn noul_needs_instructions_or_outcome() {
-        assert_eq!(invalid(noul::compile(r#"{"type":"noul"}"#)), "instructions: required when criteria describes no outcome");
+        assert_eq!(
+            invalid(noul::compile(r#"{"type":"noul"}"#)),
+            "instructions: required when criteria describes no outcome"
+        );
         let c = noul::compile(r#"{"type":"noul","criteria":{"true":{"rain":true}}}"#).unwrap();
         assert_eq!(c.instructions, None);
-        assert_eq!(c.options[0].description.as_deref(), Some(r#"{"rain":true}"#));
-        assert_eq!(invalid(noul::compile(r#"{"type":"noul","criteria":{"maybe":"x"}}"#)), "criteria.maybe: unknown field (expected one of: true, false)");
+        assert_eq!(
+            c.options[0].description.as_deref(),
+            Some(r#"{"rain":true}"#)
+        );
+        assert_eq!(
+            invalid(noul::compile(r#"{"type":"noul","criteria":{"maybe":"x"}}"#)),
+            "criteria.maybe: unknown field (expected one of: true, false)"
+        );
     }
 
     #[test]
@@ -416,14 +538,18 @@ mod tests {
             r#"{"type":"choice","instructions":"Colour?","choices":[{"value":"red","description":"Red"},{"value":"blue"}]}"#,
         )
         .unwrap();
-        let b = systemone_choice::compile(r#"{"type":"choice","instructions":"Colour?","criteria":{"red":"Red","blue":null}}"#).unwrap();
+        let b = systemone_choice::compile(
+            r#"{"type":"choice","instructions":"Colour?","criteria":{"red":"Red","blue":null}}"#,
+        )
+        .unwrap();
         assert_eq!(a, b);
         assert_eq!(a.options[0], Opt::new("\"red\"", "red", Some("Red".into())));
     }
 
     #[test]
     fn openai_choice_typed_values() {
-        let q = r#"{"type":"choice","instructions":"?","choices":[{"value":"true"},{"value":true}]}"#;
+        let q =
+            r#"{"type":"choice","instructions":"?","choices":[{"value":"true"},{"value":true}]}"#;
         let c = openai_choice::compile(q).unwrap();
         assert_eq!(c.options[0].key, "\"true\"");
         assert_eq!(c.options[1].key, "true");
@@ -432,30 +558,59 @@ mod tests {
         assert!((a["confidence"].as_f64().unwrap() - 0.6).abs() < 1e-12);
         assert_eq!(a["probabilities"][0]["value"], Value::String("true".into()));
         let dup = r#"{"type":"choice","instructions":"?","choices":[{"value":"a"},{"value":"a"}]}"#;
-        assert_eq!(invalid(openai_choice::compile(dup)), "choices[1].value: duplicate choice \"a\"");
+        assert_eq!(
+            invalid(openai_choice::compile(dup)),
+            "choices[1].value: duplicate choice \"a\""
+        );
         let num = r#"{"type":"choice","instructions":"?","choices":[{"value":1},{"value":"a"}]}"#;
-        assert_eq!(invalid(openai_choice::compile(num)), "choices[0].value: must be a string or a boolean, got a number");
+        assert_eq!(
+            invalid(openai_choice::compile(num)),
+            "choices[0].value: must be a string or a boolean, got a number"
+        );
         let one = r#"{"type":"choice","instructions":"?","choices":[{"value":"a"}]}"#;
-        assert_eq!(invalid(openai_choice::compile(one)), "choices: must have 2 to 255 choices, got 1");
+        assert_eq!(
+            invalid(openai_choice::compile(one)),
+            "choices: must have 2 to 255 choices, got 1"
+        );
         let empty = r#"{"type":"choice","instructions":"?","choices":[{"value":"a","description":""},{"value":"b"}]}"#;
-        assert_eq!(invalid(openai_choice::compile(empty)), "choices[0].description: must not be empty");
+        assert_eq!(
+            invalid(openai_choice::compile(empty)),
+            "choices[0].description: must not be empty"
+        );
     }
 
     #[test]
     fn systemone_choice_answer() {
         let q = r#"{"type":"choice","criteria":{"red":null,"blue":{"shade":"navy"}}}"#;
         let c = systemone_choice::compile(q).unwrap();
-        assert_eq!(c.options[1].description.as_deref(), Some(r#"{"shade":"navy"}"#));
+        assert_eq!(
+            c.options[1].description.as_deref(),
+            Some(r#"{"shade":"navy"}"#)
+        );
         let a = systemone_choice::answer(q, &[0.1, 0.9]).unwrap();
         assert!(a.starts_with(r#"{"choice":"blue","confidence":0.8"#), "{a}");
-        assert!(a.ends_with(r#""probabilities":{"red":0.1,"blue":0.9}}"#), "{a}");
-        assert_eq!(invalid(systemone_choice::compile(r#"{"type":"choice","criteria":{"a":null}}"#)), "criteria: must have 2 to 255 labels, got 1");
+        assert!(
+            a.ends_with(r#""probabilities":{"red":0.1,"blue":0.9}}"#),
+            "{a}"
+        );
+        assert_eq!(
+            invalid(systemone_choice::compile(
+                r#"{"type":"choice","criteria":{"a":null}}"#
+            )),
+            "criteria: must have 2 to 255 labels, got 1"
+        );
     }
 
     #[test]
     fn score_formats_agree() {
-        let a = openai_score::compile(r#"{"type":"score","instructions":"How?","levels":[{"label":"bad"},{"label":"good"}]}"#).unwrap();
-        let b = systemone_score::compile(r#"{"type":"score","instructions":"How?","criteria":["bad","good"]}"#).unwrap();
+        let a = openai_score::compile(
+            r#"{"type":"score","instructions":"How?","levels":[{"label":"bad"},{"label":"good"}]}"#,
+        )
+        .unwrap();
+        let b = systemone_score::compile(
+            r#"{"type":"score","instructions":"How?","criteria":["bad","good"]}"#,
+        )
+        .unwrap();
         assert_eq!(a, b);
         assert_eq!(a.options[1], Opt::new("1", "good", None));
     }
@@ -472,24 +627,60 @@ mod tests {
         assert_eq!(a["legend"]["1"], serde_json::json!({"k":1}));
         assert_eq!(a["probabilities"]["0"], 0.25);
         assert!((a["score"].as_f64().unwrap() - 0.75).abs() < 1e-12);
-        let many = format!(r#"{{"type":"score","criteria":[{}]}}"#, (0..11).map(|i| format!("\"l{i}\"")).collect::<Vec<_>>().join(","));
-        assert_eq!(invalid(systemone_score::compile(&many)), "criteria: must have 2 to 10 criteria, got 11");
+        let many = format!(
+            r#"{{"type":"score","criteria":[{}]}}"#,
+            (0..11)
+                .map(|i| format!("\"l{i}\""))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        assert_eq!(
+            invalid(systemone_score::compile(&many)),
+            "criteria: must have 2 to 10 criteria, got 11"
+        );
     }
 
     #[test]
     fn strictness() {
-        assert_eq!(invalid(predicate::compile(r#"{"type":"predicate","instructions":"x","extra":1}"#)), "extra: unknown field (expected one of: type, instructions)");
-        assert_eq!(invalid(predicate::compile(r#"{"type":"choice","instructions":"x"}"#)), "type: must be \"predicate\", got \"choice\"");
-        assert_eq!(invalid(predicate::compile(r#"{"type":"predicate"}"#)), "instructions: required");
-        assert_eq!(invalid(predicate::compile(r#"{"type":"predicate","instructions":""}"#)), "instructions: must not be empty");
-        assert_eq!(invalid(predicate::compile("[1]")), "question: must be a JSON object, got an array");
+        assert_eq!(
+            invalid(predicate::compile(
+                r#"{"type":"predicate","instructions":"x","extra":1}"#
+            )),
+            "extra: unknown field (expected one of: type, instructions)"
+        );
+        assert_eq!(
+            invalid(predicate::compile(
+                r#"{"type":"choice","instructions":"x"}"#
+            )),
+            "type: must be \"predicate\", got \"choice\""
+        );
+        assert_eq!(
+            invalid(predicate::compile(r#"{"type":"predicate"}"#)),
+            "instructions: required"
+        );
+        assert_eq!(
+            invalid(predicate::compile(
+                r#"{"type":"predicate","instructions":""}"#
+            )),
+            "instructions: must not be empty"
+        );
+        assert_eq!(
+            invalid(predicate::compile("[1]")),
+            "question: must be a JSON object, got an array"
+        );
         assert!(invalid(predicate::compile("{")).starts_with("question: not valid JSON"));
     }
 
     #[test]
     fn inverted_predicate() {
         let q = predicate::EXAMPLE;
-        assert_eq!(predicate_inverted::answer(q, &[0.25, 0.75]).unwrap(), r#"{"probability":0.75}"#);
-        assert_eq!(predicate_inverted::compile(q).unwrap().options[0].text, "Yes");
+        assert_eq!(
+            predicate_inverted::answer(q, &[0.25, 0.75]).unwrap(),
+            r#"{"probability":0.75}"#
+        );
+        assert_eq!(
+            predicate_inverted::compile(q).unwrap().options[0].text,
+            "Yes"
+        );
     }
 }

@@ -10,7 +10,11 @@ pub const SYSTEM: &str = "You are a careful classifier. Read the input, then ans
 pub const DEFAULT_QUESTION: &str = "Which option best fits the input?";
 
 /// Messages `(role, content)`; `labels[i]` names `question.options[i]`.
-pub fn direct_options(state: &str, question: &Compiled, labels: &[String]) -> Result<Vec<(String, String)>> {
+pub fn direct_options(
+    state: &str,
+    question: &Compiled,
+    labels: &[String],
+) -> Result<Vec<(String, String)>> {
     if labels.len() != question.options.len() {
         return Err(Error::Failure(format!(
             "got {} labels for {} options",
@@ -34,7 +38,10 @@ pub fn direct_options(state: &str, question: &Compiled, labels: &[String]) -> Re
         question.instructions.as_deref().unwrap_or(DEFAULT_QUESTION),
         labels.join(", ")
     );
-    Ok(vec![("system".into(), SYSTEM.into()), ("user".into(), user)])
+    Ok(vec![
+        ("system".into(), SYSTEM.into()),
+        ("user".into(), user),
+    ])
 }
 
 #[cfg(test)]
@@ -46,7 +53,10 @@ mod tests {
     fn renders_the_documented_text() {
         let q = Compiled {
             instructions: Some("Is it red?".into()),
-            options: vec![Opt::new("true", "Yes", Some("It is red".into())), Opt::new("false", "No", None)],
+            options: vec![
+                Opt::new("true", "Yes", Some("It is red".into())),
+                Opt::new("false", "No", None),
+            ],
         };
         let m = direct_options("a red car", &q, &["A".into(), "B".into()]).unwrap();
         assert_eq!(m[0], ("system".to_string(), SYSTEM.to_string()));
@@ -54,8 +64,18 @@ mod tests {
             m[1].1,
             "Input:\na red car\n\nQuestion: Is it red?\n\nOptions:\nA. Yes - It is red\nB. No\n\nReply with one label: A, B."
         );
-        let q2 = Compiled { instructions: None, ..q.clone() };
-        assert!(direct_options("s", &q2, &["A".into(), "B".into()]).unwrap()[1].1.contains(DEFAULT_QUESTION));
-        assert!(matches!(direct_options("s", &q, &["A".into()]), Err(Error::Failure(_))));
+        let q2 = Compiled {
+            instructions: None,
+            ..q.clone()
+        };
+        assert!(
+            direct_options("s", &q2, &["A".into(), "B".into()]).unwrap()[1]
+                .1
+                .contains(DEFAULT_QUESTION)
+        );
+        assert!(matches!(
+            direct_options("s", &q, &["A".into()]),
+            Err(Error::Failure(_))
+        ));
     }
 }

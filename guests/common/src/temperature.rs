@@ -20,8 +20,13 @@ pub fn default_params(t: f64) -> Vec<f64> {
 fn temperature(params: &[f64]) -> Result<f64> {
     match params {
         [t] if t.is_finite() && *t > 0.0 => Ok(*t),
-        [t] => Err(Error::Invalid(format!("params[0]: temperature must be finite and > 0, got {t}"))),
-        _ => Err(Error::Invalid(format!("params: expected 1 parameter (the temperature), got {}", params.len()))),
+        [t] => Err(Error::Invalid(format!(
+            "params[0]: temperature must be finite and > 0, got {t}"
+        ))),
+        _ => Err(Error::Invalid(format!(
+            "params: expected 1 parameter (the temperature), got {}",
+            params.len()
+        ))),
     }
 }
 
@@ -30,7 +35,10 @@ fn log_softmax(scores: &[f64], t: f64) -> Result<Vec<f64>> {
     if scores.is_empty() {
         return Err(Error::Failure("no scores".into()));
     }
-    if let Some(i) = scores.iter().position(|s| s.is_nan() || *s == f64::INFINITY) {
+    if let Some(i) = scores
+        .iter()
+        .position(|s| s.is_nan() || *s == f64::INFINITY)
+    {
         return Err(Error::Failure(format!("score {i} is {}", scores[i])));
     }
     let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -41,7 +49,12 @@ fn log_softmax(scores: &[f64], t: f64) -> Result<Vec<f64>> {
     // ln(1 + sum of the others) keeps the NLL of a confident right answer precise (not 0.0),
     // so the fit can tell confident from very confident.
     let top = z.iter().position(|x| *x == 0.0).unwrap_or(0);
-    let rest: f64 = z.iter().enumerate().filter(|(i, _)| *i != top).map(|(_, x)| x.exp()).sum();
+    let rest: f64 = z
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != top)
+        .map(|(_, x)| x.exp())
+        .sum();
     let lse = rest.ln_1p();
     Ok(z.into_iter().map(|x| x - lse).collect())
 }
@@ -66,7 +79,9 @@ fn mean_nll(samples: &[(Vec<f64>, u32)], t: f64) -> f64 {
 /// Fit `[T]` on `(scores, expected index)` samples.
 pub fn fit(samples: &[(Vec<f64>, u32)]) -> Result<Vec<f64>> {
     if samples.is_empty() {
-        return Err(Error::Invalid("samples: at least one labelled sample is needed to fit a temperature".into()));
+        return Err(Error::Invalid(
+            "samples: at least one labelled sample is needed to fit a temperature".into(),
+        ));
     }
     for (i, (scores, expected)) in samples.iter().enumerate() {
         if *expected as usize >= scores.len() {
@@ -113,7 +128,10 @@ pub const EDGE_TOLERANCE: f64 = 1e-3;
 
 /// Rejects a fitted `log T` at an edge of `[T_MIN, T_MAX]`.
 pub fn reject_edge(log_t: f64) -> Result<()> {
-    if !log_t.is_finite() || log_t - T_MIN.ln() < EDGE_TOLERANCE || T_MAX.ln() - log_t < EDGE_TOLERANCE {
+    if !log_t.is_finite()
+        || log_t - T_MIN.ln() < EDGE_TOLERANCE
+        || T_MAX.ln() - log_t < EDGE_TOLERANCE
+    {
         return Err(Error::Failure(format!(
             "the fitted temperature {:.4} is at the edge of the search range [{T_MIN}, {T_MAX}]; the fit is rejected",
             log_t.exp()
@@ -141,9 +159,18 @@ mod tests {
     #[test]
     fn bad_temperature_is_invalid() {
         assert!(matches!(apply(&[0.0, 1.0], &[0.0]), Err(Error::Invalid(_))));
-        assert!(matches!(apply(&[0.0, 1.0], &[f64::NAN]), Err(Error::Invalid(_))));
-        assert!(matches!(apply(&[0.0, 1.0], &[1.0, 2.0]), Err(Error::Invalid(_))));
-        assert!(matches!(apply(&[f64::NAN, 1.0], &[1.0]), Err(Error::Failure(_))));
+        assert!(matches!(
+            apply(&[0.0, 1.0], &[f64::NAN]),
+            Err(Error::Invalid(_))
+        ));
+        assert!(matches!(
+            apply(&[0.0, 1.0], &[1.0, 2.0]),
+            Err(Error::Invalid(_))
+        ));
+        assert!(matches!(
+            apply(&[f64::NAN, 1.0], &[1.0]),
+            Err(Error::Failure(_))
+        ));
     }
 
     #[test]
@@ -152,32 +179,47 @@ mod tests {
         let mut samples = Vec::new();
         let mut seed = 12345u64;
         let mut rnd = || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (seed >> 11) as f64 / (1u64 << 53) as f64
         };
         for _ in 0..4000 {
             let s = vec![rnd() * 6.0, rnd() * 6.0, rnd() * 6.0];
             let p = apply(&s, &[3.0]).unwrap();
             let u = rnd();
-            let expected = if u < p[0] { 0 } else if u < p[0] + p[1] { 1 } else { 2 };
+            let expected = if u < p[0] {
+                0
+            } else if u < p[0] + p[1] {
+                1
+            } else {
+                2
+            };
             samples.push((s, expected));
         }
         let t = fit(&samples).unwrap()[0];
         assert!((t - 3.0).abs() < 0.4, "fitted T = {t}");
         assert!(matches!(fit(&[]), Err(Error::Invalid(_))));
-        assert!(matches!(fit(&[(vec![0.0, 1.0], 2)]), Err(Error::Invalid(_))));
+        assert!(matches!(
+            fit(&[(vec![0.0, 1.0], 2)]),
+            Err(Error::Invalid(_))
+        ));
     }
 
     #[test]
     fn a_fit_at_the_edge_is_rejected() {
         // The higher score is always wrong: the NLL falls as T grows, the optimum is T -> inf.
-        let wrong: Vec<(Vec<f64>, u32)> = (0..50).map(|i| (vec![0.0, 1.0 + (i % 3) as f64], 0)).collect();
+        let wrong: Vec<(Vec<f64>, u32)> = (0..50)
+            .map(|i| (vec![0.0, 1.0 + (i % 3) as f64], 0))
+            .collect();
         match fit(&wrong) {
             Err(Error::Failure(m)) => assert!(m.contains("edge"), "{m}"),
             other => panic!("expected an edge rejection, got {other:?}"),
         }
         // Always right with large margins: the optimum is T -> 0.
-        let right: Vec<(Vec<f64>, u32)> = (0..50).map(|i| (vec![0.0, 5.0 + (i % 3) as f64], 1)).collect();
+        let right: Vec<(Vec<f64>, u32)> = (0..50)
+            .map(|i| (vec![0.0, 5.0 + (i % 3) as f64], 1))
+            .collect();
         assert!(matches!(fit(&right), Err(Error::Failure(_))));
         assert!(reject_edge(1.0f64.ln()).is_ok());
     }

@@ -14,17 +14,29 @@ impl Guest for Plugin {
         PluginInfo {
             name: "direct-options".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            description: "Lists the options with their labels and asks for exactly one label.".into(),
+            description: "Lists the options with their labels and asks for exactly one label."
+                .into(),
         }
     }
 
-    fn render(state: String, question: CompiledQuestion, labels: Vec<String>) -> Result<Vec<ChatMessage>, PluginError> {
+    fn render(
+        state: String,
+        question: CompiledQuestion,
+        labels: Vec<String>,
+    ) -> Result<Vec<ChatMessage>, PluginError> {
         let q = Compiled {
             instructions: question.instructions,
-            options: question.options.into_iter().map(|o| Opt::new(o.key, o.text, o.description)).collect(),
+            options: question
+                .options
+                .into_iter()
+                .map(|o| Opt::new(o.key, o.text, o.description))
+                .collect(),
         };
         match render::direct_options(&state, &q, &labels) {
-            Ok(m) => Ok(m.into_iter().map(|(role, content)| ChatMessage { role, content }).collect()),
+            Ok(m) => Ok(m
+                .into_iter()
+                .map(|(role, content)| ChatMessage { role, content })
+                .collect()),
             Err(Error::Invalid(m)) => Err(PluginError::InvalidQuestion(m)),
             Err(Error::Failure(m)) => Err(PluginError::Failure(m)),
         }

@@ -20,7 +20,8 @@ impl Guest for Plugin {
         PluginInfo {
             name: "temperature".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            description: "softmax(scores / T); T fitted by golden-section search on the mean NLL.".into(),
+            description: "softmax(scores / T); T fitted by golden-section search on the mean NLL."
+                .into(),
         }
     }
 
@@ -29,7 +30,10 @@ impl Guest for Plugin {
     }
 
     fn fit(samples: Vec<LabelledScores>) -> Result<Vec<f64>, PluginError> {
-        let samples: Vec<(Vec<f64>, u32)> = samples.into_iter().map(|s| (s.scores, s.expected)).collect();
+        let samples: Vec<(Vec<f64>, u32)> = samples
+            .into_iter()
+            .map(|s| (s.scores, s.expected))
+            .collect();
         t::fit(&samples).map_err(err)
     }
 

@@ -35,15 +35,25 @@ pub fn assign_folds(samples: &[Sample]) -> Result<(Vec<usize>, usize), String> {
     groups.sort_unstable();
     groups.dedup();
     if groups.len() < 2 {
-        return Err(format!("{} group(s): cross-validation needs at least 2", groups.len()));
+        return Err(format!(
+            "{} group(s): cross-validation needs at least 2",
+            groups.len()
+        ));
     }
     let mut rng = Rng::new(SEED);
     for i in (1..groups.len()).rev() {
         groups.swap(i, rng.below(i + 1));
     }
     let folds = FOLDS.min(groups.len());
-    let fold_of: std::collections::HashMap<&str, usize> = groups.iter().enumerate().map(|(i, g)| (*g, i % folds)).collect();
-    Ok((samples.iter().map(|s| fold_of[s.group.as_str()]).collect(), folds))
+    let fold_of: std::collections::HashMap<&str, usize> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (*g, i % folds))
+        .collect();
+    Ok((
+        samples.iter().map(|s| fold_of[s.group.as_str()]).collect(),
+        folds,
+    ))
 }
 
 /// Answer indices per group, for the bootstrap.
@@ -100,7 +110,10 @@ pub fn keep(raw: &Interval, calibrated: &Interval) -> bool {
 
 /// Cross-validates `policy` on `samples`.
 pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
-    let raw_tops: Vec<Top> = samples.iter().map(|s| Top::of(&raw_probabilities(&s.scores), s.expected)).collect();
+    let raw_tops: Vec<Top> = samples
+        .iter()
+        .map(|s| Top::of(&raw_probabilities(&s.scores), s.expected))
+        .collect();
     let groups = group_indices(samples);
     let mut report = PolicyReport {
         policy: policy.name().to_string(),
@@ -129,12 +142,19 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
         Ok(params) => report.params = Some(params),
         Err(error) => {
             let error = format!("fit on all questions: {}", describe(error));
-            report.error = Some(report.error.map_or(error.clone(), |e| format!("{e}; {error}")));
+            report.error = Some(
+                report
+                    .error
+                    .map_or(error.clone(), |e| format!("{e}; {error}")),
+            );
         }
     }
     report.keep = report.params.is_some()
         && report.error.is_none()
-        && report.ece_calibrated.as_ref().is_some_and(|c| keep(&report.ece_raw, c));
+        && report
+            .ece_calibrated
+            .as_ref()
+            .is_some_and(|c| keep(&report.ece_raw, c));
     report
 }
 
@@ -143,28 +163,52 @@ fn accuracy(tops: &[Top]) -> f64 {
 }
 
 fn labelled<'a>(samples: impl Iterator<Item = &'a Sample>) -> Vec<LabelledScores> {
-    samples.map(|s| LabelledScores { scores: s.scores.clone(), expected: s.expected as u32 }).collect()
+    samples
+        .map(|s| LabelledScores {
+            scores: s.scores.clone(),
+            expected: s.expected as u32,
+        })
+        .collect()
 }
 
 /// Held-out calibrated top answers: fit on the other folds, apply to this one. A fold whose
 /// fit the policy rejects (`failure`) is served `default-params(1.0)`; invalid samples fail.
 fn held_out(policy: &Calibration, samples: &[Sample]) -> Result<(Vec<Top>, Vec<String>), String> {
     let (fold_of, folds) = assign_folds(samples)?;
-    let mut tops = vec![Top { confidence: 0.0, correct: false }; samples.len()];
+    let mut tops = vec![
+        Top {
+            confidence: 0.0,
+            correct: false
+        };
+        samples.len()
+    ];
     let mut rejected = Vec::new();
     for fold in 0..folds {
-        let train = labelled(samples.iter().zip(&fold_of).filter(|(_, f)| **f != fold).map(|(s, _)| s));
+        let train = labelled(
+            samples
+                .iter()
+                .zip(&fold_of)
+                .filter(|(_, f)| **f != fold)
+                .map(|(s, _)| s),
+        );
         let params = match policy.fit(&train) {
             Ok(params) => params,
             Err(PluginCallError::Failed { message, .. }) => {
                 rejected.push(format!("fold {}/{folds}: {message}", fold + 1));
-                policy.default_params(1.0).map_err(|e| format!("default-params(1): {e}"))?
+                policy
+                    .default_params(1.0)
+                    .map_err(|e| format!("default-params(1): {e}"))?
             }
             Err(error) => return Err(format!("fold {}/{folds}: {error}", fold + 1)),
         };
-        for (i, sample) in samples.iter().enumerate().filter(|(i, _)| fold_of[*i] == fold) {
-            let probabilities =
-                policy.apply(&sample.scores, &params).map_err(|e| format!("fold {}/{folds}: apply: {e}", fold + 1))?;
+        for (i, sample) in samples
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| fold_of[*i] == fold)
+        {
+            let probabilities = policy
+                .apply(&sample.scores, &params)
+                .map_err(|e| format!("fold {}/{folds}: apply: {e}", fold + 1))?;
             tops[i] = Top::of(&probabilities, sample.expected);
         }
     }
@@ -176,7 +220,11 @@ mod tests {
     use super::*;
 
     fn sample(group: &str) -> Sample {
-        Sample { scores: vec![0.0, 1.0], expected: 1, group: group.into() }
+        Sample {
+            scores: vec![0.0, 1.0],
+            expected: 1,
+            group: group.into(),
+        }
     }
 
     #[test]
@@ -186,13 +234,22 @@ mod tests {
         assert_eq!(folds, 5);
         let mut fold_of_group = std::collections::HashMap::new();
         for (s, f) in samples.iter().zip(&fold_of) {
-            assert_eq!(*fold_of_group.entry(&s.group).or_insert(*f), *f, "group {} split across folds", s.group);
+            assert_eq!(
+                *fold_of_group.entry(&s.group).or_insert(*f),
+                *f,
+                "group {} split across folds",
+                s.group
+            );
         }
         for fold in 0..5 {
             let groups = fold_of_group.values().filter(|f| **f == fold).count();
             assert!((7..=8).contains(&groups), "fold {fold}: {groups} groups");
         }
-        assert_eq!(assign_folds(&samples).unwrap().0, fold_of, "fold assignment is deterministic");
+        assert_eq!(
+            assign_folds(&samples).unwrap().0,
+            fold_of,
+            "fold assignment is deterministic"
+        );
         let (_, two) = assign_folds(&[sample("a"), sample("b"), sample("a")]).unwrap();
         assert_eq!(two, 2);
         assert!(assign_folds(&[sample("a"), sample("a")]).is_err());
@@ -200,12 +257,44 @@ mod tests {
 
     #[test]
     fn keep_rule_on_both_sides() {
-        let raw = Interval { value: 0.20, low: 0.15, high: 0.25 };
-        assert!(keep(&raw, &Interval { value: 0.05, low: 0.02, high: 0.10 }));
+        let raw = Interval {
+            value: 0.20,
+            low: 0.15,
+            high: 0.25,
+        };
+        assert!(keep(
+            &raw,
+            &Interval {
+                value: 0.05,
+                low: 0.02,
+                high: 0.10
+            }
+        ));
         // Overlapping intervals: the improvement is not shown, keep T = 1.0.
-        assert!(!keep(&raw, &Interval { value: 0.10, low: 0.05, high: 0.16 }));
-        assert!(!keep(&raw, &Interval { value: 0.10, low: 0.05, high: 0.15 }));
-        assert!(!keep(&raw, &Interval { value: 0.30, low: 0.26, high: 0.35 }));
+        assert!(!keep(
+            &raw,
+            &Interval {
+                value: 0.10,
+                low: 0.05,
+                high: 0.16
+            }
+        ));
+        assert!(!keep(
+            &raw,
+            &Interval {
+                value: 0.10,
+                low: 0.05,
+                high: 0.15
+            }
+        ));
+        assert!(!keep(
+            &raw,
+            &Interval {
+                value: 0.30,
+                low: 0.26,
+                high: 0.35
+            }
+        ));
     }
 
     #[test]

@@ -30,7 +30,10 @@ impl Top {
                 best = i;
             }
         }
-        Top { confidence: probabilities[best], correct: best == expected }
+        Top {
+            confidence: probabilities[best],
+            correct: best == expected,
+        }
     }
 }
 
@@ -51,7 +54,11 @@ pub fn ece_of(tops: &[Top], indices: impl IntoIterator<Item = usize>) -> f64 {
     if total == 0 {
         return 0.0;
     }
-    (0..BINS).filter(|&b| count[b] > 0).map(|b| (correct[b] - confidence[b]).abs()).sum::<f64>() / total as f64
+    (0..BINS)
+        .filter(|&b| count[b] > 0)
+        .map(|b| (correct[b] - confidence[b]).abs())
+        .sum::<f64>()
+        / total as f64
 }
 
 /// ECE of all answers.
@@ -114,7 +121,11 @@ pub fn with_intervals(sets: &[&[Top]], groups: &[Vec<usize>]) -> Vec<Interval> {
         .zip(draws)
         .map(|(set, mut values)| {
             values.sort_by(f64::total_cmp);
-            Interval { value: ece(set), low: percentile(&values, 0.025), high: percentile(&values, 0.975) }
+            Interval {
+                value: ece(set),
+                low: percentile(&values, 0.025),
+                high: percentile(&values, 0.975),
+            }
         })
         .collect()
 }
@@ -134,7 +145,10 @@ mod tests {
     use super::*;
 
     fn top(confidence: f64, correct: bool) -> Top {
-        Top { confidence, correct }
+        Top {
+            confidence,
+            correct,
+        }
     }
 
     #[test]
@@ -152,11 +166,16 @@ mod tests {
     #[test]
     fn intervals_bracket_the_estimate_and_are_reproducible() {
         let mut rng = Rng::new(1);
-        let tops: Vec<Top> = (0..200).map(|_| top(0.5 + rng.below(50) as f64 / 100.0, rng.below(2) == 0)).collect();
+        let tops: Vec<Top> = (0..200)
+            .map(|_| top(0.5 + rng.below(50) as f64 / 100.0, rng.below(2) == 0))
+            .collect();
         let groups: Vec<Vec<usize>> = (0..100).map(|g| vec![2 * g, 2 * g + 1]).collect();
         let a = with_intervals(&[&tops], &groups)[0];
         let b = with_intervals(&[&tops], &groups)[0];
         assert_eq!(a, b);
-        assert!(a.low <= a.value && a.value <= a.high + 0.02 && a.low < a.high, "{a}");
+        assert!(
+            a.low <= a.value && a.value <= a.high + 0.02 && a.low < a.high,
+            "{a}"
+        );
     }
 }

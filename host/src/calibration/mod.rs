@@ -107,17 +107,25 @@ pub struct Settings<'a> {
 /// Runs startup calibration and returns the state answers get. Never fails: every problem
 /// ends in T = 1.0 with source `default` and a warning naming the cause. `progress` receives
 /// "calibrating (n/N)" steps. The report lines are logged; the saved result is returned too.
-pub fn startup(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> (CalibrationState, Option<Saved>) {
+pub fn startup(
+    engine: &Engine,
+    settings: &Settings,
+    progress: &dyn Fn(String),
+) -> (CalibrationState, Option<Saved>) {
     let (_, policy_name) = engine.plugin_names();
     let fallback = CalibrationState::default_for(policy_name);
     if matches!(settings.questions, Questions::Skip) {
-        tracing::info!("startup calibration skipped (--calibration-questions {SKIP}): T = 1.0, source default");
+        tracing::info!(
+            "startup calibration skipped (--calibration-questions {SKIP}): T = 1.0, source default"
+        );
         return (fallback, None);
     }
     match run(engine, settings, progress) {
         Ok(saved) => (state_of(&saved, engine), Some(saved)),
         Err(cause) => {
-            tracing::warn!("startup calibration not applied: {cause}; answers use T = 1.0, source default");
+            tracing::warn!(
+                "startup calibration not applied: {cause}; answers use T = 1.0, source default"
+            );
             (fallback, None)
         }
     }
@@ -125,7 +133,11 @@ pub fn startup(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) 
 
 fn state_of(saved: &Saved, engine: &Engine) -> CalibrationState {
     let (_, policy_name) = engine.plugin_names();
-    let source = if saved.source == "calibrated" { TemperatureSource::Calibrated } else { TemperatureSource::Default };
+    let source = if saved.source == "calibrated" {
+        TemperatureSource::Calibrated
+    } else {
+        TemperatureSource::Default
+    };
     CalibrationState {
         policy: policy_name.to_string(),
         plugin_sha256: saved.key.policy_sha256.clone(),
@@ -136,16 +148,20 @@ fn state_of(saved: &Saved, engine: &Engine) -> CalibrationState {
 }
 
 /// Reads the questions (or reuses a saved result), fits, saves, logs. Errors name the cause.
-pub fn run(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> Result<Saved, String> {
+pub fn run(
+    engine: &Engine,
+    settings: &Settings,
+    progress: &dyn Fn(String),
+) -> Result<Saved, String> {
     let started = Instant::now();
     let (renderer_name, policy_name) = engine.plugin_names();
     let plugins = engine.plugins();
-    let policy = plugins
-        .calibration(policy_name)
-        .ok_or_else(|| format!("calibration plugin `{policy_name}` is not loaded (setting --calibration)"))?;
-    let renderer = plugins
-        .renderer(renderer_name)
-        .ok_or_else(|| format!("renderer plugin `{renderer_name}` is not loaded (setting --renderer)"))?;
+    let policy = plugins.calibration(policy_name).ok_or_else(|| {
+        format!("calibration plugin `{policy_name}` is not loaded (setting --calibration)")
+    })?;
+    let renderer = plugins.renderer(renderer_name).ok_or_else(|| {
+        format!("renderer plugin `{renderer_name}` is not loaded (setting --renderer)")
+    })?;
     let set = settings.questions.load()?;
     let mut question_types: Vec<String> = set
         .questions
@@ -157,8 +173,12 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> R
         .collect();
     question_types.sort();
     question_types.dedup();
-    let model_sha256 = store::file_sha256(settings.model_file)
-        .map_err(|e| format!("cannot hash the model file {}: {e}", settings.model_file.display()))?;
+    let model_sha256 = store::file_sha256(settings.model_file).map_err(|e| {
+        format!(
+            "cannot hash the model file {}: {e}",
+            settings.model_file.display()
+        )
+    })?;
     let key = Key {
         model_sha256,
         readout: "direct".into(),
@@ -188,7 +208,11 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> R
             samples.len(),
             counts.total,
             set.origin,
-            counts.skipped_reasons.first().map(|r| format!(" (first skipped: {r})")).unwrap_or_default()
+            counts
+                .skipped_reasons
+                .first()
+                .map(|r| format!(" (first skipped: {r})"))
+                .unwrap_or_default()
         ));
     }
     progress(format!("calibrating (fitting {policy_name})"));
@@ -201,7 +225,13 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> R
             }
         }
     }
-    let mut saved = decide(key, counts, reports, &policy, started.elapsed().as_secs_f64());
+    let mut saved = decide(
+        key,
+        counts,
+        reports,
+        &policy,
+        started.elapsed().as_secs_f64(),
+    );
     saved.samples = samples;
     match store::save(&settings.dir, &saved) {
         Ok(path) => log_report(&saved, &format!("saved to {}", path.display())),
@@ -214,7 +244,13 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> R
 }
 
 /// Applies the keep rule of the configured policy's report.
-fn decide(key: Key, questions: QuestionCounts, reports: Vec<PolicyReport>, policy: &Calibration, seconds: f64) -> Saved {
+fn decide(
+    key: Key,
+    questions: QuestionCounts,
+    reports: Vec<PolicyReport>,
+    policy: &Calibration,
+    seconds: f64,
+) -> Saved {
     let report = &reports[0];
     let one = policy.default_params(1.0).unwrap_or_else(|_| vec![1.0]);
     let (params, temperature, source, kept, reason) = match (&report.error, &report.params) {
@@ -250,7 +286,11 @@ fn decide(key: Key, questions: QuestionCounts, reports: Vec<PolicyReport>, polic
 }
 
 /// Reads every question through the engine, grouped by state (one request per state).
-fn collect(engine: &Engine, set: &QuestionSet, progress: &dyn Fn(String)) -> (Vec<Sample>, QuestionCounts) {
+fn collect(
+    engine: &Engine,
+    set: &QuestionSet,
+    progress: &dyn Fn(String),
+) -> (Vec<Sample>, QuestionCounts) {
     let total = set.questions.len();
     let mut by_state: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, q) in set.questions.iter().enumerate() {
@@ -280,8 +320,15 @@ fn collect(engine: &Engine, set: &QuestionSet, progress: &dyn Fn(String)) -> (Ve
                     skipped.push(format!("{}: a raw option score is not finite", q.id))
                 }
                 Ok(read) => match questions::expected_index(&read.options, &q.expected) {
-                    Some(expected) => samples.push(Sample { scores: read.scores, expected, group: q.group.clone() }),
-                    None => skipped.push(format!("{}: expected {} is not one of the question's options", q.id, q.expected)),
+                    Some(expected) => samples.push(Sample {
+                        scores: read.scores,
+                        expected,
+                        group: q.group.clone(),
+                    }),
+                    None => skipped.push(format!(
+                        "{}: expected {} is not one of the question's options",
+                        q.id, q.expected
+                    )),
                 },
             }
             done += 1;
@@ -318,14 +365,20 @@ pub fn report_lines(saved: &Saved) -> Vec<String> {
             if saved.kept {
                 "kept".to_string()
             } else {
-                format!("not kept, answers use T = {:.3} ({})", saved.temperature, saved.source)
+                format!(
+                    "not kept, answers use T = {:.3} ({})",
+                    saved.temperature, saved.source
+                )
             }
         } else if report.keep {
             "would be kept".to_string()
         } else {
             "would not be kept".to_string()
         };
-        let calibrated = report.ece_calibrated.map(|c| c.to_string()).unwrap_or_else(|| "n/a".into());
+        let calibrated = report
+            .ece_calibrated
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "n/a".into());
         let accuracy = match report.accuracy_calibrated {
             Some(a) => format!("accuracy {:.3} -> {:.3}", report.accuracy_raw, a),
             None => format!("accuracy {:.3}", report.accuracy_raw),
@@ -335,7 +388,10 @@ pub fn report_lines(saved: &Saved) -> Vec<String> {
             report.policy, report.ece_raw, saved.questions.used, saved.questions.skipped, saved.seconds
         );
         if !report.rejected_folds.is_empty() {
-            line.push_str(&format!("; {} of 5 fold fits rejected (served T = 1.0)", report.rejected_folds.len()));
+            line.push_str(&format!(
+                "; {} of 5 fold fits rejected (served T = 1.0)",
+                report.rejected_folds.len()
+            ));
         }
         if let Some(error) = &report.error {
             line.push_str(&format!("; {error}"));
@@ -358,7 +414,10 @@ mod tests {
     use std::sync::Arc;
 
     fn registry() -> Arc<PluginRegistry> {
-        let config = RuntimeConfig { cache_dir: Some(PathBuf::from(env!("OUT_DIR")).join("test-wasm-cache")), ..RuntimeConfig::default() };
+        let config = RuntimeConfig {
+            cache_dir: Some(PathBuf::from(env!("OUT_DIR")).join("test-wasm-cache")),
+            ..RuntimeConfig::default()
+        };
         PluginRegistry::with_builtins(PluginRuntime::new(config).unwrap()).unwrap()
     }
 
@@ -377,7 +436,11 @@ mod tests {
                     acc += x;
                     u < acc
                 });
-                Sample { scores, expected: expected.unwrap_or(k - 1), group: format!("g{}", i / 3) }
+                Sample {
+                    scores,
+                    expected: expected.unwrap_or(k - 1),
+                    group: format!("g{}", i / 3),
+                }
             })
             .collect()
     }
@@ -417,18 +480,53 @@ mod tests {
             question_types: vec![],
             questions_sha256: String::new(),
         };
-        let counts = QuestionCounts { origin: "test".into(), total: 600, used: 600, skipped: 0, skipped_reasons: vec![] };
-        let kept = decide(key.clone(), counts.clone(), vec![cv::evaluate(&policy, &synthetic(3.0, 600, 3))], &policy, 0.0);
-        assert!(kept.kept && kept.source == "calibrated" && (kept.temperature - 3.0).abs() < 0.6, "{kept:?}");
-        let not_kept = decide(key.clone(), counts.clone(), vec![cv::evaluate(&policy, &synthetic(1.0, 600, 4))], &policy, 0.0);
-        assert!(!not_kept.kept && not_kept.source == "calibrated" && not_kept.params == vec![1.0], "{not_kept:?}");
+        let counts = QuestionCounts {
+            origin: "test".into(),
+            total: 600,
+            used: 600,
+            skipped: 0,
+            skipped_reasons: vec![],
+        };
+        let kept = decide(
+            key.clone(),
+            counts.clone(),
+            vec![cv::evaluate(&policy, &synthetic(3.0, 600, 3))],
+            &policy,
+            0.0,
+        );
+        assert!(
+            kept.kept && kept.source == "calibrated" && (kept.temperature - 3.0).abs() < 0.6,
+            "{kept:?}"
+        );
+        let not_kept = decide(
+            key.clone(),
+            counts.clone(),
+            vec![cv::evaluate(&policy, &synthetic(1.0, 600, 4))],
+            &policy,
+            0.0,
+        );
+        assert!(
+            !not_kept.kept && not_kept.source == "calibrated" && not_kept.params == vec![1.0],
+            "{not_kept:?}"
+        );
         // Labels that contradict the scores: the fit is at the edge of its range and rejected.
         let mut wrong = synthetic(1.0, 300, 5);
         for s in &mut wrong {
-            s.expected = (0..s.scores.len()).min_by(|a, b| s.scores[*a].total_cmp(&s.scores[*b])).unwrap();
+            s.expected = (0..s.scores.len())
+                .min_by(|a, b| s.scores[*a].total_cmp(&s.scores[*b]))
+                .unwrap();
         }
-        let failed = decide(key, counts, vec![cv::evaluate(&policy, &wrong)], &policy, 0.0);
-        assert!(!failed.kept && failed.source == "default" && failed.reason.contains("edge"), "{failed:?}");
+        let failed = decide(
+            key,
+            counts,
+            vec![cv::evaluate(&policy, &wrong)],
+            &policy,
+            0.0,
+        );
+        assert!(
+            !failed.kept && failed.source == "default" && failed.reason.contains("edge"),
+            "{failed:?}"
+        );
         assert_eq!(report_lines(&failed).len(), 1);
     }
 }

@@ -53,24 +53,46 @@ impl QuestionSet {
                 continue;
             }
             let at = |what: String| format!("{origin} line {number}: {what}");
-            let value: Value = serde_json::from_str(line).map_err(|e| at(format!("not JSON: {e}")))?;
-            let Value::Object(object) = value else { return Err(at("expected a JSON object".into())) };
-            if let Some(unknown) = object.keys().find(|k| !["state", "question", "expected", "group", "id"].contains(&k.as_str())) {
-                return Err(at(format!("unknown field `{unknown}` (fields: state, question, expected, group, id)")));
+            let value: Value =
+                serde_json::from_str(line).map_err(|e| at(format!("not JSON: {e}")))?;
+            let Value::Object(object) = value else {
+                return Err(at("expected a JSON object".into()));
+            };
+            if let Some(unknown) = object
+                .keys()
+                .find(|k| !["state", "question", "expected", "group", "id"].contains(&k.as_str()))
+            {
+                return Err(at(format!(
+                    "unknown field `{unknown}` (fields: state, question, expected, group, id)"
+                )));
             }
             let state = match object.get("state") {
                 Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
                 Some(v @ (Value::Object(_) | Value::Array(_))) => v.to_string(),
-                Some(_) => return Err(at("`state` must be non-empty text, an object or an array".into())),
+                Some(_) => {
+                    return Err(at(
+                        "`state` must be non-empty text, an object or an array".into()
+                    ))
+                }
                 None => return Err(at("`state` is required".into())),
             };
-            let question = match object.get("question") {
-                Some(q @ Value::Object(map)) => match map.get("type") {
-                    Some(Value::String(kind)) if !kind.is_empty() => (format!("systemone-{kind}"), q.to_string()),
-                    _ => return Err(at("`question.type` must be a question type such as noul, choice, score".into())),
-                },
-                _ => return Err(at("`question` must be a /v1/systemone question object".into())),
-            };
+            let question =
+                match object.get("question") {
+                    Some(q @ Value::Object(map)) => match map.get("type") {
+                        Some(Value::String(kind)) if !kind.is_empty() => {
+                            (format!("systemone-{kind}"), q.to_string())
+                        }
+                        _ => return Err(at(
+                            "`question.type` must be a question type such as noul, choice, score"
+                                .into(),
+                        )),
+                    },
+                    _ => {
+                        return Err(at(
+                            "`question` must be a /v1/systemone question object".into()
+                        ))
+                    }
+                };
             let expected = match object.get("expected") {
                 None | Some(Value::Null) => return Err(at("`expected` is required".into())),
                 Some(v) => v.clone(),
@@ -81,26 +103,42 @@ impl QuestionSet {
                 Some(v) => v.to_string(),
             };
             let group = match object.get("group") {
-                None | Some(Value::Null) => format!("state:{}", hex::encode(&Sha256::digest(state.as_bytes())[..8])),
+                None | Some(Value::Null) => format!(
+                    "state:{}",
+                    hex::encode(&Sha256::digest(state.as_bytes())[..8])
+                ),
                 Some(Value::String(s)) => s.clone(),
                 Some(v) => v.to_string(),
             };
-            questions.push(LabelledQuestion { id, state, plugin: question.0, json: question.1, expected, group });
+            questions.push(LabelledQuestion {
+                id,
+                state,
+                plugin: question.0,
+                json: question.1,
+                expected,
+                group,
+            });
         }
         if questions.is_empty() {
             return Err(format!("{origin}: no questions"));
         }
-        Ok(QuestionSet { origin: origin.to_string(), sha256: hex::encode(Sha256::digest(text.as_bytes())), questions })
+        Ok(QuestionSet {
+            origin: origin.to_string(),
+            sha256: hex::encode(Sha256::digest(text.as_bytes())),
+            questions,
+        })
     }
 
     /// The built-in set.
     pub fn builtin() -> QuestionSet {
-        QuestionSet::parse("built-in set calibration/default.jsonl", DEFAULT_SET).expect("the built-in question set parses")
+        QuestionSet::parse("built-in set calibration/default.jsonl", DEFAULT_SET)
+            .expect("the built-in question set parses")
     }
 
     /// Reads and parses a file.
     pub fn read(path: &std::path::Path) -> Result<QuestionSet, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read question file {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read question file {}: {e}", path.display()))?;
         QuestionSet::parse(&path.display().to_string(), &text)
     }
 }
@@ -132,13 +170,21 @@ mod tests {
     use serde_json::json;
 
     fn opt(key: &str, text: &str) -> OptionDef {
-        OptionDef { key: key.into(), text: text.into(), description: None }
+        OptionDef {
+            key: key.into(),
+            text: text.into(),
+            description: None,
+        }
     }
 
     #[test]
     fn the_builtin_set_parses_and_is_large_and_varied() {
         let set = QuestionSet::builtin();
-        assert!(set.questions.len() >= 200, "{} questions", set.questions.len());
+        assert!(
+            set.questions.len() >= 200,
+            "{} questions",
+            set.questions.len()
+        );
         for kind in ["systemone-noul", "systemone-choice", "systemone-score"] {
             let n = set.questions.iter().filter(|q| q.plugin == kind).count();
             assert!(n >= 40, "{kind}: {n} questions");
@@ -155,22 +201,39 @@ mod tests {
         assert_eq!(set.questions[0].plugin, "systemone-noul");
         for (bad, needle) in [
             ("{", "line 1: not JSON"),
-            (r#"{"question": {"type": "noul"}, "expected": true}"#, "`state` is required"),
-            (r#"{"state": "x", "question": {"instructions": "?"}, "expected": true}"#, "question.type"),
-            (r#"{"state": "x", "question": {"type": "noul"}}"#, "`expected` is required"),
-            (r#"{"state": "x", "question": {"type": "noul"}, "expected": 1, "extra": 2}"#, "unknown field `extra`"),
+            (
+                r#"{"question": {"type": "noul"}, "expected": true}"#,
+                "`state` is required",
+            ),
+            (
+                r#"{"state": "x", "question": {"instructions": "?"}, "expected": true}"#,
+                "question.type",
+            ),
+            (
+                r#"{"state": "x", "question": {"type": "noul"}}"#,
+                "`expected` is required",
+            ),
+            (
+                r#"{"state": "x", "question": {"type": "noul"}, "expected": 1, "extra": 2}"#,
+                "unknown field `extra`",
+            ),
         ] {
             let error = QuestionSet::parse("f", bad).unwrap_err();
             assert!(error.contains(needle), "{error}");
         }
-        assert!(QuestionSet::parse("f", "\n# nothing\n").unwrap_err().contains("no questions"));
+        assert!(QuestionSet::parse("f", "\n# nothing\n")
+            .unwrap_err()
+            .contains("no questions"));
     }
 
     #[test]
     fn expected_values_name_options() {
         let noul = [opt("true", "Yes"), opt("false", "No")];
         assert_eq!(expected_index(&noul, &json!(false)), Some(1));
-        let choice = [opt("\"billing\"", "billing"), opt("\"shipping\"", "shipping")];
+        let choice = [
+            opt("\"billing\"", "billing"),
+            opt("\"shipping\"", "shipping"),
+        ];
         assert_eq!(expected_index(&choice, &json!("shipping")), Some(1));
         assert_eq!(expected_index(&choice, &json!("nope")), None);
         let score = [opt("0", "low"), opt("1", "mid"), opt("2", "high")];

@@ -36,13 +36,24 @@ pub struct Key {
 impl Key {
     /// sha256 of the key's JSON, hex.
     pub fn digest(&self) -> String {
-        hex::encode(Sha256::digest(serde_json::to_vec(self).expect("a key serializes")))
+        hex::encode(Sha256::digest(
+            serde_json::to_vec(self).expect("a key serializes"),
+        ))
     }
 
     /// The file this key is saved in under `dir`.
     pub fn path_in(&self, dir: &Path) -> PathBuf {
-        let policy: String =
-            self.policy.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+        let policy: String = self
+            .policy
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
         dir.join(format!("{policy}-{}.json", &self.digest()[..16]))
     }
 }
@@ -94,18 +105,26 @@ pub fn load(dir: &Path, key: &Key) -> Result<Option<(Saved, PathBuf)>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    let saved: Saved = serde_json::from_str(&text).map_err(|e| format!("{} is not a saved calibration: {e}", path.display()))?;
+    let saved: Saved = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a saved calibration: {e}", path.display()))?;
     Ok((saved.key == *key).then_some((saved, path)))
 }
 
 /// Saves `saved` under `dir` (written to a temporary name, then renamed into place).
 pub fn save(dir: &Path, saved: &Saved) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {} (setting --calibration-dir): {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        format!(
+            "cannot create {} (setting --calibration-dir): {e}",
+            dir.display()
+        )
+    })?;
     let path = saved.key.path_in(dir);
     let staged = path.with_extension(format!("json.{}.tmp", std::process::id()));
     let text = serde_json::to_string_pretty(saved).expect("a saved result serializes");
-    std::fs::write(&staged, text + "\n").map_err(|e| format!("cannot write {}: {e}", staged.display()))?;
-    std::fs::rename(&staged, &path).map_err(|e| format!("cannot rename to {}: {e}", path.display()))?;
+    std::fs::write(&staged, text + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", staged.display()))?;
+    std::fs::rename(&staged, &path)
+        .map_err(|e| format!("cannot rename to {}: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -126,7 +145,10 @@ pub fn file_sha256(path: &Path) -> std::io::Result<String> {
 
 /// Now as RFC 3339 UTC (`2026-11-29T23:59:59Z`).
 pub fn now_rfc3339() -> String {
-    let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     rfc3339(seconds)
 }
 
@@ -143,7 +165,12 @@ fn rfc3339(seconds: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest / 60 % 60, rest % 60)
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
 }
 
 #[cfg(test)]
@@ -166,7 +193,11 @@ mod tests {
     }
 
     fn saved(key: Key) -> Saved {
-        let interval = Interval { value: 0.1, low: 0.05, high: 0.15 };
+        let interval = Interval {
+            value: 0.1,
+            low: 0.05,
+            high: 0.15,
+        };
         Saved {
             key,
             date: now_rfc3339(),
@@ -177,7 +208,13 @@ mod tests {
             source: "calibrated".into(),
             kept: true,
             reason: "r".into(),
-            questions: QuestionCounts { origin: "o".into(), total: 60, used: 60, skipped: 0, skipped_reasons: vec![] },
+            questions: QuestionCounts {
+                origin: "o".into(),
+                total: 60,
+                used: 60,
+                skipped: 0,
+                skipped_reasons: vec![],
+            },
             seconds: 1.0,
             reports: vec![PolicyReport {
                 policy: "temperature".into(),
@@ -197,7 +234,8 @@ mod tests {
 
     #[test]
     fn a_saved_result_is_reused_only_with_the_same_key() {
-        let dir = std::env::temp_dir().join(format!("decide-calibration-store-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("decide-calibration-store-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let base = key();
         assert!(load(&dir, &base).unwrap().is_none());
@@ -219,7 +257,10 @@ mod tests {
             let mut changed = base.clone();
             change(&mut changed);
             assert_ne!(changed.digest(), base.digest());
-            assert!(load(&dir, &changed).unwrap().is_none(), "reused despite {changed:?}");
+            assert!(
+                load(&dir, &changed).unwrap().is_none(),
+                "reused despite {changed:?}"
+            );
         }
         // A file under the right name whose stored key differs (e.g. a digest collision or a
         // hand edit) is not reused either.
@@ -243,7 +284,10 @@ mod tests {
     fn files_hash_like_sha256sum() {
         let path = std::env::temp_dir().join(format!("decide-hash-{}", std::process::id()));
         std::fs::write(&path, b"abc").unwrap();
-        assert_eq!(file_sha256(&path).unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            file_sha256(&path).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -17,7 +17,11 @@ pub fn at(loc: &Loc, part: impl Into<LocPart>) -> Loc {
 /// An invalid-field error whose message starts with the dotted path.
 pub fn invalid(loc: &Loc, what: impl std::fmt::Display) -> ApiError {
     let path = dotted(loc);
-    let message = if path.is_empty() { what.to_string() } else { format!("{path}: {what}") };
+    let message = if path.is_empty() {
+        what.to_string()
+    } else {
+        format!("{path}: {what}")
+    };
     ApiError::invalid(loc.clone(), message)
 }
 
@@ -34,11 +38,15 @@ pub fn type_name(value: &Value) -> &'static str {
 }
 
 pub fn object<'a>(value: &'a Value, loc: &Loc) -> Result<&'a Map<String, Value>, ApiError> {
-    value.as_object().ok_or_else(|| invalid(loc, format!("expected an object, got {}", type_name(value))))
+    value
+        .as_object()
+        .ok_or_else(|| invalid(loc, format!("expected an object, got {}", type_name(value))))
 }
 
 pub fn array<'a>(value: &'a Value, loc: &Loc) -> Result<&'a Vec<Value>, ApiError> {
-    value.as_array().ok_or_else(|| invalid(loc, format!("expected an array, got {}", type_name(value))))
+    value
+        .as_array()
+        .ok_or_else(|| invalid(loc, format!("expected an array, got {}", type_name(value))))
 }
 
 /// A non-empty string.
@@ -46,7 +54,10 @@ pub fn string<'a>(value: &'a Value, loc: &Loc) -> Result<&'a str, ApiError> {
     match value {
         Value::String(text) if text.trim().is_empty() => Err(invalid(loc, "must not be empty")),
         Value::String(text) => Ok(text),
-        other => Err(invalid(loc, format!("expected a string, got {}", type_name(other)))),
+        other => Err(invalid(
+            loc,
+            format!("expected a string, got {}", type_name(other)),
+        )),
     }
 }
 
@@ -69,7 +80,11 @@ pub fn only_fields(map: &Map<String, Value>, allowed: &[&str], loc: &Loc) -> Res
 }
 
 /// A required field.
-pub fn required<'a>(map: &'a Map<String, Value>, field: &str, loc: &Loc) -> Result<&'a Value, ApiError> {
+pub fn required<'a>(
+    map: &'a Map<String, Value>,
+    field: &str,
+    loc: &Loc,
+) -> Result<&'a Value, ApiError> {
     map.get(field).ok_or_else(|| ApiError::Invalid {
         loc: at(loc, field),
         message: format!("{}: field required", dotted(&at(loc, field))),
@@ -104,29 +119,58 @@ pub struct JsonLimits {
 }
 
 /// OpenAI's documented limits for `input_json`: 32 container levels, 10,000 values, 256 KiB.
-pub const INPUT_JSON_LIMITS: JsonLimits = JsonLimits { max_depth: 32, max_values: 10_000, max_bytes: 256 * 1024 };
+pub const INPUT_JSON_LIMITS: JsonLimits = JsonLimits {
+    max_depth: 32,
+    max_values: 10_000,
+    max_bytes: 256 * 1024,
+};
 
 /// Checks a JSON value against [`JsonLimits`].
 pub fn check_json_limits(value: &Value, limits: &JsonLimits, loc: &Loc) -> Result<(), ApiError> {
     fn walk(value: &Value, depth: usize, count: &mut usize) -> usize {
         *count += 1;
         match value {
-            Value::Array(items) => items.iter().map(|v| walk(v, depth + 1, count)).max().unwrap_or(depth + 1).max(depth + 1),
-            Value::Object(map) => map.values().map(|v| walk(v, depth + 1, count)).max().unwrap_or(depth + 1).max(depth + 1),
+            Value::Array(items) => items
+                .iter()
+                .map(|v| walk(v, depth + 1, count))
+                .max()
+                .unwrap_or(depth + 1)
+                .max(depth + 1),
+            Value::Object(map) => map
+                .values()
+                .map(|v| walk(v, depth + 1, count))
+                .max()
+                .unwrap_or(depth + 1)
+                .max(depth + 1),
             _ => depth,
         }
     }
     let mut count = 0;
     let depth = walk(value, 0, &mut count);
     if depth > limits.max_depth {
-        return Err(invalid(loc, format!("nested {depth} levels deep; the limit is {} container levels", limits.max_depth)));
+        return Err(invalid(
+            loc,
+            format!(
+                "nested {depth} levels deep; the limit is {} container levels",
+                limits.max_depth
+            ),
+        ));
     }
     if count > limits.max_values {
-        return Err(invalid(loc, format!("holds {count} values; the limit is {}", limits.max_values)));
+        return Err(invalid(
+            loc,
+            format!("holds {count} values; the limit is {}", limits.max_values),
+        ));
     }
     let bytes = compact(value).len();
     if bytes > limits.max_bytes {
-        return Err(invalid(loc, format!("is {bytes} bytes as compact JSON; the limit is {} bytes", limits.max_bytes)));
+        return Err(invalid(
+            loc,
+            format!(
+                "is {bytes} bytes as compact JSON; the limit is {} bytes",
+                limits.max_bytes
+            ),
+        ));
     }
     Ok(())
 }
@@ -141,7 +185,10 @@ mod tests {
     fn unknown_fields_are_named() {
         let value = json!({"input": "x", "bogus": 1});
         let error = only_fields(value.as_object().unwrap(), &["input"], &loc![]).unwrap_err();
-        assert!(error.to_string().starts_with("bogus: unknown field"), "{error}");
+        assert!(
+            error.to_string().starts_with("bogus: unknown field"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -150,10 +197,21 @@ mod tests {
         for _ in 0..40 {
             deep = json!([deep]);
         }
-        assert!(check_json_limits(&deep, &INPUT_JSON_LIMITS, &loc!["input"]).unwrap_err().to_string().contains("levels"));
+        assert!(check_json_limits(&deep, &INPUT_JSON_LIMITS, &loc!["input"])
+            .unwrap_err()
+            .to_string()
+            .contains("levels"));
         let wide = Value::Array((0..20_000).map(|i| json!(i)).collect());
-        assert!(check_json_limits(&wide, &INPUT_JSON_LIMITS, &loc!["input"]).unwrap_err().to_string().contains("values"));
-        assert!(check_json_limits(&json!({"a": [1, 2, {"b": null}]}), &INPUT_JSON_LIMITS, &loc![]).is_ok());
+        assert!(check_json_limits(&wide, &INPUT_JSON_LIMITS, &loc!["input"])
+            .unwrap_err()
+            .to_string()
+            .contains("values"));
+        assert!(check_json_limits(
+            &json!({"a": [1, 2, {"b": null}]}),
+            &INPUT_JSON_LIMITS,
+            &loc![]
+        )
+        .is_ok());
     }
 
     #[test]

@@ -27,17 +27,27 @@ pub fn ready_engine(state: &AppState) -> Result<Arc<Engine>, ApiError> {
 }
 
 /// Reads the body as JSON within `--max-body-bytes` (zstd and, where `multipart`, form-data).
-pub async fn read_json(state: &AppState, headers: &HeaderMap, body: Body, multipart: bool) -> Result<Value, ApiError> {
+pub async fn read_json(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    multipart: bool,
+) -> Result<Value, ApiError> {
     body::read_json(headers, body, state.config.max_body_bytes, multipart).await
 }
 
 /// With `--api-key` set, requires `Authorization: Bearer <key>` (both SDKs send it).
 pub fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = state.config.api_key.as_deref() else { return Ok(()) };
+    let Some(expected) = state.config.api_key.as_deref() else {
+        return Ok(());
+    };
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim);
     match presented {
         Some(key) if constant_time_eq(key.as_bytes(), expected.as_bytes()) => Ok(()),
@@ -54,21 +64,33 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Accepts the served model under its names, or refuses naming what is served.
-pub fn check_model(state: &AppState, wire: Wire, requested: Option<&str>) -> Result<String, ApiError> {
+pub fn check_model(
+    state: &AppState,
+    wire: Wire,
+    requested: Option<&str>,
+) -> Result<String, ApiError> {
     let served = state.served_model_name();
-    let Some(requested) = requested else { return Ok(served) };
+    let Some(requested) = requested else {
+        return Ok(served);
+    };
     let accepted = state.model_aliases(wire);
     if accepted.iter().any(|name| name == requested) {
         Ok(served)
     } else {
         Err(ApiError::UnknownModel {
-            message: format!("model `{requested}` is not served here; use one of: {}", accepted.join(", ")),
+            message: format!(
+                "model `{requested}` is not served here; use one of: {}",
+                accepted.join(", ")
+            ),
         })
     }
 }
 
 /// Runs the pipeline on a blocking thread, and fails the request when every question failed.
-pub async fn decide(engine: Arc<Engine>, request: DecisionRequest) -> Result<(Decided, DecisionRequest), ApiError> {
+pub async fn decide(
+    engine: Arc<Engine>,
+    request: DecisionRequest,
+) -> Result<(Decided, DecisionRequest), ApiError> {
     let (decided, request) = tokio::task::spawn_blocking(move || {
         let decided = engine.decide(&request);
         (decided, request)
@@ -76,7 +98,11 @@ pub async fn decide(engine: Arc<Engine>, request: DecisionRequest) -> Result<(De
     .await
     .map_err(|error| ApiError::Internal(format!("the decision task failed: {error}")))?;
     let decided = decided?;
-    if decided.outcomes.iter().all(|outcome| matches!(outcome, Outcome::Refusal(_))) {
+    if decided
+        .outcomes
+        .iter()
+        .all(|outcome| matches!(outcome, Outcome::Refusal(_)))
+    {
         if let Some(Outcome::Refusal(first)) = decided.outcomes.first() {
             return Err(ApiError::QuestionFailed {
                 status: first.status,

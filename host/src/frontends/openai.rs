@@ -54,11 +54,20 @@ async fn run(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Res
     let engine = super::ready_engine(state)?;
     let value = super::read_json(state, headers, body, false).await?;
     let parsed = parse(&value, state.config.max_questions)?;
-    let model = super::check_model(state, Wire::OpenAi, value.get("model").and_then(Value::as_str))?;
+    let model = super::check_model(
+        state,
+        Wire::OpenAi,
+        value.get("model").and_then(Value::as_str),
+    )?;
     if let Some(id) = value.get("safety_identifier").and_then(Value::as_str) {
         tracing::info!(safety_identifier = id, "decision request");
     }
-    let Parsed { request, names, types, detail } = parsed;
+    let Parsed {
+        request,
+        names,
+        types,
+        detail,
+    } = parsed;
     let (decided, request) = super::decide(engine, request).await?;
     Ok(axum::Json(respond(&model, &request, &decided, &names, &types, detail)).into_response())
 }
@@ -68,17 +77,33 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
     let body = j::object(value, &root)?;
     j::only_fields(
         body,
-        &["model", "input", "questions", "prompt_cache_key", "prompt_cache_options", "safety_identifier", "extra"],
+        &[
+            "model",
+            "input",
+            "questions",
+            "prompt_cache_key",
+            "prompt_cache_options",
+            "safety_identifier",
+            "extra",
+        ],
         &root,
     )?;
     match j::required(body, "model", &root)? {
         Value::String(_) => {}
-        other => return Err(j::invalid(&loc!["model"], format!("expected a string, got {}", j::type_name(other)))),
+        other => {
+            return Err(j::invalid(
+                &loc!["model"],
+                format!("expected a string, got {}", j::type_name(other)),
+            ))
+        }
     }
     for field in ["prompt_cache_key", "safety_identifier"] {
         if let Some(value) = body.get(field) {
             if !value.is_null() && !value.is_string() {
-                return Err(j::invalid(&loc![field], format!("expected a string, got {}", j::type_name(value))));
+                return Err(j::invalid(
+                    &loc![field],
+                    format!("expected a string, got {}", j::type_name(value)),
+                ));
             }
         }
     }
@@ -102,12 +127,18 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
         let name = match map.get("name") {
             None => None,
             Some(Value::Null) => {
-                return Err(j::invalid(&at(&loc, "name"), "must be a string when present; omit it for an unnamed question"))
+                return Err(j::invalid(
+                    &at(&loc, "name"),
+                    "must be a string when present; omit it for an unnamed question",
+                ))
             }
             Some(value) => Some(j::string(value, &at(&loc, "name"))?.to_string()),
         };
         if let Some(name) = &name {
-            if let Some(first) = names.iter().position(|other| other.as_deref() == Some(name)) {
+            if let Some(first) = names
+                .iter()
+                .position(|other| other.as_deref() == Some(name))
+            {
                 return Err(j::invalid(
                     &at(&loc, "name"),
                     format!("duplicate question name `{name}` (also questions[{first}].name); names must be unique"),
@@ -124,31 +155,60 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
         names.push(name);
         types.push(kind);
     }
-    Ok(Parsed { request: DecisionRequest { state, questions, temperature }, names, types, detail })
+    Ok(Parsed {
+        request: DecisionRequest {
+            state,
+            questions,
+            temperature,
+        },
+        names,
+        types,
+        detail,
+    })
 }
 
 /// `extra` of the request: decide's own options.
 fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail), ApiError> {
-    let Some(extra) = extra.filter(|v| !v.is_null()) else { return Ok((None, Detail::Basic)) };
+    let Some(extra) = extra.filter(|v| !v.is_null()) else {
+        return Ok((None, Detail::Basic));
+    };
     let loc = loc!["extra"];
     let map = j::object(extra, &loc)?;
-    j::only_fields(map, &["calibration_temperature", "backend_options", "seed", "detail"], &loc)?;
+    j::only_fields(
+        map,
+        &[
+            "calibration_temperature",
+            "backend_options",
+            "seed",
+            "detail",
+        ],
+        &loc,
+    )?;
     let temperature = match map.get("calibration_temperature") {
         None | Some(Value::Null) => None,
         Some(value) => {
             let loc = at(&loc, "calibration_temperature");
-            let t = value
-                .as_f64()
-                .ok_or_else(|| j::invalid(&loc, format!("expected a number, got {}", j::type_name(value))))?;
+            let t = value.as_f64().ok_or_else(|| {
+                j::invalid(
+                    &loc,
+                    format!("expected a number, got {}", j::type_name(value)),
+                )
+            })?;
             if !(t.is_finite() && t > 0.0 && t <= 100.0) {
-                return Err(j::invalid(&loc, format!("{t} is out of range; a temperature is > 0 and <= 100")));
+                return Err(j::invalid(
+                    &loc,
+                    format!("{t} is out of range; a temperature is > 0 and <= 100"),
+                ));
             }
             Some(t)
         }
     };
     if let Some(seed) = map.get("seed").filter(|v| !v.is_null()) {
         if !seed.is_i64() && !seed.is_u64() {
-            return Err(j::invalid(&at(&loc, "seed"), "expected an integer (reads are deterministic; the seed is recorded only)"));
+            return Err(j::invalid(
+                &at(&loc, "seed"),
+                "expected an integer (reads are deterministic; the seed is recorded only)",
+            ));
         }
     }
     if let Some(options) = map.get("backend_options").filter(|v| !v.is_null()) {
@@ -161,7 +221,9 @@ fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail), ApiError>
                 _ => {
                     return Err(j::invalid(
                         &at(&loc, "readout"),
-                        format!("{readout} is not available; this server reads `direct` (or `auto`)"),
+                        format!(
+                            "{readout} is not available; this server reads `direct` (or `auto`)"
+                        ),
                     ))
                 }
             }
@@ -172,7 +234,12 @@ fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail), ApiError>
         Some(Value::String(s)) if s == "none" => Detail::None,
         Some(Value::String(s)) if s == "basic" => Detail::Basic,
         Some(Value::String(s)) if s == "full" => Detail::Full,
-        Some(other) => return Err(j::invalid(&at(&loc, "detail"), format!("{other} is not one of none, basic, full"))),
+        Some(other) => {
+            return Err(j::invalid(
+                &at(&loc, "detail"),
+                format!("{other} is not one of none, basic, full"),
+            ))
+        }
     };
     Ok((temperature, detail))
 }
@@ -195,16 +262,30 @@ fn render_input(input: &Value, loc: &Loc) -> Result<String, ApiError> {
                     return Ok(text.clone());
                 }
             }
-            Ok(blocks.iter().map(|(role, text)| format!("{}: {text}", title(role))).collect::<Vec<_>>().join("\n\n"))
+            Ok(blocks
+                .iter()
+                .map(|(role, text)| format!("{}: {text}", title(role)))
+                .collect::<Vec<_>>()
+                .join("\n\n"))
         }
-        other => Err(j::invalid(loc, format!("expected a string or a list of messages, got {}", j::type_name(other)))),
+        other => Err(j::invalid(
+            loc,
+            format!(
+                "expected a string or a list of messages, got {}",
+                j::type_name(other)
+            ),
+        )),
     }
 }
 
 fn title(role: &str) -> String {
     let mut chars = role.chars();
     match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect::<String>().replace('_', " "),
+        Some(first) => first
+            .to_uppercase()
+            .chain(chars)
+            .collect::<String>()
+            .replace('_', " "),
         None => String::new(),
     }
 }
@@ -268,9 +349,19 @@ fn render_item(item: &Value, loc: &Loc) -> Result<(String, String), ApiError> {
 fn render_content(content: &Value, allowed: &[&str], loc: &Loc) -> Result<String, ApiError> {
     let parts = match content {
         Value::String(_) => return Ok(j::string(content, loc)?.to_string()),
-        Value::Array(parts) if parts.is_empty() => return Err(j::invalid(loc, "must not be an empty list")),
+        Value::Array(parts) if parts.is_empty() => {
+            return Err(j::invalid(loc, "must not be an empty list"))
+        }
         Value::Array(parts) => parts,
-        other => return Err(j::invalid(loc, format!("expected a string or a list of parts, got {}", j::type_name(other)))),
+        other => {
+            return Err(j::invalid(
+                loc,
+                format!(
+                    "expected a string or a list of parts, got {}",
+                    j::type_name(other)
+                ),
+            ))
+        }
     };
     let mut texts = Vec::with_capacity(parts.len());
     for (index, part) in parts.iter().enumerate() {
@@ -278,7 +369,13 @@ fn render_content(content: &Value, allowed: &[&str], loc: &Loc) -> Result<String
         let map = j::object(part, &loc)?;
         let kind = j::string(j::required(map, "type", &loc)?, &at(&loc, "type"))?;
         if !allowed.contains(&kind) {
-            return Err(j::invalid(&at(&loc, "type"), format!("`{kind}` is not allowed here; use one of {}", allowed.join(", "))));
+            return Err(j::invalid(
+                &at(&loc, "type"),
+                format!(
+                    "`{kind}` is not allowed here; use one of {}",
+                    allowed.join(", ")
+                ),
+            ));
         }
         let text = match kind {
             "input_text" | "output_text" => {
@@ -299,19 +396,20 @@ fn render_content(content: &Value, allowed: &[&str], loc: &Loc) -> Result<String
                     other => {
                         return Err(j::invalid(
                             &data_loc,
-                            format!("expected an object or an array of objects, got {}", j::type_name(other)),
+                            format!(
+                                "expected an object or an array of objects, got {}",
+                                j::type_name(other)
+                            ),
                         ))
                     }
                 }
                 j::check_json_limits(data, &j::INPUT_JSON_LIMITS, &data_loc)?;
                 j::compact(data)
             }
-            _ => {
-                return Err(j::invalid(
-                    &at(&loc, "type"),
-                    "input_image is not supported: this server has no vision model; send text or JSON",
-                ))
-            }
+            _ => return Err(j::invalid(
+                &at(&loc, "type"),
+                "input_image is not supported: this server has no vision model; send text or JSON",
+            )),
         };
         texts.push(text);
     }
@@ -332,7 +430,10 @@ fn respond(
         .iter()
         .enumerate()
         .map(|(index, outcome)| {
-            let name = names[index].clone().map(Value::String).unwrap_or(Value::Null);
+            let name = names[index]
+                .clone()
+                .map(Value::String)
+                .unwrap_or(Value::Null);
             match outcome {
                 Outcome::Answer(answer) => {
                     let mut object = Map::new();
@@ -357,14 +458,23 @@ fn respond(
                                 .zip(&answer.logprobs)
                                 .map(|(key, logprob)| (option_id(key), json!(logprob)))
                                 .collect();
-                            extra.insert("backend".into(), json!({"name": "decide", "option_logits": logits}));
+                            extra.insert(
+                                "backend".into(),
+                                json!({"name": "decide", "option_logits": logits}),
+                            );
                             let audit = audit.as_object_mut().expect("audit is an object");
                             audit.insert("served_model".into(), json!(model));
                             audit.insert("state_sha256".into(), json!(state_sha));
                             audit.insert("confidence_formula".into(), json!("(k*max-1)/(k-1)"));
                             audit.insert("render_version".into(), json!(RENDER_VERSION));
-                            audit.insert("calibration_policy".into(), json!(answer.calibration_policy));
-                            audit.insert("calibration_params".into(), json!(answer.calibration_params));
+                            audit.insert(
+                                "calibration_policy".into(),
+                                json!(answer.calibration_policy),
+                            );
+                            audit.insert(
+                                "calibration_params".into(),
+                                json!(answer.calibration_params),
+                            );
                             audit.insert("forward_passes".into(), json!(decided.forward_passes));
                             audit.insert("readout".into(), json!("direct"));
                             audit.insert("label_layout".into(), json!(answer.labels));
@@ -417,7 +527,11 @@ mod tests {
     #[test]
     fn a_lone_user_message_renders_as_its_text() {
         let plain = render_input(&json!("The printer is on fire."), &loc!["input"]).unwrap();
-        let message = render_input(&json!([{"role": "user", "content": "The printer is on fire."}]), &loc!["input"]).unwrap();
+        let message = render_input(
+            &json!([{"role": "user", "content": "The printer is on fire."}]),
+            &loc!["input"],
+        )
+        .unwrap();
         let parts = render_input(
             &json!([{"role": "user", "content": [{"type": "input_text", "text": "The printer is on fire."}]}]),
             &loc!["input"],
@@ -453,7 +567,13 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.to_string().contains("no vision model"), "{error}");
-        assert_eq!(crate::error::dotted(match &error { ApiError::Invalid { loc, .. } => loc, _ => panic!() }), "input[0].content[0].type");
+        assert_eq!(
+            crate::error::dotted(match &error {
+                ApiError::Invalid { loc, .. } => loc,
+                _ => panic!(),
+            }),
+            "input[0].content[0].type"
+        );
     }
 
     #[test]
@@ -465,10 +585,19 @@ mod tests {
         .unwrap();
         assert_eq!(parsed.names, vec![Some("urgent".to_string())]);
         assert_eq!(parsed.request.questions[0].plugin, "openai-predicate");
-        assert!(!parsed.request.questions[0].json.contains("urgent\""), "{}", parsed.request.questions[0].json);
+        assert!(
+            !parsed.request.questions[0].json.contains("urgent\""),
+            "{}",
+            parsed.request.questions[0].json
+        );
 
-        let null_name = parse_body(json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "name": null, "instructions": "?"}]}));
-        assert!(null_name.unwrap_err().to_string().starts_with("questions[0].name"));
+        let null_name = parse_body(
+            json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "name": null, "instructions": "?"}]}),
+        );
+        assert!(null_name
+            .unwrap_err()
+            .to_string()
+            .starts_with("questions[0].name"));
         let duplicate = parse_body(json!({"model": "m", "input": "x", "questions": [
             {"type": "predicate", "name": "a", "instructions": "?"}, {"type": "predicate", "name": "a", "instructions": "?"}]}));
         assert!(duplicate.unwrap_err().to_string().contains("duplicate"));
@@ -476,10 +605,23 @@ mod tests {
 
     #[test]
     fn extra_options_are_validated() {
-        let base = |extra: Value| parse_body(json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "?"}], "extra": extra}));
-        assert_eq!(base(json!({"calibration_temperature": 2.0})).unwrap().request.temperature, Some(2.0));
+        let base = |extra: Value| {
+            parse_body(
+                json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "?"}], "extra": extra}),
+            )
+        };
+        assert_eq!(
+            base(json!({"calibration_temperature": 2.0}))
+                .unwrap()
+                .request
+                .temperature,
+            Some(2.0)
+        );
         assert!(base(json!({"calibration_temperature": 0})).is_err());
         assert!(base(json!({"detail": "everything"})).is_err());
-        assert!(base(json!({"surprise": 1})).unwrap_err().to_string().contains("unknown field"));
+        assert!(base(json!({"surprise": 1}))
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field"));
     }
 }

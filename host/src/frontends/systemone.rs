@@ -46,7 +46,12 @@ pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: 
     response
 }
 
-async fn run(state: &SharedState, headers: &HeaderMap, body: Body, request_id: &str) -> Result<Response, ApiError> {
+async fn run(
+    state: &SharedState,
+    headers: &HeaderMap,
+    body: Body,
+    request_id: &str,
+) -> Result<Response, ApiError> {
     super::check_auth(state, headers)?;
     let engine = super::ready_engine(state)?;
     let value = super::read_json(state, headers, body, true).await?;
@@ -54,10 +59,19 @@ async fn run(state: &SharedState, headers: &HeaderMap, body: Body, request_id: &
     let requested = match value.get("model") {
         None | Some(Value::Null) => None,
         Some(Value::String(name)) => Some(name.as_str()),
-        Some(other) => return Err(j::invalid(&loc!["model"], format!("expected a string, got {}", j::type_name(other)))),
+        Some(other) => {
+            return Err(j::invalid(
+                &loc!["model"],
+                format!("expected a string, got {}", j::type_name(other)),
+            ))
+        }
     };
     let model = super::check_model(state, Wire::SystemOne, requested)?;
-    let Parsed { request, ids, types } = parsed;
+    let Parsed {
+        request,
+        ids,
+        types,
+    } = parsed;
     let (decided, _request) = super::decide(engine, request).await?;
     Ok(axum::Json(respond(&model, request_id, &decided, &ids, &types)).into_response())
 }
@@ -67,7 +81,10 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
     let body = j::object(value, &root)?;
     j::only_fields(body, &["model", "state", "questions", "assets"], &root)?;
     if body.get("assets").is_some_and(|assets| !assets.is_null()) {
-        return Err(j::invalid(&loc!["assets"], "assets are not supported: this server has no vision model; send text or JSON state"));
+        return Err(j::invalid(
+            &loc!["assets"],
+            "assets are not supported: this server has no vision model; send text or JSON state",
+        ));
     }
     let state = match j::required(body, "state", &root)? {
         Value::String(_) => j::string(&body["state"], &loc!["state"])?.to_string(),
@@ -75,7 +92,10 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
         other => {
             return Err(j::invalid(
                 &loc!["state"],
-                format!("expected text, a JSON object or an array, got {}", j::type_name(other)),
+                format!(
+                    "expected text, a JSON object or an array, got {}",
+                    j::type_name(other)
+                ),
             ))
         }
     };
@@ -92,14 +112,32 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
         }
         let object = j::object(question, &loc)?;
         let kind = j::string(j::required(object, "type", &loc)?, &at(&loc, "type"))?.to_string();
-        questions.push(Question { loc, plugin: format!("systemone-{kind}"), json: j::compact(question) });
+        questions.push(Question {
+            loc,
+            plugin: format!("systemone-{kind}"),
+            json: j::compact(question),
+        });
         ids.push(id.clone());
         types.push(kind);
     }
-    Ok(Parsed { request: DecisionRequest { state, questions, temperature: None }, ids, types })
+    Ok(Parsed {
+        request: DecisionRequest {
+            state,
+            questions,
+            temperature: None,
+        },
+        ids,
+        types,
+    })
 }
 
-fn respond(model: &str, request_id: &str, decided: &Decided, ids: &[String], types: &[String]) -> Value {
+fn respond(
+    model: &str,
+    request_id: &str,
+    decided: &Decided,
+    ids: &[String],
+    types: &[String],
+) -> Value {
     let mut answers = Map::new();
     let mut failures = Map::new();
     for (index, outcome) in decided.outcomes.iter().enumerate() {
@@ -144,17 +182,29 @@ mod tests {
             400,
         )
         .unwrap();
-        assert_eq!(parsed.request.state, r#"{"subject":"Refund","body":"Charged twice"}"#);
+        assert_eq!(
+            parsed.request.state,
+            r#"{"subject":"Refund","body":"Charged twice"}"#
+        );
         assert_eq!(parsed.request.questions[0].plugin, "systemone-noul");
     }
 
     #[test]
     fn assets_and_unknown_fields_are_refused() {
-        let assets = parse(&json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}, "assets": {"a": {}}}), 400);
+        let assets = parse(
+            &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}, "assets": {"a": {}}}),
+            400,
+        );
         assert!(assets.unwrap_err().to_string().contains("no vision model"));
-        let unknown = parse(&json!({"state": "x", "questions": {}, "temperature": 1}), 400);
+        let unknown = parse(
+            &json!({"state": "x", "questions": {}, "temperature": 1}),
+            400,
+        );
         assert!(unknown.unwrap_err().to_string().contains("unknown field"));
-        let empty = parse(&json!({"state": "", "questions": {"q": {"type": "noul", "instructions": "?"}}}), 400);
+        let empty = parse(
+            &json!({"state": "", "questions": {"q": {"type": "noul", "instructions": "?"}}}),
+            400,
+        );
         assert!(empty.unwrap_err().to_string().starts_with("state"));
     }
 }

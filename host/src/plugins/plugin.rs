@@ -13,7 +13,10 @@ use wasmtime::component::Component;
 
 use super::bindings::{self, types as wit};
 use super::runtime::{limits, sha256_hex, truncate, CacheOutcome, PluginRuntime};
-use super::{ChatMessage, CompiledQuestion, LabelledScores, OptionDef, PluginCallError, PluginInfo, PluginKind};
+use super::{
+    ChatMessage, CompiledQuestion, LabelledScores, OptionDef, PluginCallError, PluginInfo,
+    PluginKind,
+};
 
 /// The exported interface (without version) of each kind.
 const QUESTION_TYPE_EXPORT: &str = "decide:plugin/question-type";
@@ -65,7 +68,13 @@ pub enum Plugin {
 
 impl std::fmt::Debug for Plugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Plugin({} {}, sha256 {})", self.kind(), self.name(), &self.sha256()[..12])
+        write!(
+            f,
+            "Plugin({} {}, sha256 {})",
+            self.kind(),
+            self.name(),
+            &self.sha256()[..12]
+        )
     }
 }
 
@@ -87,7 +96,9 @@ macro_rules! meta_accessors {
         }
         impl std::fmt::Debug for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($t)).field("meta", &self.meta).finish_non_exhaustive()
+                f.debug_struct(stringify!($t))
+                    .field("meta", &self.meta)
+                    .finish_non_exhaustive()
             }
         }
     };
@@ -126,17 +137,24 @@ impl Plugin {
 
     /// Loads a component: compile (or take from the cache), detect its kind from its exports,
     /// link it, and ask it who it is. Does not run the self-test (see [`Plugin::self_test`]).
-    pub fn load(runtime: &Arc<PluginRuntime>, name: &str, bytes: &[u8]) -> anyhow::Result<(Plugin, LoadStats)> {
+    pub fn load(
+        runtime: &Arc<PluginRuntime>,
+        name: &str,
+        bytes: &[u8],
+    ) -> anyhow::Result<(Plugin, LoadStats)> {
         let started = Instant::now();
         let sha256 = sha256_hex(bytes);
         let (component, cache) = runtime.component(bytes, &sha256)?;
         let compiled_at = started.elapsed();
         let kind = detect_kind(runtime, &component)?;
-        let instance_pre = runtime
-            .linker()
-            .instantiate_pre(&component)
-            .map_err(|e| anyhow::anyhow!("cannot be linked (it may import something beyond WASI 0.2): {e:#}"))?;
-        let meta = |info: PluginInfo| Meta { name: name.to_string(), info, sha256: sha256.clone() };
+        let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
+            anyhow::anyhow!("cannot be linked (it may import something beyond WASI 0.2): {e:#}")
+        })?;
+        let meta = |info: PluginInfo| Meta {
+            name: name.to_string(),
+            info,
+            sha256: sha256.clone(),
+        };
         let mismatch = |e: wasmtime::Error| {
             anyhow::anyhow!(
                 "its {kind} exports do not match decide:plugin@{} (supported: {}): {e:#}",
@@ -147,25 +165,47 @@ impl Plugin {
         let placeholder = PluginInfo::default();
         let plugin = match kind {
             PluginKind::QuestionType => {
-                let pre = bindings::question_type::QuestionTypePluginPre::new(instance_pre).map_err(mismatch)?;
-                let mut p = QuestionType { meta: meta(placeholder), runtime: runtime.clone(), pre };
+                let pre = bindings::question_type::QuestionTypePluginPre::new(instance_pre)
+                    .map_err(mismatch)?;
+                let mut p = QuestionType {
+                    meta: meta(placeholder),
+                    runtime: runtime.clone(),
+                    pre,
+                };
                 p.meta.info = p.fetch_info()?;
                 Plugin::QuestionType(Arc::new(p))
             }
             PluginKind::Renderer => {
-                let pre = bindings::renderer::RendererPluginPre::new(instance_pre).map_err(mismatch)?;
-                let mut p = Renderer { meta: meta(placeholder), runtime: runtime.clone(), pre };
+                let pre =
+                    bindings::renderer::RendererPluginPre::new(instance_pre).map_err(mismatch)?;
+                let mut p = Renderer {
+                    meta: meta(placeholder),
+                    runtime: runtime.clone(),
+                    pre,
+                };
                 p.meta.info = p.fetch_info()?;
                 Plugin::Renderer(Arc::new(p))
             }
             PluginKind::Calibration => {
-                let pre = bindings::calibration::CalibrationPluginPre::new(instance_pre).map_err(mismatch)?;
-                let mut p = Calibration { meta: meta(placeholder), runtime: runtime.clone(), pre };
+                let pre = bindings::calibration::CalibrationPluginPre::new(instance_pre)
+                    .map_err(mismatch)?;
+                let mut p = Calibration {
+                    meta: meta(placeholder),
+                    runtime: runtime.clone(),
+                    pre,
+                };
                 p.meta.info = p.fetch_info()?;
                 Plugin::Calibration(Arc::new(p))
             }
         };
-        Ok((plugin, LoadStats { cache, compile: compiled_at, total: started.elapsed() }))
+        Ok((
+            plugin,
+            LoadStats {
+                cache,
+                compile: compiled_at,
+                total: started.elapsed(),
+            },
+        ))
     }
 
     /// The check a plugin must pass before it is served: question type: `compile(example())`
@@ -179,24 +219,41 @@ impl Plugin {
         match self {
             Plugin::QuestionType(p) => {
                 let example = p.example().map_err(describe)?;
-                let compiled = p.compile(&example).map_err(|e| format!("compile(example()): {}", describe(e)))?;
+                let compiled = p
+                    .compile(&example)
+                    .map_err(|e| format!("compile(example()): {}", describe(e)))?;
                 let n = compiled.options.len();
                 if n < 2 {
-                    return Err(format!("compile(example()) gave {n} options; a question needs at least 2"));
+                    return Err(format!(
+                        "compile(example()) gave {n} options; a question needs at least 2"
+                    ));
                 }
-                p.answer(&example, &vec![1.0 / n as f64; n]).map_err(|e| format!("answer(example()): {}", describe(e)))?;
+                p.answer(&example, &vec![1.0 / n as f64; n])
+                    .map_err(|e| format!("answer(example()): {}", describe(e)))?;
                 Ok(())
             }
             Plugin::Renderer(p) => {
                 let question = CompiledQuestion {
                     instructions: Some("Is the input a greeting?".into()),
                     options: vec![
-                        OptionDef { key: "true".into(), text: "Yes".into(), description: None },
-                        OptionDef { key: "false".into(), text: "No".into(), description: Some("Anything else".into()) },
+                        OptionDef {
+                            key: "true".into(),
+                            text: "Yes".into(),
+                            description: None,
+                        },
+                        OptionDef {
+                            key: "false".into(),
+                            text: "No".into(),
+                            description: Some("Anything else".into()),
+                        },
                     ],
                 };
                 let messages = p
-                    .render("Hello there!", &question, &["A".to_string(), "B".to_string()])
+                    .render(
+                        "Hello there!",
+                        &question,
+                        &["A".to_string(), "B".to_string()],
+                    )
                     .map_err(|e| format!("render: {}", describe(e)))?;
                 if messages.is_empty() {
                     return Err("render gave no messages".into());
@@ -204,8 +261,12 @@ impl Plugin {
                 Ok(())
             }
             Plugin::Calibration(p) => {
-                let params = p.default_params(1.0).map_err(|e| format!("default-params(1): {}", describe(e)))?;
-                let probs = p.apply(&[0.0, 1.0], &params).map_err(|e| format!("apply: {}", describe(e)))?;
+                let params = p
+                    .default_params(1.0)
+                    .map_err(|e| format!("default-params(1): {}", describe(e)))?;
+                let probs = p
+                    .apply(&[0.0, 1.0], &params)
+                    .map_err(|e| format!("apply: {}", describe(e)))?;
                 let sum: f64 = probs.iter().sum();
                 if probs.len() != 2 || (sum - 1.0).abs() > 1e-6 {
                     return Err(format!("apply([0, 1], default-params(1)) gave {probs:?}, not 2 probabilities summing to 1"));
@@ -272,7 +333,9 @@ impl QuestionType {
         self.runtime
             .call(&self.meta.name, |store| {
                 let instance = self.pre.instantiate(&mut *store)?;
-                instance.decide_plugin_question_type().call_info(&mut *store)
+                instance
+                    .decide_plugin_question_type()
+                    .call_info(&mut *store)
             })
             .map(to_info)
             .map_err(|e| anyhow::anyhow!("info(): {e}"))
@@ -282,9 +345,16 @@ impl QuestionType {
     pub fn example(&self) -> Result<String, PluginCallError> {
         let example = self.runtime.call(&self.meta.name, |store| {
             let instance = self.pre.instantiate(&mut *store)?;
-            instance.decide_plugin_question_type().call_example(&mut *store)
+            instance
+                .decide_plugin_question_type()
+                .call_example(&mut *store)
         })?;
-        check_len(&self.meta.name, "example()", example.len(), limits::MAX_INPUT_BYTES)?;
+        check_len(
+            &self.meta.name,
+            "example()",
+            example.len(),
+            limits::MAX_INPUT_BYTES,
+        )?;
         Ok(example)
     }
 
@@ -293,7 +363,9 @@ impl QuestionType {
         check_input("question", question_json.len())?;
         let result = self.runtime.call(&self.meta.name, |store| {
             let instance = self.pre.instantiate(&mut *store)?;
-            instance.decide_plugin_question_type().call_compile(&mut *store, question_json)
+            instance
+                .decide_plugin_question_type()
+                .call_compile(&mut *store, question_json)
         })?;
         let compiled = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         check_compiled(&self.meta.name, &compiled)?;
@@ -302,27 +374,57 @@ impl QuestionType {
             options: compiled
                 .options
                 .into_iter()
-                .map(|o| OptionDef { key: o.key, text: o.text, description: o.description })
+                .map(|o| OptionDef {
+                    key: o.key,
+                    text: o.text,
+                    description: o.description,
+                })
                 .collect(),
         })
     }
 
     /// The type's answer fields from `probabilities` over the compiled options (same order).
-    pub fn answer(&self, question_json: &str, probabilities: &[f64]) -> Result<Map<String, Value>, PluginCallError> {
+    pub fn answer(
+        &self,
+        question_json: &str,
+        probabilities: &[f64],
+    ) -> Result<Map<String, Value>, PluginCallError> {
         check_input("question", question_json.len())?;
         if probabilities.len() > limits::MAX_OPTIONS {
-            return Err(failed(&self.meta.name, format!("{} probabilities exceed the limit of {}", probabilities.len(), limits::MAX_OPTIONS)));
+            return Err(failed(
+                &self.meta.name,
+                format!(
+                    "{} probabilities exceed the limit of {}",
+                    probabilities.len(),
+                    limits::MAX_OPTIONS
+                ),
+            ));
         }
         let result = self.runtime.call(&self.meta.name, |store| {
             let instance = self.pre.instantiate(&mut *store)?;
-            instance.decide_plugin_question_type().call_answer(&mut *store, question_json, probabilities)
+            instance.decide_plugin_question_type().call_answer(
+                &mut *store,
+                question_json,
+                probabilities,
+            )
         })?;
         let text = result.map_err(|e| plugin_error(&self.meta.name, e))?;
-        check_len(&self.meta.name, "the answer", text.len(), limits::MAX_ANSWER_BYTES)?;
+        check_len(
+            &self.meta.name,
+            "the answer",
+            text.len(),
+            limits::MAX_ANSWER_BYTES,
+        )?;
         match serde_json::from_str::<Value>(&text) {
             Ok(Value::Object(map)) => Ok(map),
-            Ok(_) => Err(failed(&self.meta.name, "answer() did not return a JSON object".into())),
-            Err(e) => Err(failed(&self.meta.name, format!("answer() did not return valid JSON: {e}"))),
+            Ok(_) => Err(failed(
+                &self.meta.name,
+                "answer() did not return a JSON object".into(),
+            )),
+            Err(e) => Err(failed(
+                &self.meta.name,
+                format!("answer() did not return valid JSON: {e}"),
+            )),
         }
     }
 }
@@ -339,32 +441,70 @@ impl Renderer {
     }
 
     /// Chat messages for `state` and `question`; `labels[i]` names `question.options[i]`.
-    pub fn render(&self, state: &str, question: &CompiledQuestion, labels: &[String]) -> Result<Vec<ChatMessage>, PluginCallError> {
+    pub fn render(
+        &self,
+        state: &str,
+        question: &CompiledQuestion,
+        labels: &[String],
+    ) -> Result<Vec<ChatMessage>, PluginCallError> {
         check_input("input", state.len())?;
         let wit_question = wit::CompiledQuestion {
             instructions: question.instructions.clone(),
             options: question
                 .options
                 .iter()
-                .map(|o| wit::OptionDef { key: o.key.clone(), text: o.text.clone(), description: o.description.clone() })
+                .map(|o| wit::OptionDef {
+                    key: o.key.clone(),
+                    text: o.text.clone(),
+                    description: o.description.clone(),
+                })
                 .collect(),
         };
         let result = self.runtime.call(&self.meta.name, |store| {
             let instance = self.pre.instantiate(&mut *store)?;
-            instance.decide_plugin_renderer().call_render(&mut *store, state, &wit_question, labels)
+            instance
+                .decide_plugin_renderer()
+                .call_render(&mut *store, state, &wit_question, labels)
         })?;
         let messages = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         if messages.len() > limits::MAX_MESSAGES {
-            return Err(failed(&self.meta.name, format!("returned {} messages, over the limit of {}", messages.len(), limits::MAX_MESSAGES)));
+            return Err(failed(
+                &self.meta.name,
+                format!(
+                    "returned {} messages, over the limit of {}",
+                    messages.len(),
+                    limits::MAX_MESSAGES
+                ),
+            ));
         }
-        let total: usize = messages.iter().map(|m| m.content.len() + m.role.len()).sum();
-        check_len(&self.meta.name, "the rendered messages", total, limits::MAX_MESSAGES_BYTES)?;
+        let total: usize = messages
+            .iter()
+            .map(|m| m.content.len() + m.role.len())
+            .sum();
+        check_len(
+            &self.meta.name,
+            "the rendered messages",
+            total,
+            limits::MAX_MESSAGES_BYTES,
+        )?;
         for m in &messages {
             if !matches!(m.role.as_str(), "system" | "user" | "assistant") {
-                return Err(failed(&self.meta.name, format!("returned a message with role `{}` (expected system, user or assistant)", truncate(&m.role, 64))));
+                return Err(failed(
+                    &self.meta.name,
+                    format!(
+                        "returned a message with role `{}` (expected system, user or assistant)",
+                        truncate(&m.role, 64)
+                    ),
+                ));
             }
         }
-        Ok(messages.into_iter().map(|m| ChatMessage { role: m.role, content: m.content }).collect())
+        Ok(messages
+            .into_iter()
+            .map(|m| ChatMessage {
+                role: m.role,
+                content: m.content,
+            })
+            .collect())
     }
 }
 
@@ -381,7 +521,14 @@ impl Calibration {
 
     fn check_params(&self, params: Vec<f64>) -> Result<Vec<f64>, PluginCallError> {
         if params.len() > limits::MAX_PARAMS {
-            return Err(failed(&self.meta.name, format!("returned {} parameters, over the limit of {}", params.len(), limits::MAX_PARAMS)));
+            return Err(failed(
+                &self.meta.name,
+                format!(
+                    "returned {} parameters, over the limit of {}",
+                    params.len(),
+                    limits::MAX_PARAMS
+                ),
+            ));
         }
         Ok(params)
     }
@@ -390,7 +537,9 @@ impl Calibration {
     pub fn default_params(&self, temperature: f64) -> Result<Vec<f64>, PluginCallError> {
         let params = self.runtime.call(&self.meta.name, |store| {
             let instance = self.pre.instantiate(&mut *store)?;
-            instance.decide_plugin_calibration().call_default_params(&mut *store, temperature)
+            instance
+                .decide_plugin_calibration()
+                .call_default_params(&mut *store, temperature)
         })?;
         self.check_params(params)
     }
@@ -408,14 +557,29 @@ impl Calibration {
         }
         let result = self.runtime.call(&self.meta.name, |store| {
             let instance = self.pre.instantiate(&mut *store)?;
-            instance.decide_plugin_calibration().call_apply(&mut *store, scores, params)
+            instance
+                .decide_plugin_calibration()
+                .call_apply(&mut *store, scores, params)
         })?;
         let probs = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         if probs.len() != scores.len() {
-            return Err(failed(&self.meta.name, format!("apply() returned {} probabilities for {} scores", probs.len(), scores.len())));
+            return Err(failed(
+                &self.meta.name,
+                format!(
+                    "apply() returned {} probabilities for {} scores",
+                    probs.len(),
+                    scores.len()
+                ),
+            ));
         }
-        if let Some(p) = probs.iter().find(|p| !p.is_finite() || **p < 0.0 || **p > 1.0 + 1e-9) {
-            return Err(failed(&self.meta.name, format!("apply() returned {p}, not a probability")));
+        if let Some(p) = probs
+            .iter()
+            .find(|p| !p.is_finite() || **p < 0.0 || **p > 1.0 + 1e-9)
+        {
+            return Err(failed(
+                &self.meta.name,
+                format!("apply() returned {p}, not a probability"),
+            ));
         }
         Ok(probs)
     }
@@ -429,11 +593,18 @@ impl Calibration {
                 limits::MAX_FIT_SCORES
             )));
         }
-        let wit_samples: Vec<wit::LabelledScores> =
-            samples.iter().map(|s| wit::LabelledScores { scores: s.scores.clone(), expected: s.expected }).collect();
+        let wit_samples: Vec<wit::LabelledScores> = samples
+            .iter()
+            .map(|s| wit::LabelledScores {
+                scores: s.scores.clone(),
+                expected: s.expected,
+            })
+            .collect();
         let result = self.runtime.call(&self.meta.name, |store| {
             let instance = self.pre.instantiate(&mut *store)?;
-            instance.decide_plugin_calibration().call_fit(&mut *store, &wit_samples)
+            instance
+                .decide_plugin_calibration()
+                .call_fit(&mut *store, &wit_samples)
         })?;
         let params = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         self.check_params(params)
@@ -441,13 +612,21 @@ impl Calibration {
 }
 
 fn failed(plugin: &str, what: String) -> PluginCallError {
-    PluginCallError::Failed { plugin: plugin.to_string(), message: format!("plugin {plugin} {what}") }
+    PluginCallError::Failed {
+        plugin: plugin.to_string(),
+        message: format!("plugin {plugin} {what}"),
+    }
 }
 
 fn plugin_error(plugin: &str, error: wit::PluginError) -> PluginCallError {
     match error {
-        wit::PluginError::InvalidQuestion(m) => PluginCallError::InvalidQuestion(truncate(&m, limits::MAX_ERROR_BYTES).to_string()),
-        wit::PluginError::Failure(m) => failed(plugin, format!("failed: {}", truncate(&m, limits::MAX_ERROR_BYTES))),
+        wit::PluginError::InvalidQuestion(m) => {
+            PluginCallError::InvalidQuestion(truncate(&m, limits::MAX_ERROR_BYTES).to_string())
+        }
+        wit::PluginError::Failure(m) => failed(
+            plugin,
+            format!("failed: {}", truncate(&m, limits::MAX_ERROR_BYTES)),
+        ),
     }
 }
 
@@ -463,23 +642,48 @@ fn check_input(what: &str, len: usize) -> Result<(), PluginCallError> {
 
 fn check_len(plugin: &str, what: &str, len: usize, max: usize) -> Result<(), PluginCallError> {
     if len > max {
-        return Err(failed(plugin, format!("returned {what} of {len} bytes, over the limit of {max}")));
+        return Err(failed(
+            plugin,
+            format!("returned {what} of {len} bytes, over the limit of {max}"),
+        ));
     }
     Ok(())
 }
 
 fn check_compiled(plugin: &str, c: &wit::CompiledQuestion) -> Result<(), PluginCallError> {
     if c.options.len() > limits::MAX_OPTIONS {
-        return Err(failed(plugin, format!("returned {} options, over the limit of {}", c.options.len(), limits::MAX_OPTIONS)));
+        return Err(failed(
+            plugin,
+            format!(
+                "returned {} options, over the limit of {}",
+                c.options.len(),
+                limits::MAX_OPTIONS
+            ),
+        ));
     }
     if let Some(i) = &c.instructions {
         check_len(plugin, "instructions", i.len(), limits::MAX_STRING_BYTES)?;
     }
     for o in &c.options {
-        check_len(plugin, "an option key", o.key.len(), limits::MAX_STRING_BYTES)?;
-        check_len(plugin, "an option text", o.text.len(), limits::MAX_STRING_BYTES)?;
+        check_len(
+            plugin,
+            "an option key",
+            o.key.len(),
+            limits::MAX_STRING_BYTES,
+        )?;
+        check_len(
+            plugin,
+            "an option text",
+            o.text.len(),
+            limits::MAX_STRING_BYTES,
+        )?;
         if let Some(d) = &o.description {
-            check_len(plugin, "an option description", d.len(), limits::MAX_STRING_BYTES)?;
+            check_len(
+                plugin,
+                "an option description",
+                d.len(),
+                limits::MAX_STRING_BYTES,
+            )?;
         }
     }
     Ok(())

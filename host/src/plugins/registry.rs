@@ -64,9 +64,17 @@ pub enum Change {
     /// A file was installed under `name`.
     Installed { name: String, path: PathBuf },
     /// A file was refused; the plugin of that name (if any) is unchanged.
-    Rejected { name: String, path: PathBuf, reason: String },
+    Rejected {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
     /// A file disappeared; `fallback` says whether the built-in of that name is back.
-    Removed { name: String, path: PathBuf, fallback: bool },
+    Removed {
+        name: String,
+        path: PathBuf,
+        fallback: bool,
+    },
 }
 
 #[derive(Clone)]
@@ -97,7 +105,9 @@ pub const MAX_COMPONENT_BYTES: u64 = 64 << 20;
 
 impl std::fmt::Debug for PluginRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginRegistry").field("plugins", &self.list()).finish_non_exhaustive()
+        f.debug_struct("PluginRegistry")
+            .field("plugins", &self.list())
+            .finish_non_exhaustive()
     }
 }
 
@@ -121,14 +131,30 @@ impl PluginRegistry {
         let started = Instant::now();
         let mut builtins = HashMap::new();
         for (name, kind, bytes) in BUILTIN_PLUGINS {
-            let (plugin, stats) =
-                Plugin::load(&runtime, name, bytes).map_err(|e| anyhow::anyhow!("built-in plugin {name}: {e:#}"))?;
-            anyhow::ensure!(plugin.kind() == *kind, "built-in plugin {name} is a {}, expected a {kind}", plugin.kind());
-            plugin.self_test().map_err(|e| anyhow::anyhow!("built-in plugin {name} failed its self-test: {e}"))?;
+            let (plugin, stats) = Plugin::load(&runtime, name, bytes)
+                .map_err(|e| anyhow::anyhow!("built-in plugin {name}: {e:#}"))?;
+            anyhow::ensure!(
+                plugin.kind() == *kind,
+                "built-in plugin {name} is a {}, expected a {kind}",
+                plugin.kind()
+            );
+            plugin
+                .self_test()
+                .map_err(|e| anyhow::anyhow!("built-in plugin {name} failed its self-test: {e}"))?;
             tracing::debug!(plugin = name, cache = ?stats.cache, ms = stats.total.as_secs_f64() * 1e3, "loaded built-in plugin");
-            builtins.insert(name.to_string(), Entry { plugin, source: PluginSource::Builtin });
+            builtins.insert(
+                name.to_string(),
+                Entry {
+                    plugin,
+                    source: PluginSource::Builtin,
+                },
+            );
         }
-        tracing::info!(count = builtins.len(), ms = started.elapsed().as_secs_f64() * 1e3, "built-in plugins loaded");
+        tracing::info!(
+            count = builtins.len(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "built-in plugins loaded"
+        );
         Ok(Arc::new(PluginRegistry {
             runtime,
             current: RwLock::new(builtins.clone()),
@@ -144,7 +170,11 @@ impl PluginRegistry {
     }
 
     fn get(&self, name: &str) -> Option<Plugin> {
-        self.current.read().unwrap_or_else(|p| p.into_inner()).get(name).map(|e| e.plugin.clone())
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .map(|e| e.plugin.clone())
     }
 
     /// The question type `name`, if loaded. Keep the `Arc` for the whole request.
@@ -197,15 +227,17 @@ impl PluginRegistry {
     pub fn spawn_watcher(self: &Arc<Self>) {
         let weak: Weak<PluginRegistry> = Arc::downgrade(self);
         let interval = self.runtime.config().poll_interval;
-        let spawned = std::thread::Builder::new().name("plugin-watcher".into()).spawn(move || loop {
-            std::thread::sleep(interval);
-            match weak.upgrade() {
-                Some(registry) => {
-                    registry.poll_once();
+        let spawned = std::thread::Builder::new()
+            .name("plugin-watcher".into())
+            .spawn(move || loop {
+                std::thread::sleep(interval);
+                match weak.upgrade() {
+                    Some(registry) => {
+                        registry.poll_once();
+                    }
+                    None => break,
                 }
-                None => break,
-            }
-        });
+            });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the plugin watcher; plugin files will not be reloaded");
         }
@@ -214,7 +246,9 @@ impl PluginRegistry {
     /// Scans the plugins directory once: installs new and changed `*.wasm` files that pass
     /// validation and the self-test, and falls back to the built-in for removed ones.
     pub fn poll_once(&self) -> Vec<Change> {
-        let Some(dir) = self.runtime.config().plugins_dir.clone() else { return Vec::new() };
+        let Some(dir) = self.runtime.config().plugins_dir.clone() else {
+            return Vec::new();
+        };
         let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
         let mut changes = Vec::new();
         let mut seen = HashSet::new();
@@ -239,9 +273,13 @@ impl PluginRegistry {
         };
         for entry in entries.into_iter().flatten().flatten() {
             let path = entry.path();
-            let Some(name) = plugin_name(&path) else { continue };
+            let Some(name) = plugin_name(&path) else {
+                continue;
+            };
             // Follows symlinks: a deployment may link plugin files.
-            let Ok(meta) = fs::metadata(&path) else { continue };
+            let Ok(meta) = fs::metadata(&path) else {
+                continue;
+            };
             if !meta.is_file() {
                 continue;
             }
@@ -255,7 +293,14 @@ impl PluginRegistry {
             if len > MAX_COMPONENT_BYTES {
                 let reason = format!("the file is {len} bytes, over the limit of {MAX_COMPONENT_BYTES} bytes for a plugin");
                 tracing::warn!(file = %path.display(), plugin = %name, %reason, "plugin file refused; the current plugin stays");
-                files.insert(path.clone(), FileRecord { modified, len, sha256: String::new() });
+                files.insert(
+                    path.clone(),
+                    FileRecord {
+                        modified,
+                        len,
+                        sha256: String::new(),
+                    },
+                );
                 changes.push(Change::Rejected { name, path, reason });
                 continue;
             }
@@ -274,7 +319,14 @@ impl PluginRegistry {
                     continue;
                 }
             }
-            files.insert(path.clone(), FileRecord { modified, len, sha256 });
+            files.insert(
+                path.clone(),
+                FileRecord {
+                    modified,
+                    len,
+                    sha256,
+                },
+            );
             match self.install(&name, &bytes, &path) {
                 Ok(()) => changes.push(Change::Installed { name, path }),
                 Err(reason) => {
@@ -283,10 +335,16 @@ impl PluginRegistry {
                 }
             }
         }
-        let gone: Vec<PathBuf> = files.keys().filter(|p| !seen.contains(*p)).cloned().collect();
+        let gone: Vec<PathBuf> = files
+            .keys()
+            .filter(|p| !seen.contains(*p))
+            .cloned()
+            .collect();
         for path in gone {
             files.remove(&path);
-            let Some(name) = plugin_name(&path) else { continue };
+            let Some(name) = plugin_name(&path) else {
+                continue;
+            };
             let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
             let serving_this_file = matches!(current.get(&name), Some(Entry { source: PluginSource::File(p), .. }) if *p == path);
             if !serving_this_file {
@@ -304,14 +362,19 @@ impl PluginRegistry {
             };
             drop(current);
             tracing::info!(file = %path.display(), plugin = %name, fallback_to_builtin = fallback, "plugin file removed");
-            changes.push(Change::Removed { name, path, fallback });
+            changes.push(Change::Removed {
+                name,
+                path,
+                fallback,
+            });
         }
         changes
     }
 
     /// Validate, precompile, self-test, then swap in. Errors say why the file was refused.
     fn install(&self, name: &str, bytes: &[u8], path: &Path) -> Result<(), String> {
-        let (plugin, stats) = Plugin::load(&self.runtime, name, bytes).map_err(|e| format!("{e:#}"))?;
+        let (plugin, stats) =
+            Plugin::load(&self.runtime, name, bytes).map_err(|e| format!("{e:#}"))?;
         if let Some(existing) = self.get(name) {
             if existing.kind() != plugin.kind() {
                 return Err(format!(
@@ -321,9 +384,18 @@ impl PluginRegistry {
                 ));
             }
         }
-        plugin.self_test().map_err(|e| format!("self-test failed: {e}"))?;
-        let entry = Entry { plugin, source: PluginSource::File(path.to_path_buf()) };
-        let replaced = self.current.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), entry);
+        plugin
+            .self_test()
+            .map_err(|e| format!("self-test failed: {e}"))?;
+        let entry = Entry {
+            plugin,
+            source: PluginSource::File(path.to_path_buf()),
+        };
+        let replaced = self
+            .current
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), entry);
         tracing::info!(
             file = %path.display(),
             plugin = name,

@@ -14,7 +14,10 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{
+    Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView,
+    WasiView,
+};
 
 use super::PluginCallError;
 
@@ -123,19 +126,32 @@ pub(crate) struct MemoryCap {
 }
 
 impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let total = self.used.saturating_sub(current).saturating_add(desired);
         if total > self.limit {
             self.hit = true;
             // An error (rather than `Ok(false)`, which makes `memory.grow` return -1) traps at
             // once: most guests would abort on an allocation failure anyway, less clearly.
-            return Err(wasmtime::format_err!("memory cap of {} bytes reached", self.limit));
+            return Err(wasmtime::format_err!(
+                "memory cap of {} bytes reached",
+                self.limit
+            ));
         }
         self.used = total;
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }
@@ -150,7 +166,10 @@ pub(crate) struct PluginState {
 
 impl WasiView for PluginState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -175,7 +194,9 @@ pub struct PluginRuntime {
 
 impl std::fmt::Debug for PluginRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginRuntime").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("PluginRuntime")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -204,10 +225,12 @@ impl PluginRuntime {
         let mut wasm = Config::new();
         wasm.wasm_component_model(true);
         wasm.epoch_interruption(true);
-        let engine = Engine::new(&wasm).map_err(|e| anyhow::anyhow!("creating the wasm engine: {e}"))?;
+        let engine =
+            Engine::new(&wasm).map_err(|e| anyhow::anyhow!("creating the wasm engine: {e}"))?;
 
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
 
         let mut hasher = Sha256Hasher(Sha256::new());
         std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
@@ -234,7 +257,13 @@ impl PluginRuntime {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot create the plugin cache dir; compiling without a cache");
             }
         }
-        Ok(Arc::new(PluginRuntime { engine, linker, config, engine_key, ticker_stop }))
+        Ok(Arc::new(PluginRuntime {
+            engine,
+            linker,
+            config,
+            engine_key,
+            ticker_stop,
+        }))
     }
 
     /// The settings this runtime was built with.
@@ -253,12 +282,19 @@ impl PluginRuntime {
 
     /// The cache file for a component with SHA-256 `sha256`.
     fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
-        self.config.cache_dir.as_ref().map(|dir| dir.join(format!("{sha256}-{}.cwasm", self.engine_key)))
+        self.config
+            .cache_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{sha256}-{}.cwasm", self.engine_key)))
     }
 
     /// A compiled component for `bytes` (whose SHA-256 is `sha256`): from the on-disk cache when
     /// present, else compiled and cached.
-    pub fn component(&self, bytes: &[u8], sha256: &str) -> anyhow::Result<(Component, CacheOutcome)> {
+    pub fn component(
+        &self,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> anyhow::Result<(Component, CacheOutcome)> {
         let path = self.cache_path(sha256);
         if let Some(path) = path.as_ref().filter(|p| p.is_file()) {
             // SAFETY: `deserialize_file` trusts the file to be a compiled artifact of this engine
@@ -311,7 +347,11 @@ impl PluginRuntime {
         let state = PluginState {
             wasi,
             table: ResourceTable::new(),
-            cap: MemoryCap { limit: self.config.memory_limit_bytes, used: 0, hit: false },
+            cap: MemoryCap {
+                limit: self.config.memory_limit_bytes,
+                used: 0,
+                hit: false,
+            },
             stderr,
         };
         let mut store = Store::new(&self.engine, state);
@@ -322,7 +362,11 @@ impl PluginRuntime {
     }
 
     fn deadline_ticks(&self) -> u64 {
-        let ticks = self.config.call_timeout.as_nanos().div_ceil(TICK.as_nanos());
+        let ticks = self
+            .config
+            .call_timeout
+            .as_nanos()
+            .div_ceil(TICK.as_nanos());
         (ticks as u64).max(1)
     }
 
@@ -369,9 +413,16 @@ impl PluginRuntime {
                     message.push_str(truncate(&stderr, 512));
                     message.push(')');
                 }
-                tracing::warn!(plugin, elapsed_ms = started.elapsed().as_millis() as u64, "{message}");
+                tracing::warn!(
+                    plugin,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "{message}"
+                );
                 tracing::debug!(plugin, error = %format!("{error:?}"), "plugin failure with its wasm backtrace");
-                Err(PluginCallError::Failed { plugin: plugin.to_string(), message })
+                Err(PluginCallError::Failed {
+                    plugin: plugin.to_string(),
+                    message,
+                })
             }
         }
     }
@@ -437,7 +488,9 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     create_private_dir(dir)?;
     let unique = format!(
         ".{}.{}.{:?}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("artifact"),
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("artifact"),
         std::process::id(),
         std::thread::current().id()
     )

@@ -28,7 +28,9 @@ fn config(plugins_dir: Option<PathBuf>) -> RuntimeConfig {
 /// One registry with the built-ins for the read-only tests.
 fn builtins() -> &'static Arc<PluginRegistry> {
     static REGISTRY: OnceLock<Arc<PluginRegistry>> = OnceLock::new();
-    REGISTRY.get_or_init(|| PluginRegistry::with_builtins(PluginRuntime::new(config(None)).unwrap()).unwrap())
+    REGISTRY.get_or_init(|| {
+        PluginRegistry::with_builtins(PluginRuntime::new(config(None)).unwrap()).unwrap()
+    })
 }
 
 fn test_guest(name: &str) -> PathBuf {
@@ -38,8 +40,14 @@ fn test_guest(name: &str) -> PathBuf {
 }
 
 fn scratch_dir(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("decide-plugin-test-{name}-{}-{nanos}", std::process::id()));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!(
+        "decide-plugin-test-{name}-{}-{nanos}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -52,7 +60,9 @@ fn deploy(from: &Path, dir: &Path, name: &str) {
 }
 
 fn qt(name: &str) -> Arc<QuestionType> {
-    builtins().question_type(name).unwrap_or_else(|| panic!("no question type {name}"))
+    builtins()
+        .question_type(name)
+        .unwrap_or_else(|| panic!("no question type {name}"))
 }
 
 fn invalid(r: Result<CompiledQuestion, PluginCallError>) -> String {
@@ -110,13 +120,23 @@ fn predicate_compiles_and_answers() {
     assert_eq!(
         c.options,
         vec![
-            OptionDef { key: "true".into(), text: "Yes".into(), description: None },
-            OptionDef { key: "false".into(), text: "No".into(), description: None },
+            OptionDef {
+                key: "true".into(),
+                text: "Yes".into(),
+                description: None
+            },
+            OptionDef {
+                key: "false".into(),
+                text: "No".into(),
+                description: None
+            },
         ]
     );
     let a = p.answer(q, &[0.25, 0.75]).unwrap();
     assert_eq!(Value::Object(a), json!({"probability": 0.25}));
-    let noul = qt("systemone-noul").answer(r#"{"type":"noul","instructions":"x"}"#, &[0.25, 0.75]).unwrap();
+    let noul = qt("systemone-noul")
+        .answer(r#"{"type":"noul","instructions":"x"}"#, &[0.25, 0.75])
+        .unwrap();
     assert_eq!(Value::Object(noul), json!({"noul": 0.25}));
 }
 
@@ -158,7 +178,10 @@ fn choice_and_score_answers_have_their_shapes() {
     let a = Value::Object(qt("openai-choice").answer(q, &[0.2, 0.5, 0.3]).unwrap());
     assert_eq!(a["choice"], json!(true));
     assert!((a["confidence"].as_f64().unwrap() - 0.25).abs() < 1e-12);
-    assert_eq!(a["probabilities"][0], json!({"value": "true", "probability": 0.2}));
+    assert_eq!(
+        a["probabilities"][0],
+        json!({"value": "true", "probability": 0.2})
+    );
 
     let q = r#"{"type":"choice","criteria":{"cat":null,"dog":{"size":"big"}}}"#;
     let a = Value::Object(qt("systemone-choice").answer(q, &[0.9, 0.1]).unwrap());
@@ -168,7 +191,10 @@ fn choice_and_score_answers_have_their_shapes() {
     let q = r#"{"type":"score","instructions":"?","levels":[{"label":"low"},{"label":"high","description":"very"}]}"#;
     let a = Value::Object(qt("openai-score").answer(q, &[0.25, 0.75]).unwrap());
     assert_eq!(a["score"], 0.75);
-    assert_eq!(a["probabilities"][1], json!({"label": "high", "value": 1, "probability": 0.75}));
+    assert_eq!(
+        a["probabilities"][1],
+        json!({"label": "high", "value": 1, "probability": 0.75})
+    );
 
     let q = r#"{"type":"score","criteria":["low",{"level":"high"}]}"#;
     let a = Value::Object(qt("systemone-score").answer(q, &[0.5, 0.5]).unwrap());
@@ -180,28 +206,38 @@ fn choice_and_score_answers_have_their_shapes() {
 #[test]
 fn invalid_questions_name_the_field() {
     assert_eq!(
-        invalid(qt("openai-choice").compile(r#"{"type":"choice","instructions":"?","choices":[{"value":1},{"value":"a"}]}"#)),
+        invalid(qt("openai-choice").compile(
+            r#"{"type":"choice","instructions":"?","choices":[{"value":1},{"value":"a"}]}"#
+        )),
         "choices[0].value: must be a string or a boolean, got a number"
     );
     assert_eq!(
-        invalid(qt("openai-predicate").compile(r#"{"type":"predicate","instructions":[{"type":"input_image","image_url":"x"}]}"#)),
+        invalid(qt("openai-predicate").compile(
+            r#"{"type":"predicate","instructions":[{"type":"input_image","image_url":"x"}]}"#
+        )),
         "instructions[0]: input_image is not supported: this server has no vision model"
     );
     assert_eq!(
-        invalid(qt("systemone-noul").compile(r#"{"type":"noul","instructions":"x","colour":"red"}"#)),
+        invalid(
+            qt("systemone-noul").compile(r#"{"type":"noul","instructions":"x","colour":"red"}"#)
+        ),
         "colour: unknown field (expected one of: type, instructions, criteria)"
     );
     // Answering with the wrong number of probabilities is a plugin failure, not the caller's.
-    let m = match qt("openai-predicate").answer(r#"{"type":"predicate","instructions":"x"}"#, &[1.0]) {
-        Err(PluginCallError::Failed { plugin, message }) => {
-            assert_eq!(plugin, "openai-predicate");
-            message
-        }
-        other => panic!("{other:?}"),
-    };
+    let m =
+        match qt("openai-predicate").answer(r#"{"type":"predicate","instructions":"x"}"#, &[1.0]) {
+            Err(PluginCallError::Failed { plugin, message }) => {
+                assert_eq!(plugin, "openai-predicate");
+                message
+            }
+            other => panic!("{other:?}"),
+        };
     assert!(m.contains("expected 2 probabilities"), "{m}");
     // Oversize input never reaches the plugin.
-    let huge = format!(r#"{{"type":"predicate","instructions":"{}"}}"#, "x".repeat(2 << 20));
+    let huge = format!(
+        r#"{{"type":"predicate","instructions":"{}"}}"#,
+        "x".repeat(2 << 20)
+    );
     assert!(invalid(qt("openai-predicate").compile(&huge)).starts_with("question: "));
 }
 
@@ -211,11 +247,21 @@ fn direct_options_renders_the_documented_prompt() {
     let q = CompiledQuestion {
         instructions: Some("Is it red?".into()),
         options: vec![
-            OptionDef { key: "true".into(), text: "Yes".into(), description: Some("It is red".into()) },
-            OptionDef { key: "false".into(), text: "No".into(), description: None },
+            OptionDef {
+                key: "true".into(),
+                text: "Yes".into(),
+                description: Some("It is red".into()),
+            },
+            OptionDef {
+                key: "false".into(),
+                text: "No".into(),
+                description: None,
+            },
         ],
     };
-    let m = r.render("a red car", &q, &["A".into(), "B".into()]).unwrap();
+    let m = r
+        .render("a red car", &q, &["A".into(), "B".into()])
+        .unwrap();
     assert_eq!(m.len(), 2);
     assert_eq!(m[0].role, "system");
     assert_eq!(
@@ -227,9 +273,16 @@ fn direct_options_renders_the_documented_prompt() {
         m[1].content,
         "Input:\na red car\n\nQuestion: Is it red?\n\nOptions:\nA. Yes - It is red\nB. No\n\nReply with one label: A, B."
     );
-    let no_instructions = CompiledQuestion { instructions: None, ..q.clone() };
-    let m = r.render("s", &no_instructions, &["A".into(), "B".into()]).unwrap();
-    assert!(m[1].content.contains("Question: Which option best fits the input?"));
+    let no_instructions = CompiledQuestion {
+        instructions: None,
+        ..q.clone()
+    };
+    let m = r
+        .render("s", &no_instructions, &["A".into(), "B".into()])
+        .unwrap();
+    assert!(m[1]
+        .content
+        .contains("Question: Which option best fits the input?"));
     assert!(failed_message(r.render("s", &q, &["A".into()])).contains("got 1 labels for 2 options"));
 }
 
@@ -239,10 +292,18 @@ fn temperature_calibration_applies_and_fits() {
     assert_eq!(c.default_params(0.7).unwrap(), vec![0.7]);
     let p = c.apply(&[0.0, 1.0], &[1.0]).unwrap();
     assert!((p[1] - 1.0 / (1.0 + (-1f64).exp())).abs() < 1e-12);
-    let p = c.apply(&[-1000.0, -1001.0, f64::NEG_INFINITY], &[1.0]).unwrap();
+    let p = c
+        .apply(&[-1000.0, -1001.0, f64::NEG_INFINITY], &[1.0])
+        .unwrap();
     assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12 && p[2] == 0.0);
-    assert!(matches!(c.apply(&[0.0, 1.0], &[0.0]), Err(PluginCallError::InvalidQuestion(_))));
-    assert!(matches!(c.fit(&[]), Err(PluginCallError::InvalidQuestion(_))));
+    assert!(matches!(
+        c.apply(&[0.0, 1.0], &[0.0]),
+        Err(PluginCallError::InvalidQuestion(_))
+    ));
+    assert!(matches!(
+        c.fit(&[]),
+        Err(PluginCallError::InvalidQuestion(_))
+    ));
     // Scores twice as sharp as the truth: the fitted temperature comes out near 2.
     let mut samples = Vec::new();
     for i in 0..400 {
@@ -252,7 +313,10 @@ fn temperature_calibration_applies_and_fits() {
         // Deterministic labels in proportion to the true probabilities, over 20 replicas.
         let ones = (truth[1] * 20.0).round() as usize;
         for j in 0..20 {
-            samples.push(LabelledScores { scores: scores.clone(), expected: u32::from(j < ones) });
+            samples.push(LabelledScores {
+                scores: scores.clone(),
+                expected: u32::from(j < ones),
+            });
         }
     }
     let t = c.fit(&samples).unwrap()[0];
@@ -260,7 +324,11 @@ fn temperature_calibration_applies_and_fits() {
 }
 
 fn misbehaving_runtime(timeout_ms: u64) -> Arc<PluginRuntime> {
-    PluginRuntime::new(RuntimeConfig { call_timeout: Duration::from_millis(timeout_ms), ..config(None) }).unwrap()
+    PluginRuntime::new(RuntimeConfig {
+        call_timeout: Duration::from_millis(timeout_ms),
+        ..config(None)
+    })
+    .unwrap()
 }
 
 fn load_question_type(runtime: &Arc<PluginRuntime>, name: &str) -> Arc<QuestionType> {
@@ -279,21 +347,36 @@ fn misbehaving_plugins_fail_only_their_call() {
     let question = r#"{"type":"predicate","instructions":"misbehave"}"#;
     for (name, cause) in [
         ("trap-question", "trapped"),
-        ("spin-question", "exceeded its 300 ms deadline (setting --plugin-timeout-ms)"),
-        ("hog-question", "exceeded its memory cap of 64 MiB (setting --plugin-memory-mib)"),
+        (
+            "spin-question",
+            "exceeded its 300 ms deadline (setting --plugin-timeout-ms)",
+        ),
+        (
+            "hog-question",
+            "exceeded its memory cap of 64 MiB (setting --plugin-memory-mib)",
+        ),
     ] {
         let p = load_question_type(&runtime, name);
         let started = Instant::now();
         let message = failed_message(p.compile(question));
         let elapsed = started.elapsed();
-        println!("{name}: failed after {:.1} ms: {message}", elapsed.as_secs_f64() * 1e3);
+        println!(
+            "{name}: failed after {:.1} ms: {message}",
+            elapsed.as_secs_f64() * 1e3
+        );
         assert!(message.starts_with(&format!("plugin {name} ")), "{message}");
         assert!(message.contains(cause), "{message}");
         if name == "trap-question" {
-            assert!(message.contains("deliberate panic"), "stderr is in the message: {message}");
+            assert!(
+                message.contains("deliberate panic"),
+                "stderr is in the message: {message}"
+            );
         }
         if name == "spin-question" {
-            assert!(elapsed >= Duration::from_millis(290) && elapsed < Duration::from_millis(1500), "{elapsed:?}");
+            assert!(
+                elapsed >= Duration::from_millis(290) && elapsed < Duration::from_millis(1500),
+                "{elapsed:?}"
+            );
         }
         // The failure left nothing behind: the next call on the same plugin works.
         let example = p.example().unwrap();
@@ -308,22 +391,50 @@ fn misbehaving_plugins_fail_only_their_call() {
 #[test]
 fn bad_files_never_replace_a_good_plugin() {
     let dir = scratch_dir("bad-files");
-    let registry = PluginRegistry::with_builtins(PluginRuntime::new(config(Some(dir.clone()))).unwrap()).unwrap();
+    let registry =
+        PluginRegistry::with_builtins(PluginRuntime::new(config(Some(dir.clone()))).unwrap())
+            .unwrap();
     let q = r#"{"type":"predicate","instructions":"x"}"#;
     let original = registry.question_type("openai-predicate").unwrap();
     type Write = Box<dyn Fn(&Path)>;
     let cases: [(&str, Write, &str); 4] = [
-        ("garbage", Box::new(|p: &Path| std::fs::write(p, b"\0asm garbage").unwrap()), "not a valid WebAssembly component"),
-        ("wrong kind", Box::new(|p: &Path| { std::fs::copy(test_guest("broken-example").with_file_name("temperature.wasm"), p).unwrap(); }), "a replacement must be of the same kind"),
-        ("failing self-test", Box::new(|p: &Path| { std::fs::copy(test_guest("broken-example"), p).unwrap(); }), "self-test failed"),
-        ("a core module", Box::new(|p: &Path| std::fs::write(p, b"\0asm\x01\0\0\0").unwrap()), "not a valid WebAssembly component"),
+        (
+            "garbage",
+            Box::new(|p: &Path| std::fs::write(p, b"\0asm garbage").unwrap()),
+            "not a valid WebAssembly component",
+        ),
+        (
+            "wrong kind",
+            Box::new(|p: &Path| {
+                std::fs::copy(
+                    test_guest("broken-example").with_file_name("temperature.wasm"),
+                    p,
+                )
+                .unwrap();
+            }),
+            "a replacement must be of the same kind",
+        ),
+        (
+            "failing self-test",
+            Box::new(|p: &Path| {
+                std::fs::copy(test_guest("broken-example"), p).unwrap();
+            }),
+            "self-test failed",
+        ),
+        (
+            "a core module",
+            Box::new(|p: &Path| std::fs::write(p, b"\0asm\x01\0\0\0").unwrap()),
+            "not a valid WebAssembly component",
+        ),
     ];
     for (what, write, reason) in cases {
         let path = dir.join("openai-predicate.wasm");
         write(&path);
         let changes = registry.poll_once();
         match changes.as_slice() {
-            [Change::Rejected { name, reason: r, .. }] => {
+            [Change::Rejected {
+                name, reason: r, ..
+            }] => {
                 assert_eq!(name, "openai-predicate");
                 assert!(r.contains(reason), "{what}: {r}");
                 println!("{what}: refused: {r}");
@@ -331,12 +442,21 @@ fn bad_files_never_replace_a_good_plugin() {
             other => panic!("{what}: {other:?}"),
         }
         let current = registry.question_type("openai-predicate").unwrap();
-        assert!(Arc::ptr_eq(&current, &original), "{what} replaced the plugin");
-        assert_eq!(Value::Object(current.answer(q, &[0.25, 0.75]).unwrap()), json!({"probability": 0.25}));
+        assert!(
+            Arc::ptr_eq(&current, &original),
+            "{what} replaced the plugin"
+        );
+        assert_eq!(
+            Value::Object(current.answer(q, &[0.25, 0.75]).unwrap()),
+            json!({"probability": 0.25})
+        );
         // The same bad file is not re-examined (nor re-logged) at every poll.
         assert!(registry.poll_once().is_empty());
         std::fs::remove_file(&path).unwrap();
-        assert!(registry.poll_once().is_empty(), "removing a refused file changes nothing");
+        assert!(
+            registry.poll_once().is_empty(),
+            "removing a refused file changes nothing"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -350,34 +470,70 @@ fn watcher_picks_up_new_and_replaced_files_and_falls_back_on_removal() {
     let wait_for = |what: &str, check: &dyn Fn() -> bool| {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !check() {
-            assert!(Instant::now() < deadline, "the watcher did not pick up: {what}");
+            assert!(
+                Instant::now() < deadline,
+                "the watcher did not pick up: {what}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     };
 
     // A new name.
     deploy(&test_guest("predicate-inverted"), &dir, "inverted");
-    wait_for("a new plugin", &|| registry.question_type("inverted").is_some());
-    let summary = registry.list().into_iter().find(|s| s.name == "inverted").unwrap();
-    assert_eq!(summary.source, PluginSource::File(dir.join("inverted.wasm")));
+    wait_for("a new plugin", &|| {
+        registry.question_type("inverted").is_some()
+    });
+    let summary = registry
+        .list()
+        .into_iter()
+        .find(|s| s.name == "inverted")
+        .unwrap();
+    assert_eq!(
+        summary.source,
+        PluginSource::File(dir.join("inverted.wasm"))
+    );
 
     // A replacement of a built-in: the answer flips, while an Arc taken before keeps answering.
     let started = Instant::now();
     deploy(&test_guest("predicate-inverted"), &dir, "openai-predicate");
     wait_for("a replacement", &|| {
-        registry.question_type("openai-predicate").unwrap().answer(q, &[0.25, 0.75]).unwrap()["probability"] == 0.75
+        registry
+            .question_type("openai-predicate")
+            .unwrap()
+            .answer(q, &[0.25, 0.75])
+            .unwrap()["probability"]
+            == 0.75
     });
-    println!("replacement picked up in {:.0} ms (poll interval 50 ms)", started.elapsed().as_secs_f64() * 1e3);
-    assert_eq!(before.answer(q, &[0.25, 0.75]).unwrap()["probability"], 0.25, "in-flight Arc keeps the old version");
+    println!(
+        "replacement picked up in {:.0} ms (poll interval 50 ms)",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    assert_eq!(
+        before.answer(q, &[0.25, 0.75]).unwrap()["probability"],
+        0.25,
+        "in-flight Arc keeps the old version"
+    );
 
     // Removal falls back to the built-in.
     std::fs::remove_file(dir.join("openai-predicate.wasm")).unwrap();
     wait_for("a removal", &|| {
-        registry.list().iter().any(|s| s.name == "openai-predicate" && s.source == PluginSource::Builtin)
+        registry
+            .list()
+            .iter()
+            .any(|s| s.name == "openai-predicate" && s.source == PluginSource::Builtin)
     });
-    assert_eq!(registry.question_type("openai-predicate").unwrap().answer(q, &[0.25, 0.75]).unwrap()["probability"], 0.25);
+    assert_eq!(
+        registry
+            .question_type("openai-predicate")
+            .unwrap()
+            .answer(q, &[0.25, 0.75])
+            .unwrap()["probability"],
+        0.25
+    );
     std::fs::remove_file(dir.join("inverted.wasm")).unwrap();
-    wait_for("a removal without built-in", &|| registry.question_type("inverted").is_none());
+    wait_for("a removal without built-in", &|| {
+        registry.question_type("inverted").is_none()
+    });
     drop(registry);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -385,7 +541,10 @@ fn watcher_picks_up_new_and_replaced_files_and_falls_back_on_removal() {
 #[test]
 fn precompiled_cache_is_reused_and_timed() {
     let cache = scratch_dir("cache");
-    let cfg = RuntimeConfig { cache_dir: Some(cache.clone()), ..config(None) };
+    let cfg = RuntimeConfig {
+        cache_dir: Some(cache.clone()),
+        ..config(None)
+    };
     let mut totals = Vec::new();
     for round in ["cold", "cached"] {
         // A fresh runtime (engine) each round, as after a restart.
@@ -394,7 +553,11 @@ fn precompiled_cache_is_reused_and_timed() {
         let mut compile = Duration::ZERO;
         for (name, _, bytes) in builtin::BUILTIN_PLUGINS {
             let (_, stats) = Plugin::load(&runtime, name, bytes).unwrap();
-            let expected = if round == "cold" { CacheOutcome::Compiled } else { CacheOutcome::Hit };
+            let expected = if round == "cold" {
+                CacheOutcome::Compiled
+            } else {
+                CacheOutcome::Hit
+            };
             assert_eq!(stats.cache, expected, "{round} {name}");
             compile += stats.compile;
         }
@@ -409,7 +572,11 @@ fn precompiled_cache_is_reused_and_timed() {
     }
     assert!(totals[1] < totals[0], "cached load is faster: {totals:?}");
     let files = std::fs::read_dir(&cache).unwrap().count();
-    assert_eq!(files, builtin::BUILTIN_PLUGINS.len(), "one artifact per component");
+    assert_eq!(
+        files,
+        builtin::BUILTIN_PLUGINS.len(),
+        "one artifact per component"
+    );
 
     // A corrupt artifact is replaced, not trusted.
     let runtime = PluginRuntime::new(cfg.clone()).unwrap();
@@ -449,12 +616,16 @@ fn per_call_overhead() {
         p.answer(q, &[0.3, 0.7]).unwrap();
     });
     time("direct-options render", &|| {
-        r.render("It is pouring outside.", &compiled, &labels).unwrap();
+        r.render("It is pouring outside.", &compiled, &labels)
+            .unwrap();
     });
     time("temperature apply", &|| {
         c.apply(&[-0.1, -2.3], &[1.0]).unwrap();
     });
-    assert!(us < 20_000.0, "a call should take well under 20 ms, took {us} us");
+    assert!(
+        us < 20_000.0,
+        "a call should take well under 20 ms, took {us} us"
+    );
     // Concurrent calls share nothing.
     std::thread::scope(|s| {
         for _ in 0..4 {
@@ -473,18 +644,40 @@ fn files_present_at_start_are_loaded_and_a_removed_dir_falls_back() {
     deploy(&test_guest("predicate-inverted"), &dir, "openai-predicate");
     deploy(&test_guest("trap-question"), &dir, "openai-trap-question");
     std::fs::write(dir.join("notes.txt"), "not a plugin").unwrap();
-    let registry = PluginRegistry::with_builtins(PluginRuntime::new(config(Some(dir.clone()))).unwrap()).unwrap();
+    let registry =
+        PluginRegistry::with_builtins(PluginRuntime::new(config(Some(dir.clone()))).unwrap())
+            .unwrap();
     let mut changes = registry.poll_once();
     changes.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
-    assert!(matches!(changes.as_slice(), [Change::Installed { .. }, Change::Installed { .. }]), "{changes:?}");
+    assert!(
+        matches!(
+            changes.as_slice(),
+            [Change::Installed { .. }, Change::Installed { .. }]
+        ),
+        "{changes:?}"
+    );
     assert!(registry.question_type("openai-trap-question").is_some());
     let q = r#"{"type":"predicate","instructions":"x"}"#;
-    assert_eq!(registry.question_type("openai-predicate").unwrap().answer(q, &[0.25, 0.75]).unwrap()["probability"], 0.75);
+    assert_eq!(
+        registry
+            .question_type("openai-predicate")
+            .unwrap()
+            .answer(q, &[0.25, 0.75])
+            .unwrap()["probability"],
+        0.75
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     let changes = registry.poll_once();
     assert_eq!(changes.len(), 2, "{changes:?}");
     assert!(registry.question_type("openai-trap-question").is_none());
-    assert_eq!(registry.question_type("openai-predicate").unwrap().answer(q, &[0.25, 0.75]).unwrap()["probability"], 0.25);
+    assert_eq!(
+        registry
+            .question_type("openai-predicate")
+            .unwrap()
+            .answer(q, &[0.25, 0.75])
+            .unwrap()["probability"],
+        0.25
+    );
     assert!(registry.poll_once().is_empty());
 }
 
@@ -495,9 +688,17 @@ fn files_present_at_start_are_loaded_and_a_removed_dir_falls_back() {
 fn a_trapping_plugin_inside_spawn_blocking_is_contained() {
     let runtime = misbehaving_runtime(1000);
     let p = load_question_type(&runtime, "trap-question");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     let result = rt.block_on(async move {
-        tokio::task::spawn_blocking(move || p.compile(r#"{"type":"predicate","instructions":"boom"}"#)).await.unwrap()
+        tokio::task::spawn_blocking(move || {
+            p.compile(r#"{"type":"predicate","instructions":"boom"}"#)
+        })
+        .await
+        .unwrap()
     });
     let message = failed_message(result);
     assert!(message.contains("deliberate panic"), "{message}");
@@ -509,9 +710,15 @@ fn a_trapping_plugin_inside_spawn_blocking_is_contained() {
 fn a_trapping_plugin_called_from_an_async_task_is_contained() {
     let runtime = misbehaving_runtime(1000);
     let p = load_question_type(&runtime, "trap-question");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let result = rt.block_on(async move {
-        tokio::spawn(async move { p.compile(r#"{"type":"predicate","instructions":"boom"}"#) }).await.unwrap()
+        tokio::spawn(async move { p.compile(r#"{"type":"predicate","instructions":"boom"}"#) })
+            .await
+            .unwrap()
     });
     let message = failed_message(result);
     assert!(message.contains("deliberate panic"), "{message}");
@@ -519,9 +726,16 @@ fn a_trapping_plugin_called_from_an_async_task_is_contained() {
 
 #[test]
 fn the_memory_cap_is_configurable() {
-    let runtime = PluginRuntime::new(RuntimeConfig { memory_limit_bytes: 1 << 20, ..config(None) }).unwrap();
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 1 << 20,
+        ..config(None)
+    })
+    .unwrap();
     let (name, _, bytes) = builtin::BUILTIN_PLUGINS[0];
     // Loading calls `info()`, which already needs more than 1 MiB of linear memory.
     let error = Plugin::load(&runtime, name, bytes).unwrap_err().to_string();
-    assert!(error.contains(&format!("plugin {name} exceeded its memory cap of 1 MiB")), "{error}");
+    assert!(
+        error.contains(&format!("plugin {name} exceeded its memory cap of 1 MiB")),
+        "{error}"
+    );
 }

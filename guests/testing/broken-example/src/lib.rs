@@ -33,7 +33,15 @@ impl Guest for Plugin {
         let c = q::compile(&question).map_err(err)?;
         Ok(CompiledQuestion {
             instructions: c.instructions,
-            options: c.options.into_iter().map(|o| OptionDef { key: o.key, text: o.text, description: o.description }).collect(),
+            options: c
+                .options
+                .into_iter()
+                .map(|o| OptionDef {
+                    key: o.key,
+                    text: o.text,
+                    description: o.description,
+                })
+                .collect(),
         })
     }
 

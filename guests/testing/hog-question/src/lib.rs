@@ -22,7 +22,11 @@ fn misbehave() -> ! {
 
 impl Guest for Plugin {
     fn info() -> PluginInfo {
-        PluginInfo { name: "hog-question".into(), version: env!("CARGO_PKG_VERSION").into(), description: "compile allocates until it exceeds the host's memory cap.".into() }
+        PluginInfo {
+            name: "hog-question".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            description: "compile allocates until it exceeds the host's memory cap.".into(),
+        }
     }
 
     fn example() -> String {
@@ -36,7 +40,15 @@ impl Guest for Plugin {
         let c = q::compile_ok();
         Ok(CompiledQuestion {
             instructions: c.instructions,
-            options: c.options.into_iter().map(|o| OptionDef { key: o.key, text: o.text, description: o.description }).collect(),
+            options: c
+                .options
+                .into_iter()
+                .map(|o| OptionDef {
+                    key: o.key,
+                    text: o.text,
+                    description: o.description,
+                })
+                .collect(),
         })
     }
 

@@ -14,7 +14,11 @@ fn to_wit(c: Compiled) -> CompiledQuestion {
         options: c
             .options
             .into_iter()
-            .map(|o| OptionDef { key: o.key, text: o.text, description: o.description })
+            .map(|o| OptionDef {
+                key: o.key,
+                text: o.text,
+                description: o.description,
+            })
             .collect(),
     }
 }
@@ -31,7 +35,9 @@ impl Guest for Plugin {
         PluginInfo {
             name: "predicate-inverted".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            description: "Test only: openai-predicate with its option keys swapped (probability 1 - p).".into(),
+            description:
+                "Test only: openai-predicate with its option keys swapped (probability 1 - p)."
+                    .into(),
         }
     }
 

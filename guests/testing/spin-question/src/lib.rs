@@ -20,7 +20,11 @@ fn misbehave() -> ! {
 
 impl Guest for Plugin {
     fn info() -> PluginInfo {
-        PluginInfo { name: "spin-question".into(), version: env!("CARGO_PKG_VERSION").into(), description: "compile loops forever (the host's epoch deadline must stop it).".into() }
+        PluginInfo {
+            name: "spin-question".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            description: "compile loops forever (the host's epoch deadline must stop it).".into(),
+        }
     }
 
     fn example() -> String {
@@ -34,7 +38,15 @@ impl Guest for Plugin {
         let c = q::compile_ok();
         Ok(CompiledQuestion {
             instructions: c.instructions,
-            options: c.options.into_iter().map(|o| OptionDef { key: o.key, text: o.text, description: o.description }).collect(),
+            options: c
+                .options
+                .into_iter()
+                .map(|o| OptionDef {
+                    key: o.key,
+                    text: o.text,
+                    description: o.description,
+                })
+                .collect(),
         })
     }
 

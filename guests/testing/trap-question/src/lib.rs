@@ -17,7 +17,11 @@ fn misbehave() -> ! {
 
 impl Guest for Plugin {
     fn info() -> PluginInfo {
-        PluginInfo { name: "trap-question".into(), version: env!("CARGO_PKG_VERSION").into(), description: "compile panics (a trap in the host's eyes).".into() }
+        PluginInfo {
+            name: "trap-question".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            description: "compile panics (a trap in the host's eyes).".into(),
+        }
     }
 
     fn example() -> String {
@@ -31,7 +35,15 @@ impl Guest for Plugin {
         let c = q::compile_ok();
         Ok(CompiledQuestion {
             instructions: c.instructions,
-            options: c.options.into_iter().map(|o| OptionDef { key: o.key, text: o.text, description: o.description }).collect(),
+            options: c
+                .options
+                .into_iter()
+                .map(|o| OptionDef {
+                    key: o.key,
+                    text: o.text,
+                    description: o.description,
+                })
+                .collect(),
         })
     }
 
