@@ -150,12 +150,20 @@ mod tests {
 /// (its `EXAMPLE`, `compile` and `answer`): the wit-bindgen glue is the same for every
 /// question type, so each guest crate is one invocation of this macro.
 ///
-/// The invoking crate depends on `wit-bindgen` and sits at `guests/NAME/` (the WIT path is
-/// relative to it).
+/// The invoking crate depends on `wit-bindgen`. Built-ins sit at `guests/NAME/`; crates elsewhere
+/// (the test guests) pass `wit: "../../../wit"` and may pass `before_compile: FN`, a
+/// `fn(&str)` run on the question before `compile` (where the test guests misbehave).
 #[macro_export]
 macro_rules! question_type_plugin {
     (module: $module:ident, name: $name:literal, description: $description:literal $(,)?) => {
-        wit_bindgen::generate!({ path: "../../wit", world: "question-type-plugin" });
+        $crate::question_type_plugin! {
+            wit: "../../wit", module: $module, name: $name, description: $description,
+            before_compile: |_question: &str| {},
+        }
+    };
+    (wit: $wit:tt, module: $module:ident, name: $name:literal, description: $description:literal,
+     before_compile: $before:expr $(,)?) => {
+        wit_bindgen::generate!({ path: $wit, world: "question-type-plugin" });
 
         use decide::plugin::types::{CompiledQuestion, OptionDef, PluginError, PluginInfo};
         use exports::decide::plugin::question_type::Guest;
@@ -169,7 +177,11 @@ macro_rules! question_type_plugin {
                 options: c
                     .options
                     .into_iter()
-                    .map(|o| OptionDef { key: o.key, text: o.text, description: o.description })
+                    .map(|o| OptionDef {
+                        key: o.key,
+                        text: o.text,
+                        description: o.description,
+                    })
                     .collect(),
             }
         }
@@ -183,7 +195,11 @@ macro_rules! question_type_plugin {
 
         impl Guest for Plugin {
             fn info() -> PluginInfo {
-                PluginInfo { name: $name.into(), version: env!("CARGO_PKG_VERSION").into(), description: $description.into() }
+                PluginInfo {
+                    name: $name.into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    description: $description.into(),
+                }
             }
 
             fn example() -> String {
@@ -191,6 +207,8 @@ macro_rules! question_type_plugin {
             }
 
             fn compile(question: String) -> Result<CompiledQuestion, PluginError> {
+                let before: fn(&str) = $before;
+                before(&question);
                 q::compile(&question).map(to_wit).map_err(err)
             }
 

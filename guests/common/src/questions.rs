@@ -418,13 +418,14 @@ pub mod misbehaving {
         question == EXAMPLE
     }
 
-    /// The well-behaved compile.
-    pub fn compile_ok() -> Compiled {
-        yes_no(Some("self-test".into()), None, None)
+    /// The well-behaved compile (the misbehaving guests misbehave before calling it, except for
+    /// [`EXAMPLE`]).
+    pub fn compile(_question: &str) -> Result<Compiled> {
+        Ok(yes_no(Some("self-test".into()), None, None))
     }
 
     /// `{"probability": p0}` for any question.
-    pub fn answer(probs: &[f64]) -> Result<String> {
+    pub fn answer(_question: &str, probs: &[f64]) -> Result<String> {
         check_probabilities(probs, 2)?;
         answer_json(
             json!({"probability": num(probs[0])})

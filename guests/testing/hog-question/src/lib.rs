@@ -3,13 +3,7 @@
 //! It behaves for its own example (so the host's self-test passes and it can be installed) and
 //! misbehaves in `compile` for every other question.
 
-wit_bindgen::generate!({ path: "../../../wit", world: "question-type-plugin" });
-
-use decide::plugin::types::{CompiledQuestion, OptionDef, PluginError, PluginInfo};
-use decide_guest_common::{questions::misbehaving as q, Error};
-use exports::decide::plugin::question_type::Guest;
-
-struct Plugin;
+use decide_guest_common::questions::misbehaving;
 
 fn misbehave() -> ! {
     let mut hoard: Vec<Vec<u8>> = Vec::new();
@@ -20,44 +14,14 @@ fn misbehave() -> ! {
     }
 }
 
-impl Guest for Plugin {
-    fn info() -> PluginInfo {
-        PluginInfo {
-            name: "hog-question".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            description: "compile allocates until it exceeds the host's memory cap.".into(),
+decide_guest_common::question_type_plugin! {
+    wit: "../../../wit",
+    module: misbehaving,
+    name: "hog-question",
+    description: "compile allocates until it exceeds the host's memory cap.",
+    before_compile: |question: &str| {
+        if !misbehaving::is_example(question) {
+            misbehave()
         }
-    }
-
-    fn example() -> String {
-        q::EXAMPLE.into()
-    }
-
-    fn compile(question: String) -> Result<CompiledQuestion, PluginError> {
-        if !q::is_example(&question) {
-            misbehave();
-        }
-        let c = q::compile_ok();
-        Ok(CompiledQuestion {
-            instructions: c.instructions,
-            options: c
-                .options
-                .into_iter()
-                .map(|o| OptionDef {
-                    key: o.key,
-                    text: o.text,
-                    description: o.description,
-                })
-                .collect(),
-        })
-    }
-
-    fn answer(_question: String, probabilities: Vec<f64>) -> Result<String, PluginError> {
-        q::answer(&probabilities).map_err(|e| match e {
-            Error::Invalid(m) => PluginError::InvalidQuestion(m),
-            Error::Failure(m) => PluginError::Failure(m),
-        })
-    }
+    },
 }
-
-export!(Plugin);

@@ -3,13 +3,7 @@
 //! It behaves for its own example (so the host's self-test passes and it can be installed) and
 //! misbehaves in `compile` for every other question.
 
-wit_bindgen::generate!({ path: "../../../wit", world: "question-type-plugin" });
-
-use decide::plugin::types::{CompiledQuestion, OptionDef, PluginError, PluginInfo};
-use decide_guest_common::{questions::misbehaving as q, Error};
-use exports::decide::plugin::question_type::Guest;
-
-struct Plugin;
+use decide_guest_common::questions::misbehaving;
 
 fn misbehave() -> ! {
     let mut i: u64 = 0;
@@ -18,44 +12,14 @@ fn misbehave() -> ! {
     }
 }
 
-impl Guest for Plugin {
-    fn info() -> PluginInfo {
-        PluginInfo {
-            name: "spin-question".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            description: "compile loops forever (the host's epoch deadline must stop it).".into(),
+decide_guest_common::question_type_plugin! {
+    wit: "../../../wit",
+    module: misbehaving,
+    name: "spin-question",
+    description: "compile loops forever (the host's epoch deadline must stop it).",
+    before_compile: |question: &str| {
+        if !misbehaving::is_example(question) {
+            misbehave()
         }
-    }
-
-    fn example() -> String {
-        q::EXAMPLE.into()
-    }
-
-    fn compile(question: String) -> Result<CompiledQuestion, PluginError> {
-        if !q::is_example(&question) {
-            misbehave();
-        }
-        let c = q::compile_ok();
-        Ok(CompiledQuestion {
-            instructions: c.instructions,
-            options: c
-                .options
-                .into_iter()
-                .map(|o| OptionDef {
-                    key: o.key,
-                    text: o.text,
-                    description: o.description,
-                })
-                .collect(),
-        })
-    }
-
-    fn answer(_question: String, probabilities: Vec<f64>) -> Result<String, PluginError> {
-        q::answer(&probabilities).map_err(|e| match e {
-            Error::Invalid(m) => PluginError::InvalidQuestion(m),
-            Error::Failure(m) => PluginError::Failure(m),
-        })
-    }
+    },
 }
-
-export!(Plugin);
