@@ -21,11 +21,6 @@ use crate::api::AppState;
 use crate::error::{ApiError, Wire};
 use crate::pipeline::{Decided, DecisionRequest, Engine, Outcome};
 
-/// The engine, or 503 with Retry-After while loading (and the reason when loading failed).
-pub fn ready_engine(state: &AppState) -> Result<Arc<Engine>, ApiError> {
-    state.engine()
-}
-
 /// Reads the body as JSON within `--max-body-bytes` (zstd and, where `multipart`, form-data).
 pub async fn read_json(
     state: &AppState,

@@ -51,7 +51,7 @@ pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: 
 
 async fn run(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     super::check_auth(state, headers)?;
-    let engine = super::ready_engine(state)?;
+    let engine = state.engine()?;
     let value = super::read_json(state, headers, body, false).await?;
     let parsed = parse(&value, state.config.max_questions)?;
     let model = super::check_model(

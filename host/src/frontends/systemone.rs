@@ -53,7 +53,7 @@ async fn run(
     request_id: &str,
 ) -> Result<Response, ApiError> {
     super::check_auth(state, headers)?;
-    let engine = super::ready_engine(state)?;
+    let engine = state.engine()?;
     let value = super::read_json(state, headers, body, true).await?;
     let parsed = parse(&value, state.config.max_questions)?;
     let requested = match value.get("model") {
