@@ -125,12 +125,90 @@ impl Linear {
 enum Keys<'a> {
     /// The cache's positions followed by this pass's tokens (one sequence).
     Sequential { past: Option<&'a (Tensor, Tensor)> },
-    /// Several suffixes packed into one pass: the shared prefix, then each suffix's block of
-    /// rows `(start, len)` placed at a KV_PAD-aligned column.
+    /// Several segments packed into one pass, keys laid out as [`PackedLayout`] says; `prefixes`
+    /// are this layer's keys and values of the layout's distinct prefixes.
     Packed {
-        prefix: Option<&'a (Tensor, Tensor)>,
-        blocks: &'a [(usize, usize)],
+        prefixes: &'a [&'a (Tensor, Tensor)],
+        layout: &'a PackedLayout,
     },
+}
+
+/// One segment of a packed pass ([`Transformer::forward_packed`]): tokens that continue a
+/// cached prefix (or start at position 0 when `prefix` is `None`). A segment attends to its
+/// own prefix and causally to itself, never to other segments.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment<'a> {
+    pub prefix: Option<&'a KvCache>,
+    pub tokens: &'a [u32],
+}
+
+/// Where the keys of a packed pass sit: the distinct prefixes first, then the segments'
+/// own rows, everything else zero and masked.
+#[derive(Debug)]
+struct PackedLayout {
+    /// Per distinct prefix: (first key column, length).
+    prefix_cols: Vec<(usize, usize)>,
+    /// Pieces of this pass's key rows: (first row, rows, first key column), in column order.
+    row_pieces: Vec<(usize, usize, usize)>,
+    /// Total key columns.
+    kv: usize,
+}
+
+impl PackedLayout {
+    /// `aligned` (the split-invariant CPU layout, see [`KV_PAD`]): every prefix starts at a
+    /// multiple of KV_PAD and every segment's keys start at a column congruent to its
+    /// prefix length, so each row meets its keys in the same SIMD lanes as in a lone pass.
+    /// Otherwise (GPU) all rows' keys form one piece after the prefixes, which keeps the
+    /// number of copies per layer independent of the number of segments.
+    fn new(prefix_lens: &[usize], segments: &[(Option<usize>, usize)], aligned: bool) -> Self {
+        let mut col = 0;
+        let mut prefix_cols = Vec::with_capacity(prefix_lens.len());
+        for &len in prefix_lens {
+            prefix_cols.push((col, len));
+            col += if aligned {
+                len.next_multiple_of(KV_PAD)
+            } else {
+                len
+            };
+        }
+        let mut row_pieces = Vec::with_capacity(segments.len());
+        let mut row = 0;
+        if aligned {
+            for &(prefix, len) in segments {
+                let p = prefix.map_or(0, |i| prefix_lens[i]);
+                // The first column >= col that is congruent to p modulo KV_PAD.
+                let start = col + (p % KV_PAD + KV_PAD - col % KV_PAD) % KV_PAD;
+                row_pieces.push((row, len, start));
+                row += len;
+                col = start + len;
+            }
+        } else {
+            let rows: usize = segments.iter().map(|&(_, len)| len).sum();
+            row_pieces.push((0, rows, col));
+            col += rows;
+        }
+        let kv = if aligned {
+            col.next_multiple_of(KV_PAD)
+        } else {
+            col
+        };
+        PackedLayout {
+            prefix_cols,
+            row_pieces,
+            kv,
+        }
+    }
+
+    /// The key column of row `row` of this pass.
+    fn row_col(&self, row: usize) -> usize {
+        let &(first, _, col) = self
+            .row_pieces
+            .iter()
+            .rev()
+            .find(|&&(first, _, _)| first <= row)
+            .expect("rows start at 0");
+        col + row - first
+    }
 }
 
 /// One decoder block's weights.
@@ -168,6 +246,31 @@ impl KvCache {
     /// Whether no positions are held.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The cache of the first `len` positions, as a copy (so the longer cache's memory can
+    /// be freed): what a prefix cache keeps at a block boundary.
+    pub fn prefix(&self, len: usize) -> Result<KvCache> {
+        if len > self.len {
+            return Err(ModelError::Cache(format!(
+                "a prefix of {len} positions asked from a cache of {}",
+                self.len
+            )));
+        }
+        if len == self.len {
+            return Ok(self.clone());
+        }
+        let layers = self
+            .layers
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    k.narrow(2, 0, len)?.contiguous()?,
+                    v.narrow(2, 0, len)?.contiguous()?,
+                ))
+            })
+            .collect::<candle_core::Result<_>>()?;
+        Ok(KvCache { layers, len })
     }
 
     /// Bytes of device memory held by the keys and values (f32).
@@ -393,13 +496,7 @@ impl Transformer {
             )));
         }
         if let Some(c) = cache {
-            if c.layers.len() != self.layers.len() {
-                return Err(ModelError::Cache(format!(
-                    "the cache has {} layers, this model {}",
-                    c.layers.len(),
-                    self.layers.len()
-                )));
-            }
+            self.check_cache(c)?;
         }
         let total = start_pos + n;
         if total > self.dims.context_length {
@@ -408,12 +505,7 @@ impl Transformer {
                 limit: self.dims.context_length,
             });
         }
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.dims.vocab_size) {
-            return Err(ModelError::TokenOutOfRange {
-                id,
-                vocab_size: self.dims.vocab_size,
-            });
-        }
+        self.check_tokens(tokens)?;
         if let Some(&r) = rows.iter().find(|&&r| r >= n) {
             return Err(ModelError::Compute(format!(
                 "row {r} requested from {n} tokens"
@@ -477,78 +569,93 @@ impl Transformer {
     /// Runs several token suffixes against one shared prefix in a single pass, each suffix
     /// attending to the prefix and to itself only (not to the other suffixes), and returns the
     /// final hidden state after each suffix's last token, shape `(suffixes.len(), hidden)`.
-    ///
-    /// The suffixes are packed row after row (no padding rows, so the matmuls see all of
-    /// them at once); their keys are laid out at aligned columns so that, on CPU, each
-    /// suffix's result is bit-for-bit what [`Transformer::forward`] gives for it alone.
     /// `prefix` is the cache of the shared prefix (`None`: suffixes start at position 0).
     pub fn forward_suffixes(
         &self,
         prefix: Option<&KvCache>,
         suffixes: &[&[u32]],
     ) -> Result<Tensor> {
-        if suffixes.is_empty() {
+        let segments: Vec<Segment<'_>> = suffixes
+            .iter()
+            .map(|&tokens| Segment { prefix, tokens })
+            .collect();
+        self.forward_packed(&segments)
+    }
+
+    /// Runs several segments, each continuing its own cached prefix (segments may share one),
+    /// in a single pass: every segment attends to its prefix and causally to itself only.
+    /// Returns the final hidden state after each segment's last token, shape
+    /// `(segments.len(), hidden)`.
+    ///
+    /// The segments' rows are packed one after another (no padding rows, so the matmuls see
+    /// all of them at once). On CPU the keys are laid out so that each segment's result is
+    /// bit-for-bit what [`Transformer::forward`] gives for it alone (see [`PackedLayout`]).
+    pub fn forward_packed(&self, segments: &[Segment<'_>]) -> Result<Tensor> {
+        if segments.is_empty() {
             return Ok(Tensor::zeros(
                 (0, self.dims.hidden),
                 DType::F32,
                 &self.device,
             )?);
         }
-        if suffixes.iter().any(|s| s.is_empty()) {
+        if segments.iter().any(|s| s.tokens.is_empty()) {
             return Err(ModelError::EmptyPrompt);
         }
-        if let Some(c) = prefix {
-            if c.layers.len() != self.layers.len() {
-                return Err(ModelError::Cache(format!(
-                    "the cache has {} layers, this model {}",
-                    c.layers.len(),
-                    self.layers.len()
-                )));
+        // The distinct prefixes (by identity), and which one each segment continues.
+        let mut prefixes: Vec<&KvCache> = Vec::new();
+        let mut shape = Vec::with_capacity(segments.len());
+        for s in segments {
+            let index = s.prefix.map(|c| {
+                prefixes
+                    .iter()
+                    .position(|p| std::ptr::eq(*p, c))
+                    .unwrap_or_else(|| {
+                        prefixes.push(c);
+                        prefixes.len() - 1
+                    })
+            });
+            let p = s.prefix.map_or(0, |c| c.len);
+            if p + s.tokens.len() > self.dims.context_length {
+                return Err(ModelError::PromptTooLong {
+                    tokens: p + s.tokens.len(),
+                    limit: self.dims.context_length,
+                });
             }
+            shape.push((index, s.tokens.len()));
         }
-        let p = prefix.map_or(0, |c| c.len);
-        let longest = suffixes.iter().map(|s| s.len()).max().unwrap_or(0);
-        if p + longest > self.dims.context_length {
-            return Err(ModelError::PromptTooLong {
-                tokens: p + longest,
-                limit: self.dims.context_length,
-            });
+        for c in &prefixes {
+            self.check_cache(c)?;
         }
-        let tokens: Vec<u32> = suffixes.iter().flat_map(|s| s.iter().copied()).collect();
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.dims.vocab_size) {
-            return Err(ModelError::TokenOutOfRange {
-                id,
-                vocab_size: self.dims.vocab_size,
-            });
-        }
-        let m = tokens.len();
+        let tokens: Vec<u32> = segments
+            .iter()
+            .flat_map(|s| s.tokens.iter().copied())
+            .collect();
+        self.check_tokens(&tokens)?;
 
-        // Row blocks, positions, the last row of each suffix, and the additive mask over
-        // [prefix | aligned blocks | tail padding].
-        let mut blocks = Vec::with_capacity(suffixes.len());
+        let prefix_lens: Vec<usize> = prefixes.iter().map(|c| c.len).collect();
+        let aligned = self.device.is_cpu();
+        let layout = PackedLayout::new(&prefix_lens, &shape, aligned);
+
+        // Per row: its position, the key columns of its prefix, and its own first key column.
+        let m = tokens.len();
         let mut positions = Vec::with_capacity(m);
-        let mut last_rows = Vec::with_capacity(suffixes.len());
-        let mut col = p; // column where the next block's keys start
-        let mut block_cols = Vec::with_capacity(suffixes.len());
-        let mut start = 0;
-        for s in suffixes {
-            blocks.push((start, s.len()));
-            block_cols.push(col);
-            positions.extend((p..p + s.len()).map(|x| x as u32));
-            start += s.len();
-            last_rows.push((start - 1) as u32);
-            col += s.len().next_multiple_of(KV_PAD);
-        }
-        let kv = col.next_multiple_of(KV_PAD);
-        let mut mask = vec![f32::NEG_INFINITY; m * kv];
-        for (b, &(start, len)) in blocks.iter().enumerate() {
+        let mut bounds = [(); 4].map(|_| Vec::with_capacity(m));
+        let mut last_rows = Vec::with_capacity(segments.len());
+        let mut row = 0;
+        for &(prefix, len) in &shape {
+            let (pcol, p) = prefix.map_or((0, 0), |i| layout.prefix_cols[i]);
+            let own = layout.row_col(row);
             for j in 0..len {
-                let row = &mut mask[(start + j) * kv..(start + j + 1) * kv];
-                row[..p].fill(0.0);
-                row[block_cols[b]..=block_cols[b] + j].fill(0.0);
+                positions.push((p + j) as u32);
+                bounds[0].push(pcol as u32);
+                bounds[1].push((pcol + p) as u32);
+                bounds[2].push(own as u32);
+                bounds[3].push((own + j + 1) as u32);
             }
+            row += len;
+            last_rows.push((row - 1) as u32);
         }
-        let mask = Tensor::from_vec(mask, (m, kv), &self.device)?;
+        let mask = band_mask(&bounds, layout.kv, &self.device)?;
         let pos = Tensor::new(positions.as_slice(), &self.device)?;
         let cos = self.cos.index_select(&pos, 0)?;
         let sin = self.sin.index_select(&pos, 0)?;
@@ -556,9 +663,11 @@ impl Transformer {
         let ids = Tensor::new(tokens.as_slice(), &self.device)?;
         let mut x = self.embed.embedding(&ids)?.unsqueeze(0)?;
         for (i, layer) in self.layers.iter().enumerate() {
+            let layer_prefixes: Vec<&(Tensor, Tensor)> =
+                prefixes.iter().map(|c| &c.layers[i]).collect();
             let keys = Keys::Packed {
-                prefix: prefix.map(|c| &c.layers[i]),
-                blocks: &blocks,
+                prefixes: &layer_prefixes,
+                layout: &layout,
             };
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
             let (attn, _) = self.attention(layer, &h, (&cos, &sin), keys, Some(&mask), true)?;
@@ -573,6 +682,29 @@ impl Transformer {
         }
         let idx = Tensor::new(last_rows.as_slice(), &self.device)?;
         Ok(x.squeeze(0)?.index_select(&idx, 0)?)
+    }
+
+    /// A cache made by this model.
+    fn check_cache(&self, c: &KvCache) -> Result<()> {
+        if c.layers.len() != self.layers.len() {
+            return Err(ModelError::Cache(format!(
+                "the cache has {} layers, this model {}",
+                c.layers.len(),
+                self.layers.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every id inside the vocabulary.
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        match tokens.iter().find(|&&t| t as usize >= self.dims.vocab_size) {
+            Some(&id) => Err(ModelError::TokenOutOfRange {
+                id,
+                vocab_size: self.dims.vocab_size,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Output norm + head over hidden rows `(r, hidden)`: logits `(r, vocab_size)`, f32.
@@ -638,33 +770,41 @@ impl Transformer {
                     (k.clone(), v.clone(), k, v)
                 }
             }
-            Keys::Packed { prefix, blocks } => {
-                // [prefix | block 0, zeros to KV_PAD | block 1, zeros | ...]: every block
-                // starts at prefix + a multiple of KV_PAD, so each suffix's keys sit in the
-                // same SIMD lanes as when it runs alone.
-                let mut ks: Vec<Tensor> = Vec::with_capacity(2 * blocks.len() + 1);
-                let mut vs: Vec<Tensor> = Vec::with_capacity(2 * blocks.len() + 1);
-                if let Some((pk, pv)) = prefix {
-                    ks.push(pk.clone());
-                    vs.push(pv.clone());
-                }
-                for &(start, len) in blocks {
-                    ks.push(k.narrow(2, start, len)?);
-                    vs.push(v.narrow(2, start, len)?);
-                    let gap = len.next_multiple_of(KV_PAD) - len;
-                    if gap > 0 {
-                        ks.push(zeros(gap)?);
-                        vs.push(zeros(gap)?);
+            Keys::Packed { prefixes, layout } => {
+                // The layout's pieces in column order, zeros in every gap (see PackedLayout).
+                let mut ks: Vec<Tensor> = Vec::with_capacity(2 * layout.row_pieces.len() + 4);
+                let mut vs: Vec<Tensor> = Vec::with_capacity(ks.capacity());
+                let mut col = 0;
+                let mut place = |at: usize,
+                                 kp: Tensor,
+                                 vp: Tensor,
+                                 ks: &mut Vec<Tensor>,
+                                 vs: &mut Vec<Tensor>|
+                 -> Result<()> {
+                    if at > col {
+                        ks.push(zeros(at - col)?);
+                        vs.push(zeros(at - col)?);
                     }
+                    col = at + kp.dim(2)?;
+                    ks.push(kp);
+                    vs.push(vp);
+                    Ok(())
+                };
+                for ((pk, pv), &(at, _)) in prefixes.iter().zip(&layout.prefix_cols) {
+                    place(at, pk.clone(), pv.clone(), &mut ks, &mut vs)?;
                 }
-                let t: usize = ks
-                    .iter()
-                    .map(|x| x.dim(2))
-                    .sum::<candle_core::Result<usize>>()?;
-                let tail = t.next_multiple_of(KV_PAD) - t;
-                if tail > 0 {
-                    ks.push(zeros(tail)?);
-                    vs.push(zeros(tail)?);
+                for &(first, rows, at) in &layout.row_pieces {
+                    place(
+                        at,
+                        k.narrow(2, first, rows)?,
+                        v.narrow(2, first, rows)?,
+                        &mut ks,
+                        &mut vs,
+                    )?;
+                }
+                if layout.kv > col {
+                    ks.push(zeros(layout.kv - col)?);
+                    vs.push(zeros(layout.kv - col)?);
                 }
                 (Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?, k, v)
             }
@@ -696,20 +836,35 @@ impl Transformer {
 }
 
 /// Additive causal mask `(n, kv)`, `kv >= start + n`: query i (at position start + i) sees
-/// keys 0..=start+i; later and padding positions get -inf.
+/// keys 0..=start+i; later and padding positions get -inf. Built on the device: for a long
+/// cached prefix the mask is large, and building it on the host would cost a copy per pass.
 fn causal_mask(n: usize, start: usize, kv: usize, device: &Device) -> candle_core::Result<Tensor> {
-    let m: Vec<f32> = (0..n)
-        .flat_map(|i| {
-            (0..kv).map(move |j| {
-                if j > start + i {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-        })
-        .collect();
-    Tensor::from_vec(m, (n, kv), device)
+    let rows = Tensor::arange(start as u32 + 1, (start + n) as u32 + 1, device)?.reshape((n, 1))?;
+    let cols = Tensor::arange(0u32, kv as u32, device)?.reshape((1, kv))?;
+    additive(&cols.broadcast_lt(&rows)?)
+}
+
+/// Additive mask `(rows, kv)` from per-row key-column bands: row r sees the columns in
+/// `[b[0][r], b[1][r])` (its prefix) and `[b[2][r], b[3][r])` (itself, causally).
+fn band_mask(bounds: &[Vec<u32>; 4], kv: usize, device: &Device) -> candle_core::Result<Tensor> {
+    let rows = bounds[0].len();
+    let cols = Tensor::arange(0u32, kv as u32, device)?.reshape((1, kv))?;
+    let b: Vec<Tensor> = bounds
+        .iter()
+        .map(|v| Tensor::new(v.as_slice(), device)?.reshape((rows, 1)))
+        .collect::<candle_core::Result<_>>()?;
+    let inside = |lo: &Tensor, hi: &Tensor| -> candle_core::Result<Tensor> {
+        cols.broadcast_ge(lo)?.mul(&cols.broadcast_lt(hi)?)
+    };
+    let seen = inside(&b[0], &b[1])?.maximum(&inside(&b[2], &b[3])?)?;
+    additive(&seen)
+}
+
+/// 0 where `seen` (u8) is 1, -inf elsewhere.
+fn additive(seen: &Tensor) -> candle_core::Result<Tensor> {
+    let zero = Tensor::zeros(seen.shape(), DType::F32, seen.device())?;
+    let blocked = Tensor::full(f32::NEG_INFINITY, seen.shape(), seen.device())?;
+    seen.where_cond(&zero, &blocked)
 }
 
 /// A quantized matmul over `(1, rows, k)` activations whose result for a row does not depend

@@ -69,13 +69,20 @@ pub mod template;
 pub mod tokenizer;
 
 pub use error::ModelError;
-pub use forward::{KvCache, Numerics, Transformer, WeightFormat};
+pub use forward::{KvCache, Numerics, Segment, Transformer, WeightFormat};
 pub use readout::Readout;
 
 use error::Result;
 use gguf::Gguf;
 use template::ChatTemplate;
 use tokenizer::GgufTokenizer;
+
+/// Most attention scores (query rows x key columns x heads) one prefill chunk may hold:
+/// 2^30 f32 scores are 4 GiB, comfortable on a GPU and never reached on CPU prompts.
+pub const PREFILL_SCORE_BUDGET: usize = 1 << 30;
+
+/// Most tokens in one prefill chunk, whatever the budget allows.
+pub const PREFILL_MAX_CHUNK: usize = 4096;
 
 /// One chat message, as the renderer plugins produce them (`role` is `system`, `user` or
 /// `assistant`; the template decides what it accepts).
@@ -404,20 +411,65 @@ impl Model {
         suffixes: &[&[u32]],
         label_ids: &[&[u32]],
     ) -> Result<Vec<Readout>> {
-        if suffixes.len() != label_ids.len() {
+        let segments: Vec<Segment<'_>> = suffixes
+            .iter()
+            .map(|&tokens| Segment { prefix, tokens })
+            .collect();
+        self.read_packed(&segments, label_ids)
+    }
+
+    /// Runs segments that continue different cached prefixes in one pass (see
+    /// [`Transformer::forward_packed`]) and reads `label_ids[i]` after segment `i`: how
+    /// questions of several requests share one forward. On CPU each readout equals
+    /// [`Model::read`] of its prefix + segment bit for bit.
+    pub fn read_packed(
+        &self,
+        segments: &[Segment<'_>],
+        label_ids: &[&[u32]],
+    ) -> Result<Vec<Readout>> {
+        if segments.len() != label_ids.len() {
             return Err(ModelError::Compute(format!(
-                "{} suffixes but {} label sets",
-                suffixes.len(),
+                "{} segments but {} label sets",
+                segments.len(),
                 label_ids.len()
             )));
         }
-        let hidden = self.transformer.forward_suffixes(prefix, suffixes)?;
+        let hidden = self.transformer.forward_packed(segments)?;
         let logits = self.transformer.head(&hidden)?;
-        label_ids
-            .iter()
-            .enumerate()
-            .map(|(i, ids)| readout::read_labels(&logits.get(i)?, ids))
-            .collect()
+        readout::read_labels_rows(&logits, label_ids)
+    }
+
+    /// Extends `cache` (or starts from nothing) by `tokens`, in chunks small enough that one
+    /// chunk's attention scores stay within [`PREFILL_SCORE_BUDGET`]: a 32k-token state is
+    /// prefilled in pieces instead of materialising a 32k x 32k score matrix per head.
+    pub fn prefill(&self, tokens: &[u32], cache: Option<&KvCache>) -> Result<KvCache> {
+        self.prefill_in_chunks(tokens, cache, PREFILL_MAX_CHUNK)
+    }
+
+    /// [`Model::prefill`] with chunks of at most `max_chunk` tokens (tests use small chunks
+    /// to check that chunking does not change a read).
+    pub fn prefill_in_chunks(
+        &self,
+        tokens: &[u32],
+        cache: Option<&KvCache>,
+        max_chunk: usize,
+    ) -> Result<KvCache> {
+        let heads = self.transformer.dims().n_head;
+        let mut cache = cache.cloned();
+        let mut done = 0;
+        while done < tokens.len() {
+            let held = cache.as_ref().map_or(0, |c| c.len());
+            let keys = held + tokens.len() - done;
+            let rows = (PREFILL_SCORE_BUDGET / (heads * keys.max(1)))
+                .clamp(1, max_chunk.max(1))
+                .min(tokens.len() - done);
+            let (_, next) =
+                self.transformer
+                    .forward(&tokens[done..done + rows], held, cache.as_ref(), &[])?;
+            cache = Some(next);
+            done += rows;
+        }
+        cache.ok_or(ModelError::EmptyPrompt)
     }
 
     /// Token ids of `text` with special tokens (`<|im_start|>` ...) recognised; no BOS added.

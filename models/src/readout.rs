@@ -46,6 +46,57 @@ pub(crate) fn read_labels(logits: &Tensor, label_ids: &[u32]) -> Result<Readout>
     })
 }
 
+/// [`read_labels`] for every row of `logits` `(rows, vocab)` at once: one log-softmax over
+/// the batch and one gather, so a batch costs one device round trip instead of one per row.
+pub(crate) fn read_labels_rows(logits: &Tensor, label_ids: &[&[u32]]) -> Result<Vec<Readout>> {
+    let (rows, vocab) = logits.dims2()?;
+    if rows != label_ids.len() {
+        return Err(ModelError::Compute(format!(
+            "{rows} logit rows but {} label sets",
+            label_ids.len()
+        )));
+    }
+    let mut flat = Vec::with_capacity(label_ids.iter().map(|l| l.len()).sum());
+    for (row, ids) in label_ids.iter().enumerate() {
+        for &id in ids.iter() {
+            if id as usize >= vocab {
+                return Err(ModelError::TokenOutOfRange {
+                    id,
+                    vocab_size: vocab,
+                });
+            }
+            flat.push((row * vocab) as u32 + id);
+        }
+    }
+    if flat.is_empty() {
+        return Ok(label_ids
+            .iter()
+            .map(|_| Readout {
+                logprobs: Vec::new(),
+                option_mass: 0.0,
+            })
+            .collect());
+    }
+    let logp = candle_nn::ops::log_softmax(&logits.to_dtype(candle_core::DType::F32)?, D::Minus1)?;
+    let idx = Tensor::new(flat.as_slice(), logits.device())?;
+    let mut gathered = logp
+        .flatten_all()?
+        .index_select(&idx, 0)?
+        .to_vec1::<f32>()?
+        .into_iter();
+    Ok(label_ids
+        .iter()
+        .map(|ids| {
+            let logprobs: Vec<f32> = gathered.by_ref().take(ids.len()).collect();
+            let option_mass = logprobs.iter().map(|l| l.exp()).sum();
+            Readout {
+                logprobs,
+                option_mass,
+            }
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

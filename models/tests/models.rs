@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
-use decide_models::{ChatMessage, LoadOptions, Model, ModelError, Numerics, WeightFormat};
+use decide_models::{ChatMessage, LoadOptions, Model, ModelError, Numerics, Segment, WeightFormat};
 
 fn model_path(key: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("DECIDE_MODELS_DIR")
@@ -557,6 +557,88 @@ fn check_batched_suffixes(key: &'static str) {
         "{key}: {} suffixes batched on a {n}-token prefix read exactly like single reads",
         prompts.len()
     );
+}
+
+/// Segments that continue different prefixes (two states, plus one without a prefix) in one
+/// packed pass read exactly like each full prompt alone; prefixes prefilled in small chunks
+/// and truncated to a block boundary change nothing either.
+fn check_packed_prefixes(key: &'static str) {
+    let Some(m) = load(key) else { return };
+    let texts = [
+        "The parcel was sent on Monday and arrived damaged on Friday. Was it damaged? A yes B no.",
+        "The parcel was sent on Monday and arrived damaged on Friday. Did it arrive on Friday? A yes B no.",
+        "Our invoice total was wrong twice this month and nobody answered my emails. Angry? A yes B no.",
+        "Our invoice total was wrong twice this month and nobody answered my emails. Polite? A yes B no.",
+        "Is water wet? A yes B no.",
+    ];
+    let prompts: Vec<_> = texts.iter().map(|t| m.render(&user(t)).unwrap()).collect();
+    let labels = strings(&["A", "B"]);
+    let ids: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| m.label_ids(p, &labels).unwrap())
+        .collect();
+    let singles: Vec<_> = prompts
+        .iter()
+        .zip(&ids)
+        .map(|(p, ids)| m.read(&p.tokens, ids).unwrap())
+        .collect();
+    let common = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let n0 = common(&prompts[0].tokens, &prompts[1].tokens);
+    let n1 = common(&prompts[2].tokens, &prompts[3].tokens);
+    // State 0 prefilled in 7-token chunks; state 1 prefilled whole, then cut back to a
+    // 16-token boundary (what the prefix cache keeps).
+    let c0 = m
+        .prefill_in_chunks(&prompts[0].tokens[..n0], None, 7)
+        .unwrap();
+    let long = m.prefill(&prompts[2].tokens[..n1], None).unwrap();
+    let b1 = n1 / 16 * 16;
+    let c1 = long.prefix(b1).unwrap();
+    assert_eq!(c1.len(), b1);
+    let segments = [
+        Segment {
+            prefix: Some(&c0),
+            tokens: &prompts[0].tokens[n0..],
+        },
+        Segment {
+            prefix: Some(&c1),
+            tokens: &prompts[2].tokens[b1..],
+        },
+        Segment {
+            prefix: None,
+            tokens: &prompts[4].tokens,
+        },
+        Segment {
+            prefix: Some(&c0),
+            tokens: &prompts[1].tokens[n0..],
+        },
+        Segment {
+            prefix: Some(&c1),
+            tokens: &prompts[3].tokens[b1..],
+        },
+    ];
+    let order = [0, 2, 4, 1, 3];
+    let id_refs: Vec<&[u32]> = order.iter().map(|&i| ids[i].as_slice()).collect();
+    let packed = m.read_packed(&segments, &id_refs).unwrap();
+    for (slot, &i) in order.iter().enumerate() {
+        if m.device().is_cpu() {
+            assert_eq!(packed[slot], singles[i], "{key}: prompt {i}");
+        } else {
+            for (a, b) in packed[slot].logprobs.iter().zip(&singles[i].logprobs) {
+                assert!((a - b).abs() < 1e-2, "{key}: prompt {i}: {a} vs {b}");
+            }
+        }
+    }
+    eprintln!("{key}: 5 segments over 2 prefixes (+1 without) read exactly like single reads");
+}
+
+#[test]
+fn packed_prefixes_match_single_reads_smol() {
+    check_packed_prefixes("smol");
+}
+
+#[test]
+fn packed_prefixes_match_single_reads_qwen() {
+    check_packed_prefixes("q05");
 }
 
 #[test]
