@@ -133,6 +133,20 @@ pub struct Config {
     #[arg(long, env = "DECIDE_MAX_PROMPT_TOKENS", default_value_t = 0)]
     pub max_prompt_tokens: usize,
 
+    /// Memory budget of the cross-request prefix cache (KV of prompt prefixes, per tenant,
+    /// least recently used evicted first), in MiB; 0 turns it off.
+    #[arg(long, env = "DECIDE_PREFIX_CACHE_MIB", default_value_t = 2048)]
+    pub prefix_cache_mib: usize,
+
+    /// How long the model worker waits for more requests to join a batch after the first,
+    /// in microseconds. 0: requests that arrive while a batch runs join the next one.
+    #[arg(long, env = "DECIDE_BATCH_WAIT_US", default_value_t = 0)]
+    pub batch_wait_us: u64,
+
+    /// Stop adding requests to a batch once their prompt tokens reach this.
+    #[arg(long, env = "DECIDE_MAX_BATCH_TOKENS", default_value_t = 8192)]
+    pub max_batch_tokens: usize,
+
     /// Delay readiness by this many milliseconds after loading (tests use it to observe the
     /// 503-before-ready path deterministically).
     #[arg(long, env = "DECIDE_READY_DELAY_MS", default_value_t = 0, hide = true)]

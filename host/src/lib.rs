@@ -6,7 +6,9 @@
 //!
 //! Layout (see DESIGN.md): [`frontends`] translate wire formats into one [`pipeline`];
 //! [`plugins`] runs question types, renderers and calibration policies as sandboxed
-//! WebAssembly components; the model lives in the `decide-models` crate. [`api`] builds the
+//! WebAssembly components; the model lives in the `decide-models` crate and every forward pass
+//! runs on the [`scheduler`]'s worker thread, which batches concurrent requests and keeps the
+//! [`prefix_cache`]. [`api`] builds the
 //! router; [`server`] loads everything and serves.
 
 pub mod api;
@@ -17,5 +19,7 @@ pub mod frontends;
 pub mod metrics;
 pub mod pipeline;
 pub mod plugins;
+pub mod prefix_cache;
 pub mod readout;
+pub mod scheduler;
 pub mod server;

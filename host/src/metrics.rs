@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::pipeline::{Decided, Outcome};
+use crate::prefix_cache::CacheStats;
 
 /// Process-wide counters. Atomics, not a metrics framework: a handful of numbers does not need one.
 #[derive(Debug, Default)]
@@ -16,6 +17,15 @@ pub struct Metrics {
     input_tokens: AtomicU64,
     forward_passes: AtomicU64,
     decide_micros: AtomicU64,
+    batches: AtomicU64,
+    batched_jobs: AtomicU64,
+    /// The prefix cache's own counters, copied after every batch (the worker owns the cache).
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+    cache_hit_tokens: AtomicU64,
+    cache_evictions: AtomicU64,
+    cache_entries: AtomicU64,
+    cache_bytes: AtomicU64,
 }
 
 impl Metrics {
@@ -34,6 +44,23 @@ impl Metrics {
             .fetch_add(decided.forward_passes as u64, Ordering::Relaxed);
         self.decide_micros
             .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Records a batch of the model worker: how many jobs (requests) shared it, and the
+    /// prefix cache's state after it.
+    pub fn record_batch(&self, jobs: usize, cache: &CacheStats) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batched_jobs.fetch_add(jobs as u64, Ordering::Relaxed);
+        for (counter, value) in [
+            (&self.cache_hits, cache.hits),
+            (&self.cache_misses, cache.misses),
+            (&self.cache_hit_tokens, cache.hit_tokens),
+            (&self.cache_evictions, cache.evictions),
+            (&self.cache_entries, cache.entries as u64),
+            (&self.cache_bytes, cache.bytes as u64),
+        ] {
+            counter.store(value, Ordering::Relaxed);
+        }
     }
 
     /// Records a request refused before the pipeline (validation, not ready).
@@ -70,12 +97,60 @@ impl Metrics {
                 "Forward passes run.",
                 &self.forward_passes,
             ),
+            (
+                "decide_batches_total",
+                "Batches run by the model worker.",
+                &self.batches,
+            ),
+            (
+                "decide_batched_jobs_total",
+                "Read jobs (requests, calibration runs) in those batches; over batches: jobs per batch.",
+                &self.batched_jobs,
+            ),
+            (
+                "decide_prefix_cache_hits_total",
+                "Prefix cache lookups that found a stored prefix.",
+                &self.cache_hits,
+            ),
+            (
+                "decide_prefix_cache_misses_total",
+                "Prefix cache lookups that found nothing.",
+                &self.cache_misses,
+            ),
+            (
+                "decide_prefix_cache_hit_tokens_total",
+                "Prompt tokens served from the prefix cache.",
+                &self.cache_hit_tokens,
+            ),
+            (
+                "decide_prefix_cache_evictions_total",
+                "Prefixes evicted to stay within --prefix-cache-mib.",
+                &self.cache_evictions,
+            ),
         ];
         let mut text = String::new();
         for (name, help, value) in counters {
             let _ = writeln!(
                 text,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+        for (name, help, value) in [
+            (
+                "decide_prefix_cache_entries",
+                "Prefixes held in the prefix cache.",
+                &self.cache_entries,
+            ),
+            (
+                "decide_prefix_cache_bytes",
+                "KV bytes held by the prefix cache.",
+                &self.cache_bytes,
+            ),
+        ] {
+            let _ = writeln!(
+                text,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
                 value.load(Ordering::Relaxed)
             );
         }

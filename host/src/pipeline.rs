@@ -7,7 +7,7 @@
 //! probabilities into its answer fields. Because both endpoints go through here, the same
 //! question gives the same probabilities on both.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::http::StatusCode;
@@ -20,6 +20,7 @@ use crate::error::{dotted, ApiError, Loc, LocPart};
 use crate::metrics::Metrics;
 use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType};
 use crate::readout;
+use crate::scheduler::{self, Scheduler, SchedulerConfig};
 
 /// Version of the prompt layout; part of every audit block so that a change of rendering is
 /// visible in answers and invalidates saved calibrations.
@@ -44,6 +45,9 @@ pub struct DecisionRequest {
     pub questions: Vec<Question>,
     /// `extra.calibration_temperature` of the request, when given.
     pub temperature: Option<f64>,
+    /// The tenant's prefix-cache salt ([`crate::frontends::cache_salt`]): requests share
+    /// cached prefixes only with requests of the same salt.
+    pub cache_salt: u64,
 }
 
 /// Where an answer's temperature came from, highest priority first.
@@ -153,12 +157,25 @@ pub struct Limits {
     pub max_prompt_tokens: usize,
 }
 
+/// What an engine is configured with, besides the model and plugins.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Renderer plugin name (`--renderer`).
+    pub renderer: String,
+    /// Calibration policy plugin name (`--calibration`).
+    pub calibration: String,
+    /// `--temperature`, when set.
+    pub operator_temperature: Option<f64>,
+    pub limits: Limits,
+    pub scheduler: SchedulerConfig,
+}
+
 /// The loaded model and plugins, ready to answer.
 pub struct Engine {
-    model: Model,
-    /// One forward at a time: candle's CPU kernels already use every core, and interleaving
-    /// two forwards only makes both slower.
-    forward_lock: Mutex<()>,
+    model: Arc<Model>,
+    /// Runs every forward pass on one worker thread (candle's kernels already use every
+    /// core; two interleaved forwards only slow each other), batching concurrent requests.
+    scheduler: Scheduler,
     plugins: Arc<PluginRegistry>,
     renderer: String,
     calibration: String,
@@ -183,15 +200,20 @@ impl Engine {
     pub fn new(
         model: Model,
         plugins: Arc<PluginRegistry>,
-        renderer: String,
-        calibration: String,
-        operator_temperature: Option<f64>,
-        limits: Limits,
+        settings: EngineSettings,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let EngineSettings {
+            renderer,
+            calibration,
+            operator_temperature,
+            limits,
+            scheduler,
+        } = settings;
+        let model = Arc::new(model);
         Engine {
+            scheduler: Scheduler::start(model.clone(), scheduler, metrics.clone()),
             model,
-            forward_lock: Mutex::new(()),
             plugins,
             calibrated: CalibrationState::default_for(&calibration),
             renderer,
@@ -400,7 +422,9 @@ impl Engine {
             .iter()
             .filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p))
             .collect();
-        let mut reads = self.read_batch(&ready, &mut decided).into_iter();
+        let mut reads = self
+            .read_batch(&ready, request.cache_salt, &mut decided)
+            .into_iter();
         for slot in slots {
             let outcome = match slot {
                 Err(refusal) => Outcome::Refusal(refusal),
@@ -463,7 +487,9 @@ impl Engine {
             .iter()
             .filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p))
             .collect();
-        let mut reads = self.read_batch(&ready, &mut decided).into_iter();
+        // Calibration reads have a tenant of their own.
+        let salt = crate::prefix_cache::tenant_salt(&["decide-calibration"]);
+        let mut reads = self.read_batch(&ready, salt, &mut decided).into_iter();
         slots
             .drain(..)
             .zip(questions)
@@ -527,58 +553,34 @@ impl Engine {
         })
     }
 
-    /// Reads every prepared prompt of one request. Prompts share the chat-template header and
-    /// the state, so their longest common token prefix is prefilled once and every suffix runs
-    /// against its KV in packed batches of at most [`MAX_BATCH_SUFFIX_TOKENS`] tokens. On CPU
+    /// Reads every prepared prompt of one request on the model worker ([`Scheduler`]): the
+    /// prompts' shared prefix is prefilled once (or found in the tenant's prefix cache) and
+    /// every prompt's own tokens run in packed passes, possibly with other requests'. On CPU
     /// each readout equals a lone read of its full prompt bit for bit (tested in models/).
-    /// Returns per prompt the readout and how many of its tokens came from the shared prefix.
+    /// Returns per prompt the readout and how many of its tokens came from a cache.
     fn read_batch(
         &self,
         prompts: &[&Prepared],
+        salt: u64,
         decided: &mut Decided,
-    ) -> Vec<Result<(Readout, usize), ModelError>> {
-        let _forward = self
-            .forward_lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        for prompt in prompts {
-            decided.input_tokens += prompt.tokens.len();
+    ) -> Vec<scheduler::PromptRead> {
+        if prompts.is_empty() {
+            return Vec::new();
         }
-        let shared = shared_prefix_len(prompts);
-        if prompts.len() < 2 || shared == 0 {
-            return prompts
-                .iter()
-                .map(|p| {
-                    decided.forward_passes += 1;
-                    self.model
-                        .read(&p.tokens, &p.label_ids)
-                        .map(|read| (read, 0))
-                })
-                .collect();
+        decided.input_tokens += prompts.iter().map(|p| p.tokens.len()).sum::<usize>();
+        let job = prompts
+            .iter()
+            .map(|p| scheduler::Prompt {
+                tokens: p.tokens.clone(),
+                label_ids: p.label_ids.clone(),
+            })
+            .collect();
+        let result = self.scheduler.read(job, salt);
+        decided.forward_passes += result.forward_passes;
+        for read in result.reads.iter().flatten() {
+            decided.cached_tokens += read.1;
         }
-        let prefix = &prompts[0].tokens[..shared];
-        let cache = match self.model.forward(prefix, 0, None, &[]) {
-            Ok((_, cache)) => cache,
-            Err(error) => return prompts.iter().map(|_| Err(clone_error(&error))).collect(),
-        };
-        decided.forward_passes += 1;
-        decided.cached_tokens += shared * (prompts.len() - 1);
-        let mut results = Vec::with_capacity(prompts.len());
-        for chunk in suffix_chunks(prompts, shared) {
-            let suffixes: Vec<&[u32]> = chunk.iter().map(|p| &p.tokens[shared..]).collect();
-            let labels: Vec<&[u32]> = chunk.iter().map(|p| p.label_ids.as_slice()).collect();
-            decided.forward_passes += 1;
-            match self.model.read_suffixes(Some(&cache), &suffixes, &labels) {
-                Ok(reads) => results.extend(reads.into_iter().map(Ok)),
-                Err(error) => results.extend(chunk.iter().map(|_| Err(clone_error(&error)))),
-            }
-        }
-        // The first prompt paid for the prefix; the others reused it.
-        results
-            .into_iter()
-            .enumerate()
-            .map(|(i, read)| read.map(|read| (read, if i == 0 { 0 } else { shared })))
-            .collect()
+        result.reads
     }
 
     /// Calibrates a read and lets the question type turn it into its answer.
@@ -634,59 +636,6 @@ impl Engine {
 struct Prepared {
     tokens: Vec<u32>,
     label_ids: Vec<u32>,
-}
-
-/// Most suffix tokens in one packed forward. Bounds the attention mask and activations of a
-/// batch (rows x (prefix + rows)); a request with more is read in several passes over the
-/// same prefilled prefix.
-pub const MAX_BATCH_SUFFIX_TOKENS: usize = 2048;
-
-/// Longest common token prefix of all prompts, leaving every prompt at least one own token
-/// (the read happens at the last token, which must be computed in the suffix pass).
-fn shared_prefix_len(prompts: &[&Prepared]) -> usize {
-    let Some(first) = prompts.first() else {
-        return 0;
-    };
-    let mut len = prompts
-        .iter()
-        .map(|p| p.tokens.len())
-        .min()
-        .unwrap_or(0)
-        .saturating_sub(1);
-    for prompt in &prompts[1..] {
-        len = first.tokens[..len]
-            .iter()
-            .zip(&prompt.tokens)
-            .take_while(|(a, b)| a == b)
-            .count();
-    }
-    len
-}
-
-/// Splits prompts into consecutive groups whose suffixes fit [`MAX_BATCH_SUFFIX_TOKENS`]
-/// (a single longer suffix gets a group of its own).
-fn suffix_chunks<'a>(prompts: &'a [&'a Prepared], shared: usize) -> Vec<&'a [&'a Prepared]> {
-    let mut chunks = Vec::new();
-    let (mut start, mut tokens) = (0, 0);
-    for (i, prompt) in prompts.iter().enumerate() {
-        let own = prompt.tokens.len() - shared;
-        if i > start && tokens + own > MAX_BATCH_SUFFIX_TOKENS {
-            chunks.push(&prompts[start..i]);
-            start = i;
-            tokens = 0;
-        }
-        tokens += own;
-    }
-    if start < prompts.len() {
-        chunks.push(&prompts[start..]);
-    }
-    chunks
-}
-
-/// `ModelError` is not `Clone` (it wraps candle errors); a batch failure is reported to every
-/// question of the batch by its message.
-fn clone_error(error: &ModelError) -> ModelError {
-    ModelError::Compute(error.to_string())
 }
 
 /// A refusal for a failed renderer or calibration call.
@@ -777,39 +726,6 @@ fn model_refusal(loc: &Loc, error: ModelError) -> Refusal {
 mod tests {
     use super::*;
     use crate::loc;
-
-    fn prepared(tokens: &[u32]) -> Prepared {
-        Prepared {
-            tokens: tokens.to_vec(),
-            label_ids: vec![],
-        }
-    }
-
-    #[test]
-    fn the_shared_prefix_leaves_every_prompt_a_token_of_its_own() {
-        let (a, b, c) = (
-            prepared(&[1, 2, 3, 4, 5]),
-            prepared(&[1, 2, 3, 9]),
-            prepared(&[1, 2, 3]),
-        );
-        assert_eq!(shared_prefix_len(&[&a, &b]), 3);
-        assert_eq!(shared_prefix_len(&[&a, &b, &c]), 2);
-        assert_eq!(shared_prefix_len(&[&a, &a]), 4);
-        assert_eq!(shared_prefix_len(&[&prepared(&[7, 1]), &b]), 0);
-    }
-
-    #[test]
-    fn suffixes_are_chunked_by_token_budget() {
-        let long = prepared(&vec![0; MAX_BATCH_SUFFIX_TOKENS + 10]);
-        let short = prepared(&[0; 20]);
-        let prompts = [&short, &long, &short, &short];
-        let chunks = suffix_chunks(&prompts, 10);
-        assert_eq!(
-            chunks.iter().map(|c| c.len()).collect::<Vec<_>>(),
-            [1, 1, 2]
-        );
-        assert_eq!(suffix_chunks(&[&short, &short], 10).len(), 1);
-    }
 
     #[test]
     fn plugin_paths_are_prefixed_with_the_question_location() {

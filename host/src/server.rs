@@ -13,7 +13,8 @@ use crate::api::{self, AppState, SharedState};
 use crate::calibration;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::pipeline::{Engine, Limits};
+use crate::pipeline::{Engine, EngineSettings, Limits};
+use crate::scheduler::SchedulerConfig;
 use crate::plugins::{PluginRegistry, RuntimeConfig};
 
 /// Runs the server until Ctrl-C / SIGTERM.
@@ -142,15 +143,18 @@ pub fn load_engine(
         max_input_bytes: config.max_input_bytes,
         max_prompt_tokens,
     };
-    let engine = Engine::new(
-        model,
-        plugins,
-        config.renderer.clone(),
-        config.calibration.clone(),
-        config.temperature,
+    let settings = EngineSettings {
+        renderer: config.renderer.clone(),
+        calibration: config.calibration.clone(),
+        operator_temperature: config.temperature,
         limits,
-        metrics,
-    );
+        scheduler: SchedulerConfig {
+            prefix_cache_bytes: config.prefix_cache_mib.saturating_mul(1 << 20),
+            batch_wait: Duration::from_micros(config.batch_wait_us),
+            max_batch_tokens: config.max_batch_tokens,
+        },
+    };
+    let engine = Engine::new(model, plugins, settings, metrics);
     Ok((engine, served))
 }
 

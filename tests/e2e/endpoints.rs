@@ -285,7 +285,7 @@ fn questions_read_together_over_a_shared_prefix_equal_questions_read_alone() {
 }
 
 /// Every number in an answer (probabilities, score, confidence), in document order.
-fn numbers(answer: &Value) -> Vec<f64> {
+pub fn numbers(answer: &Value) -> Vec<f64> {
     let mut out = Vec::new();
     fn walk(value: &Value, out: &mut Vec<f64>, top: bool) {
         match value {

@@ -4,6 +4,7 @@
 
 mod server;
 
+mod cache;
 mod calibration;
 mod endpoints;
 mod errors;

@@ -36,21 +36,35 @@ pub fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError>
     let Some(expected) = state.config.api_key.as_deref() else {
         return Ok(());
     };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim);
-    match presented {
+    match presented_key(headers) {
         Some(key) if constant_time_eq(key.as_bytes(), expected.as_bytes()) => Ok(()),
         Some(_) => Err(ApiError::Unauthorized { message: "the API key is not valid for this server".into() }),
         None => Err(ApiError::Unauthorized {
             message: "missing `Authorization: Bearer <key>` header (this server is started with --api-key)".into(),
         }),
     }
+}
+
+/// The bearer token of the request, if any.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+}
+
+/// The prefix-cache salt of a request: its tenant is its credentials (the bearer token) plus
+/// an optional cache key of the client's (`prompt_cache_key`). Requests with different
+/// salts never share cached KV, so one tenant's prompts cannot be timed or served to another.
+pub fn cache_salt(headers: &HeaderMap, cache_key: Option<&str>) -> u64 {
+    crate::prefix_cache::tenant_salt(&[
+        presented_key(headers).unwrap_or(""),
+        cache_key.unwrap_or(""),
+    ])
 }
 
 /// Compares without an early exit, so the time taken does not reveal a matching prefix.

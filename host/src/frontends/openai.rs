@@ -63,11 +63,15 @@ async fn run(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Res
         tracing::info!(safety_identifier = id, "decision request");
     }
     let Parsed {
-        request,
+        mut request,
         names,
         types,
         detail,
     } = parsed;
+    request.cache_salt = super::cache_salt(
+        headers,
+        value.get("prompt_cache_key").and_then(Value::as_str),
+    );
     let (decided, request) = super::decide(engine, request).await?;
     Ok(axum::Json(respond(&model, &request, &decided, &names, &types, detail)).into_response())
 }
@@ -160,6 +164,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             state,
             questions,
             temperature,
+            cache_salt: 0,
         },
         names,
         types,

@@ -68,10 +68,11 @@ async fn run(
     };
     let model = super::check_model(state, Wire::SystemOne, requested)?;
     let Parsed {
-        request,
+        mut request,
         ids,
         types,
     } = parsed;
+    request.cache_salt = super::cache_salt(headers, None);
     let (decided, _request) = super::decide(engine, request).await?;
     Ok(axum::Json(respond(&model, request_id, &decided, &ids, &types)).into_response())
 }
@@ -125,6 +126,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             state,
             questions,
             temperature: None,
+            cache_salt: 0,
         },
         ids,
         types,
@@ -163,7 +165,9 @@ fn respond(
         "created": super::unix_now(),
         "model": model,
         "answers": answers,
-        "usage": {"input_tokens": decided.input_tokens, "output_tokens": 0},
+        // `cached_input_tokens` is ours (the SDK ignores unknown usage fields): input tokens
+        // whose KV came from a cache.
+        "usage": {"input_tokens": decided.input_tokens, "output_tokens": 0, "cached_input_tokens": decided.cached_tokens},
     });
     if !failures.is_empty() {
         response["partial_failures"] = Value::Object(failures);

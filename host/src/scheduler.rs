@@ -1,0 +1,403 @@
+//! The model worker: one thread runs every forward pass, and the questions of requests that
+//! arrive together share those passes.
+//!
+//! A request hands its rendered prompts over as one job and blocks until they are read.
+//! The worker takes every job waiting when it becomes free (and, with `--batch-wait-us`, those
+//! arriving shortly after the first), then for the whole batch:
+//!
+//! 1. per job, finds the longest cached prefix of its prompts in the [`PrefixCache`] (per
+//!    tenant), prefills what the job's prompts share beyond it once, and stores the result
+//!    at a block boundary for later requests;
+//! 2. reads every prompt's remaining tokens in packed passes of at most
+//!    [`MAX_PASS_TOKENS`] rows, segments of different jobs side by side, each attending only
+//!    to its own prefix and itself (`Model::read_packed`).
+//!
+//! So with many clients the model runs few large passes instead of many small ones, and a
+//! prompt that starts like an earlier one skips the tokens it shares with it. On CPU every
+//! read is bit-for-bit the read of its prompt alone, whatever it was batched with and
+//! whether its prefix came from the cache (the models crate's split-invariant numerics).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use decide_models::{KvCache, Model, ModelError, Readout, Segment, PREFILL_SCORE_BUDGET};
+
+use crate::metrics::Metrics;
+use crate::prefix_cache::{PrefixCache, BLOCK_TOKENS};
+
+/// Most rows (tokens) in one packed pass. Bounds activations and attention scores of a pass;
+/// more is read in several passes.
+pub const MAX_PASS_TOKENS: usize = 2048;
+
+/// A lone prompt's own beginning is prefilled and stored in the prefix cache only when at
+/// least this many of its tokens are not cached yet: storing costs a separate pass, which
+/// pays off for long inputs that are asked about again, not for short prompts.
+pub const STORE_MIN_TOKENS: usize = 512;
+
+/// One prompt to read.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    pub tokens: Vec<u32>,
+    pub label_ids: Vec<u32>,
+}
+
+/// One prompt's read and how many of its tokens came from a cache (the cross-request
+/// prefix cache, or the request's shared prefix computed once for all its questions).
+pub type PromptRead = Result<(Readout, usize), ModelError>;
+
+/// What a job got back.
+#[derive(Debug)]
+pub struct JobResult {
+    /// One per prompt, in order.
+    pub reads: Vec<PromptRead>,
+    /// Model calls this job took part in (a prefill counts once, however many chunks).
+    pub forward_passes: usize,
+}
+
+/// How the worker batches and caches.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// KV bytes the prefix cache may hold (0: no cross-request cache).
+    pub prefix_cache_bytes: usize,
+    /// How long the worker waits for more jobs after the first of a batch. 0: it takes what
+    /// is waiting and starts at once (jobs that arrive during a pass join the next one).
+    pub batch_wait: Duration,
+    /// Stop adding jobs to a batch once their prompt tokens reach this.
+    pub max_batch_tokens: usize,
+}
+
+struct Job {
+    prompts: Vec<Prompt>,
+    salt: u64,
+    reply: Sender<JobResult>,
+}
+
+impl Job {
+    fn tokens(&self) -> usize {
+        self.prompts.iter().map(|p| p.tokens.len()).sum()
+    }
+}
+
+/// The handle requests use; the worker thread stops when it is dropped.
+pub struct Scheduler {
+    jobs: Sender<Job>,
+}
+
+impl Scheduler {
+    /// Starts the worker thread for `model`.
+    pub fn start(model: Arc<Model>, config: SchedulerConfig, metrics: Arc<Metrics>) -> Self {
+        let (jobs, queue) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("decide-model".into())
+            .spawn(move || work(&model, &config, &metrics, queue))
+            .expect("spawning the model worker thread");
+        Scheduler { jobs }
+    }
+
+    /// Reads `prompts` (blocking), sharing passes with concurrent requests and the prefix
+    /// cache with earlier requests of the same tenant (`salt`).
+    pub fn read(&self, prompts: Vec<Prompt>, salt: u64) -> JobResult {
+        let count = prompts.len();
+        let (reply, result) = mpsc::channel();
+        let sent = self.jobs.send(Job {
+            prompts,
+            salt,
+            reply,
+        });
+        match sent.ok().and_then(|()| result.recv().ok()) {
+            Some(result) => result,
+            None => failed(count, "the model worker stopped"),
+        }
+    }
+}
+
+fn failed(count: usize, reason: &str) -> JobResult {
+    JobResult {
+        reads: (0..count)
+            .map(|_| Err(ModelError::Compute(reason.to_string())))
+            .collect(),
+        forward_passes: 0,
+    }
+}
+
+/// The worker loop: gather a batch, read it, reply; until every handle is gone.
+fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Receiver<Job>) {
+    let mut cache = PrefixCache::new(config.prefix_cache_bytes);
+    while let Ok(first) = queue.recv() {
+        let deadline = Instant::now() + config.batch_wait;
+        let mut tokens = first.tokens();
+        let mut batch = vec![first];
+        while tokens < config.max_batch_tokens {
+            let next = match queue.try_recv() {
+                Ok(job) => job,
+                Err(TryRecvError::Disconnected) => break,
+                Err(TryRecvError::Empty) => {
+                    match queue.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                        Ok(job) => job,
+                        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            };
+            tokens += next.tokens();
+            batch.push(next);
+        }
+        let results = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            read_batch(model, &mut cache, &batch)
+        }))
+        .unwrap_or_else(|panic| {
+            let reason = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("unknown panic");
+            tracing::error!(reason, "a forward pass panicked; its batch fails");
+            batch
+                .iter()
+                .map(|job| failed(job.prompts.len(), &format!("the forward pass failed: {reason}")))
+                .collect()
+        });
+        metrics.record_batch(batch.len(), &cache.stats());
+        for (job, result) in batch.into_iter().zip(results) {
+            // A requester that went away (client disconnected) no longer listens.
+            let _ = job.reply.send(result);
+        }
+    }
+}
+
+/// The prefix a job's prompts continue: the KV of their first `len` tokens.
+struct JobPrefix {
+    cache: Option<KvCache>,
+    /// Tokens of each prompt covered by `cache`.
+    len: usize,
+    /// Of those, tokens that came from the cross-request prefix cache.
+    hit: usize,
+}
+
+/// Reads a batch of jobs: their prefixes first, then every prompt's own tokens in shared
+/// packed passes.
+fn read_batch(model: &Model, cache: &mut PrefixCache, batch: &[Job]) -> Vec<JobResult> {
+    let mut results: Vec<JobResult> = batch
+        .iter()
+        .map(|job| JobResult {
+            reads: Vec::with_capacity(job.prompts.len()),
+            forward_passes: 0,
+        })
+        .collect();
+    let mut prefixes = Vec::with_capacity(batch.len());
+    for (job, result) in batch.iter().zip(&mut results) {
+        prefixes.push(job_prefix(model, cache, job, result));
+    }
+
+    // Every prompt of every job whose prefix is ready, as (job, prompt) in order.
+    let mut items: Vec<(usize, usize)> = Vec::new();
+    let mut reads: Vec<Vec<Option<PromptRead>>> = batch
+        .iter()
+        .map(|job| (0..job.prompts.len()).map(|_| None).collect())
+        .collect();
+    for (j, (job, prefix)) in batch.iter().zip(&prefixes).enumerate() {
+        match prefix {
+            Ok(_) => items.extend((0..job.prompts.len()).map(|p| (j, p))),
+            Err(error) => {
+                for slot in &mut reads[j] {
+                    *slot = Some(Err(ModelError::Compute(error.to_string())));
+                }
+            }
+        }
+    }
+    let heads = model.transformer().dims().n_head;
+    for pass in passes(&items, batch, &prefixes, heads) {
+        let segments: Vec<Segment<'_>> = pass
+            .iter()
+            .map(|&(j, p)| {
+                let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
+                Segment {
+                    prefix: prefix.cache.as_ref(),
+                    tokens: &batch[j].prompts[p].tokens[prefix.len..],
+                }
+            })
+            .collect();
+        let labels: Vec<&[u32]> = pass
+            .iter()
+            .map(|&(j, p)| batch[j].prompts[p].label_ids.as_slice())
+            .collect();
+        let outcome = model.read_packed(&segments, &labels);
+        let mut joined: Vec<usize> = pass.iter().map(|&(j, _)| j).collect();
+        joined.dedup();
+        for j in joined {
+            results[j].forward_passes += 1;
+        }
+        match outcome {
+            Ok(pass_reads) => {
+                for (&(j, p), read) in pass.iter().zip(pass_reads) {
+                    let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
+                    // The first prompt paid for the job's shared prefix; the others reused it.
+                    let cached = if p == 0 { prefix.hit } else { prefix.len };
+                    reads[j][p] = Some(Ok((read, cached)));
+                }
+            }
+            Err(error) => {
+                for &(j, p) in &pass {
+                    reads[j][p] = Some(Err(ModelError::Compute(error.to_string())));
+                }
+            }
+        }
+    }
+    for (result, reads) in results.iter_mut().zip(reads) {
+        result.reads = reads
+            .into_iter()
+            .map(|read| read.expect("every prompt was read or failed"))
+            .collect();
+    }
+    results
+}
+
+/// Finds or computes the KV a job's prompts continue from, and stores new prefixes.
+fn job_prefix(
+    model: &Model,
+    cache: &mut PrefixCache,
+    job: &Job,
+    result: &mut JobResult,
+) -> Result<JobPrefix, ModelError> {
+    let shared = shared_prefix_len(&job.prompts);
+    let tokens = &job.prompts[0].tokens;
+    let found = cache.lookup(job.salt, &tokens[..shared]);
+    let hit = found.as_ref().map_or(0, KvCache::len);
+    // Several prompts: prefill everything they share once. A lone prompt: only when a long
+    // stretch is uncached, up to a block boundary, so the next request can reuse it.
+    let target = if job.prompts.len() > 1 {
+        shared
+    } else if shared - hit >= STORE_MIN_TOKENS {
+        shared / BLOCK_TOKENS * BLOCK_TOKENS
+    } else {
+        hit
+    };
+    if target <= hit {
+        return Ok(JobPrefix {
+            cache: found,
+            len: hit,
+            hit,
+        });
+    }
+    result.forward_passes += 1;
+    let filled = model.prefill(&tokens[hit..target], found.as_ref())?;
+    let store = target / BLOCK_TOKENS * BLOCK_TOKENS;
+    if store > hit {
+        cache.insert(job.salt, &tokens[..store], filled.prefix(store)?);
+    }
+    Ok(JobPrefix {
+        cache: Some(filled),
+        len: target,
+        hit,
+    })
+}
+
+/// Groups `items` into passes of at most [`MAX_PASS_TOKENS`] rows whose attention scores
+/// (rows x key columns x heads) stay within the prefill budget; a single larger item gets a
+/// pass of its own.
+fn passes(
+    items: &[(usize, usize)],
+    batch: &[Job],
+    prefixes: &[Result<JobPrefix, ModelError>],
+    heads: usize,
+) -> Vec<Vec<(usize, usize)>> {
+    let mut passes = Vec::new();
+    let mut current: Vec<(usize, usize)> = Vec::new();
+    let (mut rows, mut prefix_cols) = (0, 0);
+    for &(j, p) in items {
+        let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
+        let own = batch[j].prompts[p].tokens.len() - prefix.len;
+        let new_prefix = current.last().is_none_or(|&(last, _)| last != j);
+        let cols = prefix_cols + if new_prefix { prefix.len } else { 0 };
+        let fits = rows + own <= MAX_PASS_TOKENS
+            && (rows + own) * (cols + rows + own) * heads <= PREFILL_SCORE_BUDGET;
+        if !current.is_empty() && !fits {
+            passes.push(std::mem::take(&mut current));
+            rows = 0;
+            prefix_cols = 0;
+        }
+        if current.last().is_none_or(|&(last, _)| last != j) {
+            prefix_cols += prefix.len;
+        }
+        rows += own;
+        current.push((j, p));
+    }
+    if !current.is_empty() {
+        passes.push(current);
+    }
+    passes
+}
+
+/// Longest common token prefix of all prompts, leaving every prompt at least one own token
+/// (the read happens at the last token, which must be computed in the packed pass).
+fn shared_prefix_len(prompts: &[Prompt]) -> usize {
+    let Some(first) = prompts.first() else {
+        return 0;
+    };
+    let mut len = prompts
+        .iter()
+        .map(|p| p.tokens.len())
+        .min()
+        .unwrap_or(0)
+        .saturating_sub(1);
+    for prompt in &prompts[1..] {
+        len = first.tokens[..len]
+            .iter()
+            .zip(&prompt.tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+    }
+    len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prompt(tokens: &[u32]) -> Prompt {
+        Prompt {
+            tokens: tokens.to_vec(),
+            label_ids: vec![],
+        }
+    }
+
+    #[test]
+    fn shared_prefix_leaves_every_prompt_a_token() {
+        assert_eq!(shared_prefix_len(&[prompt(&[1, 2, 3])]), 2);
+        assert_eq!(
+            shared_prefix_len(&[prompt(&[1, 2, 3, 4]), prompt(&[1, 2, 5])]),
+            2
+        );
+        assert_eq!(shared_prefix_len(&[prompt(&[1, 2]), prompt(&[1, 2, 3])]), 1);
+        assert_eq!(shared_prefix_len(&[prompt(&[7]), prompt(&[8])]), 0);
+    }
+
+    #[test]
+    fn passes_are_bounded_by_rows_and_a_longer_prompt_runs_alone() {
+        let (reply, _) = mpsc::channel();
+        let job = |lengths: &[usize]| Job {
+            prompts: lengths.iter().map(|&n| prompt(&vec![1; n])).collect(),
+            salt: 0,
+            reply: reply.clone(),
+        };
+        let batch = [job(&[30, MAX_PASS_TOKENS + 20, 30]), job(&[30])];
+        let prefixes: Vec<Result<JobPrefix, ModelError>> = [10, 0]
+            .iter()
+            .map(|&len| {
+                Ok(JobPrefix {
+                    cache: None,
+                    len,
+                    hit: 0,
+                })
+            })
+            .collect();
+        let items = [(0, 0), (0, 1), (0, 2), (1, 0)];
+        let grouped = passes(&items, &batch, &prefixes, 4);
+        assert_eq!(
+            grouped,
+            [vec![(0, 0)], vec![(0, 1)], vec![(0, 2), (1, 0)]],
+            "rows of several jobs share a pass"
+        );
+    }
+}

@@ -1,0 +1,134 @@
+//! The cross-request prefix cache and the batching of concurrent requests.
+
+use serde_json::{json, Value};
+
+use crate::server::Server;
+
+const STATE: &str = "Order 5512 was placed on March 3rd. The customer paid by card, asked for express \
+shipping to Oslo, and wrote twice since then: the parcel has not arrived, tracking has not moved for \
+nine days, and they want either the parcel by Friday or their money back.";
+
+fn request(cache_key: &str, questions: Value) -> Value {
+    json!({"model": "smol", "input": STATE, "prompt_cache_key": cache_key, "questions": questions})
+}
+
+fn two_questions() -> Value {
+    json!([
+        {"type": "predicate", "instructions": "The customer wants a refund or the parcel."},
+        {"type": "choice", "instructions": "Which team owns this?", "choices": [{"value": "billing"}, {"value": "shipping"}, {"value": "sales"}]}
+    ])
+}
+
+fn cached(reply: &Value) -> u64 {
+    reply["usage"]["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("cached_tokens")
+}
+
+fn metric(server: &Server, name: &str) -> f64 {
+    let text = server.get("/metrics").body;
+    let text = text.as_str().expect("metrics text");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+        .parse()
+        .expect("a number")
+}
+
+#[test]
+fn a_repeated_input_is_served_from_the_prefix_cache_of_its_tenant_only() {
+    let server = Server::ready(&[]);
+    let first = server.post("/v1/decisions", &request("tenant-a", two_questions()));
+    assert_eq!(first.status, 200, "{}", first.body);
+    let again = server.post("/v1/decisions", &request("tenant-a", two_questions()));
+    assert_eq!(again.status, 200, "{}", again.body);
+    let other = server.post("/v1/decisions", &request("tenant-b", two_questions()));
+    assert_eq!(other.status, 200, "{}", other.body);
+
+    // First request: question 2 reuses the prefix question 1 paid for. The repeat also serves
+    // question 1's prefix from the cache (at a 32-token block boundary). Another tenant
+    // with the same text starts cold.
+    let (c1, c2, c3) = (cached(&first.body), cached(&again.body), cached(&other.body));
+    assert!(c1 > 0, "{}", first.body["usage"]);
+    assert!(c2 >= c1 + 32, "repeat: {c2} cached tokens vs first {c1}");
+    assert_eq!(c3, c1, "another tenant never hits tenant a's entries");
+    assert!(metric(&server, "decide_prefix_cache_hits_total") >= 1.0);
+    assert!(metric(&server, "decide_prefix_cache_bytes") > 0.0);
+
+    // A cache hit changes nothing in the answers (f32 weights on CPU: float rounding only).
+    for i in 0..2 {
+        let (a, b) = (&first.body["answers"][i], &again.body["answers"][i]);
+        let pa = crate::endpoints::numbers(a);
+        let pb = crate::endpoints::numbers(b);
+        assert_eq!(pa.len(), pb.len());
+        for (x, y) in pa.iter().zip(&pb) {
+            assert!((x - y).abs() < 1e-4, "question {i}: {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn the_prefix_cache_can_be_turned_off() {
+    let server = Server::ready(&["--prefix-cache-mib", "0"]);
+    let first = server.post("/v1/decisions", &request("k", two_questions()));
+    let again = server.post("/v1/decisions", &request("k", two_questions()));
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(cached(&first.body), cached(&again.body));
+    assert_eq!(metric(&server, "decide_prefix_cache_hits_total"), 0.0);
+}
+
+#[test]
+fn concurrent_requests_share_forward_passes_and_answer_like_lone_requests() {
+    // A 200 ms window makes the batching deterministic on a slow CI machine.
+    let server = Server::ready(&["--batch-wait-us", "200000"]);
+    let questions: Vec<Value> = [
+        "The parcel has arrived.",
+        "The customer paid by card.",
+        "The customer is happy.",
+        "The order was placed in March.",
+        "The customer wrote more than once.",
+        "Express shipping was requested.",
+    ]
+    .iter()
+    .map(|q| json!([{"type": "predicate", "instructions": q}]))
+    .collect();
+    // Different tenants: no request can reuse another's cached prefix, so every request's
+    // full prompt is read in the shared passes.
+    let alone: Vec<Value> = questions
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let reply = server.post("/v1/decisions", &request(&format!("alone-{i}"), q.clone()));
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            reply.body
+        })
+        .collect();
+    let batches_before = metric(&server, "decide_batches_total");
+    let jobs_before = metric(&server, "decide_batched_jobs_total");
+    let together: Vec<Value> = std::thread::scope(|scope| {
+        let handles: Vec<_> = questions
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let server = &server;
+                scope.spawn(move || {
+                    server
+                        .post("/v1/decisions", &request(&format!("together-{i}"), q.clone()))
+                        .body
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let batches = metric(&server, "decide_batches_total") - batches_before;
+    let jobs = metric(&server, "decide_batched_jobs_total") - jobs_before;
+    assert_eq!(jobs, questions.len() as f64);
+    assert!(batches < jobs, "{jobs} concurrent requests ran in {batches} batches");
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        let (pa, pb) = (
+            a["answers"][0]["probability"].as_f64().unwrap(),
+            b["answers"][0]["probability"].as_f64().expect("an answer"),
+        );
+        assert!((pa - pb).abs() < 1e-4, "request {i}: alone {pa}, batched {pb}");
+    }
+}
