@@ -8,13 +8,20 @@ time and the server's own time from the `x-decide-server-ms` header when present
 and 64 questions over one ~4k-token state in one request: time per decision and the share of
 input tokens served from the shared prefix); `load` (1, 8, 64 concurrent clients on short
 prompts for a fixed time: decisions/s and p95); `repeat` (one question on a long state, first
-read vs a repeat). Standard library only, so it runs on a bare GPU machine.
+read vs a repeat); `big` (64 questions over the long state in one request: answered in pieces
+or refused with a 4xx naming the limit, never an out-of-memory failure).
+
+Every request carries a `prompt_cache_key`: the server's prefix cache is per tenant, so a new
+key means a cold cache and the same key a warm one. Standard library only, so it runs on a
+bare GPU machine.
 """
+import itertools
 import argparse
 import json
 import statistics
 import threading
 import time
+import urllib.error
 import urllib.request
 
 TOPICS = ["billing", "shipping", "login", "refunds", "performance", "security", "pricing", "support"]
@@ -49,16 +56,30 @@ class Client:
         models = json.load(urllib.request.urlopen(f"{url}/v1/models"))
         self.model = models["data"][0]["id"]
 
-    def decide(self, state: str, questions: list) -> tuple:
-        body = json.dumps({"model": self.model, "input": state, "questions": questions}).encode()
+    def decide(self, state: str, questions: list, cache_key: str = "bench") -> tuple:
+        """(client wall ms, server ms from the header, JSON body); a 4xx/5xx body is returned too."""
+        body = json.dumps({"model": self.model, "input": state, "questions": questions,
+                           "prompt_cache_key": cache_key}).encode()
         request = urllib.request.Request(f"{self.url}/v1/decisions", data=body,
                                          headers={"content-type": "application/json"})
         started = time.perf_counter()
-        with urllib.request.urlopen(request, timeout=600) as response:
-            payload = json.load(response)
-            server_ms = response.headers.get("x-decide-server-ms")
+        try:
+            with urllib.request.urlopen(request, timeout=600) as response:
+                payload = json.load(response)
+                server_ms = response.headers.get("x-decide-server-ms")
+        except urllib.error.HTTPError as error:
+            payload = {"status": error.code, "error": json.loads(error.read() or b"null")}
+            server_ms = error.headers.get("x-decide-server-ms")
         wall_ms = (time.perf_counter() - started) * 1000
         return wall_ms, (float(server_ms) if server_ms else None), payload
+
+
+_keys = itertools.count()
+
+
+def fresh_key() -> str:
+    """A cache key no earlier request used: a cold prefix cache."""
+    return f"cold-{time.time_ns()}-{next(_keys)}"
 
 
 def percentile(values: list, q: float) -> float:
@@ -81,20 +102,27 @@ def single(client: Client, n: int) -> dict:
     return report
 
 
+def usage_of(payload: dict) -> dict:
+    usage = payload["usage"]
+    cached = usage["input_tokens_details"]["cached_tokens"]
+    return {"input_tokens": usage["input_tokens"], "cached_tokens": cached,
+            "cached_share": cached / max(1, usage["input_tokens"])}
+
+
 def multi(client: Client, counts: list, words: int) -> dict:
+    """Many questions over one state in one request: with a cold prefix cache (the shared
+    prefix is computed once for the request), then the same request again (warm)."""
     state = long_state(words)
     out = {}
     for count in counts:
         questions = [question(i) for i in range(count)]
-        wall, server, payload = client.decide(state, questions)
-        usage = payload["usage"]
-        out[str(count)] = {
-            "wall_ms": wall,
-            "server_ms": server,
-            "ms_per_decision": wall / count,
-            "input_tokens": usage["input_tokens"],
-            "cached_share": usage["input_tokens_details"]["cached_tokens"] / max(1, usage["input_tokens"]),
-        }
+        key = fresh_key()
+        runs = {}
+        for name in ("cold", "warm"):
+            wall, server, payload = client.decide(state, questions, key)
+            runs[name] = {"wall_ms": wall, "server_ms": server, "ms_per_decision": wall / count,
+                          **usage_of(payload)}
+        out[str(count)] = runs
     return out
 
 
@@ -126,11 +154,29 @@ def load(client: Client, clients: list, seconds: float) -> dict:
 
 
 def repeat(client: Client, words: int) -> dict:
+    """One question on a long state: first read (cold cache) vs the same request again."""
     state = long_state(words)
-    first, _, payload = client.decide(state, [question(0)])
-    again, _, payload2 = client.decide(state, [question(0)])
-    return {"first_ms": first, "repeat_ms": again, "input_tokens": payload["usage"]["input_tokens"],
+    key = fresh_key()
+    first, first_server, payload = client.decide(state, [question(0)], key)
+    again, again_server, payload2 = client.decide(state, [question(0)], key)
+    if "usage" not in payload:
+        return {"refused": payload}
+    tokens = payload["usage"]["input_tokens"]
+    return {"first_ms": first, "first_server_ms": first_server, "repeat_ms": again,
+            "repeat_server_ms": again_server, "input_tokens": tokens,
+            "first_prefill_tokens_per_s": tokens / ((first_server or first) / 1000),
             "repeat_cached_tokens": payload2["usage"]["input_tokens_details"]["cached_tokens"]}
+
+
+def big(client: Client, count: int, words: int) -> dict:
+    """Many questions over the long state in one request: answered in pieces or refused with a
+    4xx naming the limit; never a server failure."""
+    state = long_state(words)
+    wall, server, payload = client.decide(state, [question(i) for i in range(count)], fresh_key())
+    if "usage" in payload:
+        answered = sum(1 for a in payload["answers"] if a.get("type") != "refusal")
+        return {"status": 200, "wall_ms": wall, "server_ms": server, "answered": answered, **usage_of(payload)}
+    return {"status": payload.get("status"), "wall_ms": wall, "error": payload.get("error")}
 
 
 def main() -> None:
@@ -138,21 +184,30 @@ def main() -> None:
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--quick", action="store_true", help="small sizes, for CPU smoke runs")
     parser.add_argument("--report", help="write the JSON report here")
+    parser.add_argument("--long-words", type=int, default=23000,
+                        help="words of the long state (repeat, big); ~1.35 tokens per word on Qwen")
+    parser.add_argument("--skip", default="", help="comma-separated scenarios to skip")
     args = parser.parse_args()
     client = Client(args.url)
     quick = args.quick
     report = {"model": client.model, "url": args.url, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    report["single"] = single(client, 5 if quick else 50)
-    print(json.dumps({"single": report["single"]}), flush=True)
-    report["multi"] = multi(client, [4] if quick else [16, 64], 150 if quick else 3000)
-    print(json.dumps({"multi": report["multi"]}), flush=True)
-    report["load"] = load(client, [1, 2] if quick else [1, 8, 64], 3 if quick else 10)
-    print(json.dumps({"load": report["load"]}), flush=True)
-    report["repeat"] = repeat(client, 300 if quick else 24000)
-    print(json.dumps({"repeat": report["repeat"]}), flush=True)
-    if args.report:
-        with open(args.report, "w") as handle:
-            json.dump(report, handle, indent=2)
+    skip = set(filter(None, args.skip.split(",")))
+    long_words = 300 if quick else args.long_words
+    scenarios = {
+        "single": lambda: single(client, 5 if quick else 50),
+        "multi": lambda: multi(client, [4] if quick else [16, 64], 150 if quick else 3000),
+        "load": lambda: load(client, [1, 2] if quick else [1, 8, 64], 3 if quick else 10),
+        "repeat": lambda: repeat(client, long_words),
+        "big": lambda: big(client, 8 if quick else 64, long_words),
+    }
+    for name, run in scenarios.items():
+        if name in skip:
+            continue
+        report[name] = run()
+        print(json.dumps({name: report[name]}), flush=True)
+        if args.report:  # written after every scenario, so a cut-off run keeps what it measured
+            with open(args.report, "w") as handle:
+                json.dump(report, handle, indent=2)
 
 
 if __name__ == "__main__":

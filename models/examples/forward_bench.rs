@@ -1,0 +1,187 @@
+//! Measures the model path on one device and weight format, to choose the format per device
+//! by measurement (issue #3) and to check that batched reads agree with lone reads there.
+//!
+//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [TF32]`, DEVICE `cpu` or `cuda`, WEIGHTS
+//! `quantized|f32|f16|bf16`, TF32 `tf32` to let f32 matmuls (attention) use TF32 on CUDA.
+//! Prints one JSON object:
+//! - `single_ms`: median read of a ~150-token prompt (one question, no cache);
+//! - `prefill_4k_ms`, `packed_64_ms`: a ~4k-token state prefilled once, then 64 questions'
+//!   suffixes in one packed pass; `packed_max_abs_diff`: largest log-probability difference
+//!   between a packed read and the lone read of the same full prompt (4 checked);
+//! - `prefill_long_ms`, `prefill_long_tokens`: a long state (`DECIDE_BENCH_LONG`, default
+//!   30000 tokens, capped by the context) prefilled in chunks: tokens/s against the roofline.
+use std::path::Path;
+use std::time::Instant;
+
+use decide_models::{ChatMessage, Device, LoadOptions, Model, Segment, WeightFormat};
+
+fn user(content: String) -> Vec<ChatMessage> {
+    vec![ChatMessage {
+        role: "user".into(),
+        content,
+    }]
+}
+
+/// A deterministic log text of at least `tokens` tokens for this model.
+fn state(model: &Model, tokens: usize) -> Result<String, Box<dyn std::error::Error>> {
+    let mut text = String::new();
+    let mut i = 0usize;
+    loop {
+        for _ in 0..50 {
+            text.push_str(&format!(
+                "Entry {i}: customer {} wrote about order {}; the agent promised a reply within {} days.\n",
+                i * 7 % 1000,
+                i * 31 % 9973,
+                i % 5 + 1
+            ));
+            i += 1;
+        }
+        if model.tokenize(&text)?.len() >= tokens {
+            return Ok(text);
+        }
+    }
+}
+
+fn sync(device: &Device) -> Result<(), Box<dyn std::error::Error>> {
+    device.synchronize()?;
+    Ok(())
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [path, device, weights, rest @ ..] = args.as_slice() else {
+        return Err("usage: forward_bench MODEL.gguf cpu|cuda quantized|f32|f16|bf16 [tf32]".into());
+    };
+    let device = match device.as_str() {
+        "cpu" => Device::Cpu,
+        "cuda" => Device::new_cuda(0)?,
+        other => return Err(format!("unknown device {other}").into()),
+    };
+    let weights = match weights.as_str() {
+        "quantized" => WeightFormat::Quantized,
+        "f32" => WeightFormat::F32,
+        "f16" => WeightFormat::F16,
+        "bf16" => WeightFormat::BF16,
+        other => return Err(format!("unknown weight format {other}").into()),
+    };
+    let tf32 = rest.iter().any(|a| a == "tf32");
+    candle_core::cuda::set_gemm_reduced_precision_f32(tf32);
+
+    let t = Instant::now();
+    let model = Model::load_with(Path::new(path), &device, &LoadOptions { weights })?;
+    let load_s = t.elapsed().as_secs_f64();
+    let labels: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
+    let ask = |state: &str, i: usize| -> Result<_, Box<dyn std::error::Error>> {
+        let prompt = model.render(&user(format!(
+            "{state}\n\nQuestion {i}: how urgent is entry {i}?\nA. not urgent\nB. this week\nC. today\nD. now\n\nReply with one label: A, B, C, D."
+        )))?;
+        let ids = model.label_ids(&prompt, &labels)?;
+        Ok((prompt.tokens, ids))
+    };
+
+    // Single: one ~150-token prompt, read alone.
+    let short = state(&model, 90)?;
+    let (tokens, ids) = ask(&short, 0)?;
+    model.read(&tokens, &ids)?; // warm-up: kernels, workspaces
+    let mut single = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        model.read(&tokens, &ids)?;
+        single.push(ms(t));
+    }
+    single.sort_by(f64::total_cmp);
+
+    // 64 questions over a ~4k state (`DECIDE_BENCH_STATE`): prefill once, one packed pass.
+    let state_tokens = std::env::var("DECIDE_BENCH_STATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4000);
+    let long = state(&model, state_tokens)?;
+    let count: usize = std::env::var("DECIDE_BENCH_QUESTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let prompts: Vec<_> = (0..count).map(|i| ask(&long, i)).collect::<Result<_, _>>()?;
+    let shared = prompts
+        .iter()
+        .map(|(p, _)| {
+            p.iter()
+                .zip(&prompts[0].0)
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .min()
+        .unwrap_or(0)
+        .min(prompts[0].0.len() - 1);
+    let warm = model.prefill(&prompts[0].0[..shared], None)?;
+    drop(warm);
+    sync(&device)?;
+    let t = Instant::now();
+    let prefix = model.prefill(&prompts[0].0[..shared], None)?;
+    sync(&device)?;
+    let prefill_4k_ms = ms(t);
+    let segments: Vec<Segment<'_>> = prompts
+        .iter()
+        .map(|(p, _)| Segment {
+            prefix: Some(&prefix),
+            tokens: &p[shared..],
+        })
+        .collect();
+    let label_sets: Vec<&[u32]> = prompts.iter().map(|(_, ids)| ids.as_slice()).collect();
+    model.read_packed(&segments, &label_sets)?; // warm-up
+    let t = Instant::now();
+    let packed = model.read_packed(&segments, &label_sets)?;
+    let packed_64_ms = ms(t);
+    let mut worst = 0f32;
+    for i in [0, 1, count / 2, count - 1] {
+        let alone = model.read(&prompts[i].0, &prompts[i].1)?;
+        for (a, b) in alone.logprobs.iter().zip(&packed[i].logprobs) {
+            worst = worst.max((a - b).abs());
+        }
+    }
+
+    // Long prefill, chunked.
+    let want: usize = std::env::var("DECIDE_BENCH_LONG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30_000)
+        .min(model.info().context_length - 200);
+    let text = state(&model, want)?;
+    let mut long_tokens = model.tokenize(&text)?;
+    long_tokens.truncate(want);
+    sync(&device)?;
+    let t = Instant::now();
+    let cache = model.prefill(&long_tokens, None)?;
+    sync(&device)?;
+    let prefill_long_ms = ms(t);
+    let kv_mib = cache.size_bytes() as f64 / (1 << 20) as f64;
+
+    println!(
+        "{}",
+        serde_json::json!({
+            "model": model.info().name,
+            "device": format!("{device:?}"),
+            "weights": format!("{weights:?}"),
+            "tf32": tf32,
+            "load_s": load_s,
+            "single_tokens": tokens.len(),
+            "single_ms": {"min": single[0], "p50": single[single.len() / 2], "max": single[single.len() - 1]},
+            "prefix_tokens": shared,
+            "prefill_4k_ms": prefill_4k_ms,
+            "packed_64_ms": packed_64_ms,
+            "packed_suffix_tokens": segments.iter().map(|s| s.tokens.len()).sum::<usize>(),
+            "questions": count,
+            "per_decision_ms": (prefill_4k_ms + packed_64_ms) / count as f64,
+            "packed_max_abs_diff": worst,
+            "prefill_long_tokens": long_tokens.len(),
+            "prefill_long_ms": prefill_long_ms,
+            "prefill_long_tokens_per_s": long_tokens.len() as f64 / (prefill_long_ms / 1e3),
+            "kv_long_mib": kv_mib,
+        })
+    );
+    Ok(())
+}
