@@ -21,7 +21,7 @@ export CUDA_CACHE_PATH=/tmp/gpu/nvcache
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1
 
 for w in $formats; do
-  timeout 200 "$bin/forward_bench" "$model" cuda "$w" tf32 >>"$out/forward.jsonl" 2>>"$out/forward.err" ||
+  timeout 150 "$bin/forward_bench" "$model" cuda "$w" tf32 >>"$out/forward.jsonl" 2>>"$out/forward.err" ||
     echo "{\"weights\": \"$w\", \"failed\": $?}" >>"$out/forward.jsonl"
 done
 cat "$out/forward.jsonl"
@@ -30,6 +30,9 @@ server_format=${3:-$(python3 - "$out/forward.jsonl" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 rows = [r for r in rows if "single_ms" in r]
+if not rows:
+    print("quantized")
+    sys.exit()
 best = min(rows, key=lambda r: r["single_ms"]["p50"] + r["per_decision_ms"] * 8)
 print({"Quantized": "quantized", "BF16": "bf16", "F16": "f16", "F32": "f32"}[best["weights"]])
 EOF
@@ -42,6 +45,7 @@ echo "server weights: $server_format" | tee "$out/server-format.txt"
 server=$!
 for _ in $(seq 1 600); do
   python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8125/health')" 2>/dev/null && break
+  grep -q "startup failed" "$out/server.log" && break
   kill -0 $server 2>/dev/null || break
   sleep 0.5
 done
@@ -49,7 +53,7 @@ fetch() { python3 -c "import sys, urllib.request as u
 try: print(u.urlopen('http://127.0.0.1:8125' + sys.argv[1]).read().decode())
 except Exception as e: print(e, getattr(e, 'read', lambda: b'')().decode())" "$1"; }
 fetch /health >"$out/health.json"
-python3 bench/bench.py --url http://127.0.0.1:8125 --report "$out/bench.json" ${BENCH_ARGS:-}
+timeout ${BENCH_TIMEOUT:-300} python3 bench/bench.py --url http://127.0.0.1:8125 --report "$out/bench.json" ${BENCH_ARGS:-}
 fetch /metrics >"$out/metrics.txt"
 kill $server
 wait $server 2>/dev/null

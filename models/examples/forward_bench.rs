@@ -83,7 +83,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok((prompt.tokens, ids))
     };
 
+    let step = |what: &str| eprintln!("forward_bench: {what}");
     // Single: one ~150-token prompt, read alone.
+    step("single read");
     let short = state(&model, 90)?;
     let (tokens, ids) = ask(&short, 0)?;
     model.read(&tokens, &ids)?; // warm-up: kernels, workspaces
@@ -117,6 +119,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .min()
         .unwrap_or(0)
         .min(prompts[0].0.len() - 1);
+    step("prefill of the shared state");
     let warm = model.prefill(&prompts[0].0[..shared], None)?;
     drop(warm);
     sync(&device)?;
@@ -132,6 +135,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
     let label_sets: Vec<&[u32]> = prompts.iter().map(|(_, ids)| ids.as_slice()).collect();
+    step("packed pass");
     model.read_packed(&segments, &label_sets)?; // warm-up
     let t = Instant::now();
     let packed = model.read_packed(&segments, &label_sets)?;
@@ -150,6 +154,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(30_000)
         .min(model.info().context_length - 200);
+    step("long prefill");
     let text = state(&model, want)?;
     let mut long_tokens = model.tokenize(&text)?;
     long_tokens.truncate(want);

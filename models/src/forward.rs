@@ -551,7 +551,11 @@ impl Transformer {
         }
 
         let x = x.squeeze(0)?; // (n, hidden)
-        let picked = if rows.len() == 1 {
+        // No rows (a prefill): an empty view, not an empty gather (a kernel launch over zero
+        // elements is an invalid argument on CUDA).
+        let picked = if rows.is_empty() {
+            x.narrow(0, 0, 0)?
+        } else if rows.len() == 1 {
             x.narrow(0, rows[0], 1)?
         } else {
             let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
