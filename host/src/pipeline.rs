@@ -44,6 +44,8 @@ pub struct DecisionRequest {
     pub questions: Vec<Question>,
     /// `extra.calibration_temperature` of the request, when given.
     pub temperature: Option<f64>,
+    /// `extra.backend_options` of the request (readout, shortlist, permutations).
+    pub readout: readout::Options,
 }
 
 /// Where an answer's temperature came from, highest priority first.
@@ -85,8 +87,11 @@ struct Applied {
 pub struct RawRead {
     /// The compiled options (keys are JSON values as text), in label order.
     pub options: Vec<crate::plugins::OptionDef>,
-    /// Log-softmax over the whole vocabulary at the label tokens, in option order.
+    /// Log-softmax over the whole vocabulary at the label tokens, in option order (`ln p` of
+    /// the combined distribution for combined readouts).
     pub scores: Vec<f64>,
+    /// True next-token mass on the labels of the deciding read.
+    pub option_mass: f32,
 }
 
 /// A question the model answered.
@@ -96,10 +101,12 @@ pub struct Answer {
     pub fields: Map<String, Value>,
     /// Option keys (JSON text) in option order.
     pub option_keys: Vec<String>,
-    /// The labels the model answered with, in option order.
-    pub labels: Vec<String>,
-    /// Raw option scores: log-softmax over the whole vocabulary at the label tokens.
+    /// Option scores: for a single read (`direct`, `wide-direct`) the log-softmax over the
+    /// whole vocabulary at the label tokens; for combined readouts `ln p` of the combined
+    /// distribution.
     pub logprobs: Vec<f32>,
+    /// How it was read: readout, label layout, two-stage and permutation details.
+    pub readout: readout::Detail,
     /// Calibrated probabilities, in option order.
     pub probabilities: Vec<f64>,
     /// True next-token probability mass on the labels.
@@ -167,6 +174,8 @@ pub struct Engine {
     calibrated: CalibrationState,
     limits: Limits,
     metrics: Arc<Metrics>,
+    /// The labels this model can answer with, measured at load (see [`readout::labels`]).
+    label_sets: readout::LabelSets,
 }
 
 /// A compiled question waiting for the model.
@@ -176,7 +185,8 @@ struct Planned {
     /// swapped in meanwhile: one question never mixes two versions of its type.
     plugin: Arc<QuestionType>,
     compiled: CompiledQuestion,
-    labels: Vec<String>,
+    /// How the question is read.
+    plan: readout::Plan,
 }
 
 impl Engine {
@@ -189,7 +199,9 @@ impl Engine {
         limits: Limits,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let label_sets = readout::LabelSets::measure(&model);
         Engine {
+            label_sets,
             model,
             forward_lock: Mutex::new(()),
             plugins,
@@ -205,6 +217,19 @@ impl Engine {
     /// Installs the result of startup calibration (before the engine is shared).
     pub fn set_calibration(&mut self, state: CalibrationState) {
         self.calibrated = state;
+    }
+
+    /// Sets the model's answer suffix (the self-check's fix for a template that leaves the
+    /// answer slot open) and re-measures the label sets, which depend on the prompt's end.
+    /// Before the engine is shared.
+    pub fn set_answer_suffix(&mut self, suffix: &str) {
+        self.model.set_answer_suffix(suffix);
+        self.label_sets = readout::LabelSets::measure(&self.model);
+    }
+
+    /// The labels this model can answer with, and so the readouts' capacities.
+    pub fn label_sets(&self) -> &readout::LabelSets {
+        &self.label_sets
     }
 
     /// The calibration state answers get when neither the request nor the operator sets T.
@@ -252,7 +277,7 @@ impl Engine {
         }
         let mut planned = Vec::with_capacity(request.questions.len());
         for (index, question) in request.questions.iter().enumerate() {
-            planned.push(self.compile_one(index, question)?);
+            planned.push(self.compile_one(index, question, &request.readout)?);
         }
         Ok(planned)
     }
@@ -261,6 +286,7 @@ impl Engine {
         &self,
         index: usize,
         question: &Question,
+        options: &readout::Options,
     ) -> Result<Result<Planned, Refusal>, ApiError> {
         let Some(plugin) = self.plugins.question_type(&question.plugin) else {
             return Err(ApiError::invalid(
@@ -301,12 +327,12 @@ impl Engine {
                 ),
             ));
         }
-        Ok(match readout::direct_labels(count) {
-            Ok(labels) => Ok(Planned {
+        Ok(match readout::plan(options, count, &self.label_sets) {
+            Ok(plan) => Ok(Planned {
                 index,
                 plugin,
                 compiled,
-                labels,
+                plan,
             }),
             Err(message) => Err(Refusal {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
@@ -386,37 +412,19 @@ impl Engine {
             cached_tokens: 0,
             forward_passes: 0,
         };
-        // Compile and render every question first, so all reads go into one batched forward.
-        let mut slots: Vec<Result<(Planned, Prepared), Refusal>> =
-            Vec::with_capacity(compiled.len());
-        for planned in compiled {
-            slots.push(planned.and_then(|planned| {
-                let question = &request.questions[planned.index];
-                self.prepare_one(&request.state, question, &planned, &renderer)
-                    .map(|prepared| (planned, prepared))
-            }));
-        }
-        let ready: Vec<&Prepared> = slots
-            .iter()
-            .filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p))
-            .collect();
-        let mut reads = self.read_batch(&ready, &mut decided).into_iter();
-        for slot in slots {
-            let outcome = match slot {
+        let reads = self.read_planned(
+            &request.state,
+            &request.questions,
+            compiled,
+            &renderer,
+            &mut decided,
+        );
+        for read in reads {
+            let outcome = match read {
                 Err(refusal) => Outcome::Refusal(refusal),
-                Ok((planned, prepared)) => {
+                Ok((planned, read)) => {
                     let question = &request.questions[planned.index];
-                    match reads.next().expect("one read per prepared prompt") {
-                        Ok((read, cached)) => self.answer_one(
-                            question,
-                            planned,
-                            read,
-                            (prepared.tokens.len(), cached),
-                            &calibration,
-                            &applied,
-                        ),
-                        Err(error) => Outcome::Refusal(model_refusal(&question.loc, error)),
-                    }
+                    self.answer_one(question, planned, read, &calibration, &applied)
                 }
             };
             decided.outcomes.push(outcome);
@@ -426,8 +434,9 @@ impl Engine {
     }
 
     /// Raw option scores of each question about `state`, through the same compile, render and
-    /// read steps as [`Engine::decide`] but without calibration and without request metrics:
-    /// what startup calibration measures. A question that cannot be read gives the reason.
+    /// read steps as [`Engine::decide`] (readout `auto`) but without calibration and without
+    /// request metrics: what startup calibration and the self-check measure. A question that
+    /// cannot be read gives the reason.
     pub fn read_raw(&self, state: &str, questions: &[Question]) -> Vec<Result<RawRead, String>> {
         let Some(renderer) = self.plugins.renderer(&self.renderer) else {
             let reason = format!(
@@ -436,21 +445,18 @@ impl Engine {
             );
             return questions.iter().map(|_| Err(reason.clone())).collect();
         };
-        // Compile and render every question, then read them all in one batched pass over their
-        // shared prefix, like a request's questions.
-        let mut slots: Vec<Result<(CompiledQuestion, Prepared), String>> = questions
+        let options = readout::Options::default();
+        let planned: Vec<Result<Planned, Refusal>> = questions
             .iter()
             .enumerate()
-            .map(|(index, question)| {
-                let planned = match self.compile_one(index, question) {
-                    Ok(Ok(planned)) => planned,
-                    Ok(Err(refusal)) => return Err(refusal.message),
-                    Err(error) => return Err(error.to_string()),
-                };
-                let prepared = self
-                    .prepare_one(state, question, &planned, &renderer)
-                    .map_err(|r| r.message)?;
-                Ok((planned.compiled, prepared))
+            .map(|(index, question)| match self.compile_one(index, question, &options) {
+                Ok(planned) => planned,
+                Err(error) => Err(Refusal {
+                    status: error.status(crate::error::Wire::SystemOne),
+                    code: "invalid_question",
+                    message: error.to_string(),
+                    loc: question.loc.clone(),
+                }),
             })
             .collect();
         let mut decided = Decided {
@@ -459,37 +465,118 @@ impl Engine {
             cached_tokens: 0,
             forward_passes: 0,
         };
-        let ready: Vec<&Prepared> = slots
-            .iter()
-            .filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p))
-            .collect();
-        let mut reads = self.read_batch(&ready, &mut decided).into_iter();
-        slots
-            .drain(..)
-            .zip(questions)
-            .map(|(slot, question)| {
-                let (compiled, _) = slot?;
-                let read = reads.next().expect("a read per prepared question");
-                let (read, _) =
-                    read.map_err(|error| model_refusal(&question.loc, error).message)?;
+        self.read_planned(state, questions, planned, &renderer, &mut decided)
+            .into_iter()
+            .map(|read| {
+                let (planned, read) = read.map_err(|refusal| refusal.message)?;
                 Ok(RawRead {
-                    options: compiled.options,
-                    scores: read.logprobs.iter().map(|&s| f64::from(s)).collect(),
+                    options: planned.compiled.options,
+                    scores: read.combined.scores,
+                    option_mass: read.combined.option_mass,
                 })
             })
             .collect()
     }
 
-    /// Renders one compiled question into prompt tokens and checks its labels.
+    /// Renders, reads and combines every planned question. The first round of every
+    /// question's reads (one read, or one per shift, or one per option for two-stage) goes
+    /// into one batched read over the shared prefix; the second round (two-stage finalists)
+    /// into another. Outcomes come back in question order.
+    fn read_planned(
+        &self,
+        state: &str,
+        questions: &[Question],
+        planned: Vec<Result<Planned, Refusal>>,
+        renderer: &crate::plugins::Renderer,
+        decided: &mut Decided,
+    ) -> Vec<Result<(Planned, Read), Refusal>> {
+        let prepare_all = |planned: &Planned, asks: &[readout::Ask]| {
+            let loc = &questions[planned.index].loc;
+            asks.iter()
+                .map(|ask| self.prepare_one(state, loc, ask, renderer))
+                .collect::<Result<Vec<Prepared>, Refusal>>()
+        };
+        // Round 1.
+        let first: Vec<Result<(Planned, Vec<Prepared>), Refusal>> = planned
+            .into_iter()
+            .map(|planned| {
+                let planned = planned?;
+                let asks = planned.plan.asks(&planned.compiled);
+                let prepared = prepare_all(&planned, &asks)?;
+                Ok((planned, prepared))
+            })
+            .collect();
+        let groups: Vec<&[Prepared]> = first
+            .iter()
+            .filter_map(|w| w.as_ref().ok().map(|(_, p)| p.as_slice()))
+            .collect();
+        let mut reads = self.read_round(&groups, decided).into_iter();
+        let mut after_first: Vec<Result<Stage, Refusal>> = Vec::with_capacity(first.len());
+        for work in first {
+            after_first.push(work.and_then(|(planned, prepared)| {
+                let loc = &questions[planned.index].loc;
+                let (results, tokens) =
+                    collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
+                Ok(match planned.plan.combine(&planned.compiled, &results) {
+                    readout::Step::Done(combined) => Stage::Done(planned, Read::new(combined, tokens)),
+                    readout::Step::Again(pending) => {
+                        let second = prepare_all(&planned, std::slice::from_ref(pending.ask()))?;
+                        Stage::Waiting(planned, pending, second, tokens)
+                    }
+                })
+            }));
+        }
+        // Round 2.
+        let groups: Vec<&[Prepared]> = after_first
+            .iter()
+            .filter_map(|s| match s {
+                Ok(Stage::Waiting(_, _, prepared, _)) => Some(prepared.as_slice()),
+                _ => None,
+            })
+            .collect();
+        let mut reads = self.read_round(&groups, decided).into_iter();
+        after_first
+            .into_iter()
+            .map(|stage| match stage? {
+                Stage::Done(planned, read) => Ok((planned, read)),
+                Stage::Waiting(planned, pending, prepared, (tokens, cached)) => {
+                    let loc = &questions[planned.index].loc;
+                    let (results, (more, more_cached)) =
+                        collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
+                    let combined = pending.finish(&results[0]);
+                    Ok((planned, Read::new(combined, (tokens + more, cached + more_cached))))
+                }
+            })
+            .collect()
+    }
+
+    /// One round of reads: every group's prompts go into one batched read (the only caller of
+    /// [`Engine::read_batch`]); the results come back split by group.
+    fn read_round(
+        &self,
+        groups: &[&[Prepared]],
+        decided: &mut Decided,
+    ) -> Vec<Vec<Result<(Readout, usize), ModelError>>> {
+        if groups.is_empty() {
+            return Vec::new();
+        }
+        let prompts: Vec<&Prepared> = groups.iter().flat_map(|g| g.iter()).collect();
+        let mut reads = self.read_batch(&prompts, decided).into_iter();
+        groups
+            .iter()
+            .map(|group| reads.by_ref().take(group.len()).collect())
+            .collect()
+    }
+
+    /// Renders one ask into prompt tokens and checks its labels.
     fn prepare_one(
         &self,
         state: &str,
-        question: &Question,
-        planned: &Planned,
+        loc: &Loc,
+        ask: &readout::Ask,
         renderer: &crate::plugins::Renderer,
     ) -> Result<Prepared, Refusal> {
-        let loc = &question.loc;
-        let messages = match renderer.render(state, &planned.compiled, &planned.labels) {
+        let messages = match renderer.render(state, &ask.question, &ask.labels) {
             Ok(messages) => messages,
             Err(error) => return Err(plugin_call_refusal(loc, error)),
         };
@@ -517,7 +604,7 @@ impl Engine {
                 loc: loc.clone(),
             });
         }
-        let label_ids = match self.model.label_ids(&prompt, &planned.labels) {
+        let label_ids = match self.model.label_ids(&prompt, &ask.labels) {
             Ok(ids) => ids,
             Err(error) => return Err(model_refusal(loc, error)),
         };
@@ -586,21 +673,23 @@ impl Engine {
         &self,
         question: &Question,
         planned: Planned,
-        read: Readout,
-        usage: (usize, usize),
+        read: Read,
         calibration: &crate::plugins::Calibration,
         applied: &Applied,
     ) -> Outcome {
         let loc = &question.loc;
         let refuse_plugin =
             |error: PluginCallError| Outcome::Refusal(plugin_call_refusal(loc, error));
-        let (input_tokens, cached_tokens) = usage;
-        let scores: Vec<f64> = read.logprobs.iter().map(|&s| f64::from(s)).collect();
+        let Read {
+            combined,
+            input_tokens,
+            cached_tokens,
+        } = read;
         let params = match &applied.params {
             Ok(params) => params.clone(),
             Err(error) => return refuse_plugin(error.clone()),
         };
-        let probabilities = match calibration.apply(&scores, &params) {
+        let probabilities = match calibration.apply(&combined.scores, &params) {
             Ok(probabilities) => probabilities,
             Err(error) => return refuse_plugin(error),
         };
@@ -616,10 +705,10 @@ impl Engine {
                 .iter()
                 .map(|o| o.key.clone())
                 .collect(),
-            labels: planned.labels,
-            logprobs: read.logprobs,
+            logprobs: combined.scores.iter().map(|&s| s as f32).collect(),
             probabilities,
-            option_mass: read.option_mass,
+            option_mass: combined.option_mass,
+            readout: combined.detail,
             input_tokens,
             cached_tokens,
             temperature: applied.temperature,
@@ -628,6 +717,51 @@ impl Engine {
             calibration_params: params,
         }))
     }
+}
+
+/// A question's reads, combined, with the prompt tokens they took.
+struct Read {
+    combined: readout::Combined,
+    /// Prompt tokens of all the question's reads.
+    input_tokens: usize,
+    /// Of those, tokens whose KV came from a shared prefix.
+    cached_tokens: usize,
+}
+
+impl Read {
+    fn new(combined: readout::Combined, (input_tokens, cached_tokens): (usize, usize)) -> Read {
+        Read {
+            combined,
+            input_tokens,
+            cached_tokens,
+        }
+    }
+}
+
+/// Where a question is between the two read rounds.
+enum Stage {
+    Done(Planned, Read),
+    /// Waiting for the second round: the pending combination, its prompt, and the tokens
+    /// (total, cached) of the first round.
+    Waiting(Planned, readout::Pending, Vec<Prepared>, (usize, usize)),
+}
+
+/// The readouts of one question's prompts and their (total, cached) prompt tokens, or the
+/// refusal for the first read that failed.
+fn collect_reads(
+    reads: Vec<Result<(Readout, usize), ModelError>>,
+    prepared: &[Prepared],
+    loc: &Loc,
+) -> Result<(Vec<Readout>, (usize, usize)), Refusal> {
+    let mut out = Vec::with_capacity(reads.len());
+    let (mut tokens, mut cached) = (0, 0);
+    for (read, prompt) in reads.into_iter().zip(prepared) {
+        let (read, from_cache) = read.map_err(|error| model_refusal(loc, error))?;
+        tokens += prompt.tokens.len();
+        cached += from_cache;
+        out.push(read);
+    }
+    Ok((out, (tokens, cached)))
 }
 
 /// A question rendered to prompt tokens, with its label token ids.

@@ -151,6 +151,10 @@ pub fn load_engine(
         limits,
         metrics,
     );
+    tracing::info!(
+        readouts = %engine.label_sets().summary(),
+        "readout capacities"
+    );
     Ok((engine, served))
 }
 

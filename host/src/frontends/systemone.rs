@@ -125,6 +125,8 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             state,
             questions,
             temperature: None,
+            // The Jev format has no backend-options slot: its questions read with `auto`.
+            readout: crate::readout::Options::default(),
         },
         ids,
         types,
