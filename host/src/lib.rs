@@ -12,10 +12,13 @@
 pub mod api;
 pub mod calibration;
 pub mod config;
+pub mod doctor;
 pub mod error;
+pub mod eval;
 pub mod frontends;
 pub mod metrics;
 pub mod pipeline;
 pub mod plugins;
 pub mod readout;
+pub mod selfcheck;
 pub mod server;

@@ -176,6 +176,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     /// The labels this model can answer with, measured at load (see [`readout::labels`]).
     label_sets: readout::LabelSets,
+    /// What the startup answer-slot self-check found (none when it has not run).
+    self_check: Option<crate::selfcheck::Report>,
 }
 
 /// A compiled question waiting for the model.
@@ -202,6 +204,7 @@ impl Engine {
         let label_sets = readout::LabelSets::measure(&model);
         Engine {
             label_sets,
+            self_check: None,
             model,
             forward_lock: Mutex::new(()),
             plugins,
@@ -225,6 +228,16 @@ impl Engine {
     pub fn set_answer_suffix(&mut self, suffix: &str) {
         self.model.set_answer_suffix(suffix);
         self.label_sets = readout::LabelSets::measure(&self.model);
+    }
+
+    /// Records the startup self-check (before the engine is shared).
+    pub fn set_self_check(&mut self, report: crate::selfcheck::Report) {
+        self.self_check = Some(report);
+    }
+
+    /// What the startup self-check found.
+    pub fn self_check(&self) -> Option<&crate::selfcheck::Report> {
+        self.self_check.as_ref()
     }
 
     /// The labels this model can answer with, and so the readouts' capacities.

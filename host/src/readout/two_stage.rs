@@ -1,7 +1,7 @@
 //! `two-stage`: for more options than any label set holds.
 //!
-//! Stage 1 asks one yes/no question per option ("Is '<option>' the right answer to: <the
-//! question>?", options Yes/No labelled A/B) through the same renderer. The prompts differ only
+//! Stage 1 asks one yes/no question per option ("<the question> Is '<option>' the right
+//! answer?", options Yes/No labelled A/B) through the same renderer. The prompts differ only
 //! after the state, so they share its prefix and go into one packed batched read. Each option's
 //! stage-1 score is its yes-share `p(A) / (p(A) + p(B))`, and the stage-1 distribution is
 //! those scores normalised over the options.
@@ -35,7 +35,9 @@ pub fn stage1_question(question: &CompiledQuestion, option: &OptionDef) -> Compi
     };
     let asked = question.instructions.as_deref().unwrap_or(DEFAULT_QUESTION);
     CompiledQuestion {
-        instructions: Some(format!("Is '{shown}' the right answer to: {asked}")),
+        // The question first, the option last: every stage-1 prompt shares the state and the
+        // question as its prefix, so only the option and the fixed tail are read per option.
+        instructions: Some(format!("{asked} Is '{shown}' the right answer?")),
         options: vec![
             OptionDef {
                 key: "true".into(),
@@ -120,7 +122,7 @@ mod tests {
         let s = stage1_question(&q, &q.options[1]);
         assert_eq!(
             s.instructions.as_deref(),
-            Some("Is 'city 1' the right answer to: Which city?")
+            Some("Which city? Is 'city 1' the right answer?")
         );
         assert_eq!(s.options.len(), 2);
         assert_eq!(s.options[0].text, "Yes");
