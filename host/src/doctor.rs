@@ -86,14 +86,19 @@ fn print_readouts(engine: &Engine, max_options: usize) {
     counts.dedup();
     let picks: Vec<String> = counts
         .iter()
-        .map(|&n| match readout::plan(&readout::Options::default(), n, sets) {
-            Ok(plan) => format!("{n} options -> {}", plan.name()),
-            Err(why) => format!("{n} options -> refused ({why})"),
-        })
+        .map(
+            |&n| match readout::plan(&readout::Options::default(), n, sets) {
+                Ok(plan) => format!("{n} options -> {}", plan.name()),
+                Err(why) => format!("{n} options -> refused ({why})"),
+            },
+        )
         .collect();
     println!("auto picks: {}", picks.join(", "));
     if let Some(last) = sets.wide.last() {
-        println!("wide labels: {} .. {last}", sets.wide[..sets.wide.len().min(28)].join(" "));
+        println!(
+            "wide labels: {} .. {last}",
+            sets.wide[..sets.wide.len().min(28)].join(" ")
+        );
     }
 }
 

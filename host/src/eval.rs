@@ -211,7 +211,10 @@ fn expected_indices(engine: &Engine, questions: &[LabelledQuestion]) -> anyhow::
                 .compile(&q.json)
                 .map_err(|e| anyhow::anyhow!("{}: {e:?}", q.id))?;
             expected_index(&compiled.options, &q.expected).with_context(|| {
-                format!("{}: expected {} is not one of its options", q.id, q.expected)
+                format!(
+                    "{}: expected {} is not one of its options",
+                    q.id, q.expected
+                )
             })
         })
         .collect()
@@ -239,9 +242,9 @@ fn parse_readouts(list: &str) -> anyhow::Result<Vec<Choice>> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|name| match Choice::parse(name) {
-            Some(Choice::Permutation) => anyhow::bail!(
-                "--readouts: use --permute K for the permutation readout"
-            ),
+            Some(Choice::Permutation) => {
+                anyhow::bail!("--readouts: use --permute K for the permutation readout")
+            }
             Some(choice) => Ok(choice),
             None => anyhow::bail!(
                 "--readouts: `{name}` is not a readout; use {}",

@@ -462,15 +462,17 @@ impl Engine {
         let planned: Vec<Result<Planned, Refusal>> = questions
             .iter()
             .enumerate()
-            .map(|(index, question)| match self.compile_one(index, question, &options) {
-                Ok(planned) => planned,
-                Err(error) => Err(Refusal {
-                    status: error.status(crate::error::Wire::SystemOne),
-                    code: "invalid_question",
-                    message: error.to_string(),
-                    loc: question.loc.clone(),
-                }),
-            })
+            .map(
+                |(index, question)| match self.compile_one(index, question, &options) {
+                    Ok(planned) => planned,
+                    Err(error) => Err(Refusal {
+                        status: error.status(crate::error::Wire::SystemOne),
+                        code: "invalid_question",
+                        message: error.to_string(),
+                        loc: question.loc.clone(),
+                    }),
+                },
+            )
             .collect();
         let mut decided = Decided {
             outcomes: Vec::new(),
@@ -531,7 +533,9 @@ impl Engine {
                 let (results, tokens) =
                     collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
                 Ok(match planned.plan.combine(&planned.compiled, &results) {
-                    readout::Step::Done(combined) => Stage::Done(planned, Read::new(combined, tokens)),
+                    readout::Step::Done(combined) => {
+                        Stage::Done(planned, Read::new(combined, tokens))
+                    }
                     readout::Step::Again(pending) => {
                         let second = prepare_all(&planned, std::slice::from_ref(pending.ask()))?;
                         Stage::Waiting(planned, pending, second, tokens)
@@ -557,7 +561,10 @@ impl Engine {
                     let (results, (more, more_cached)) =
                         collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
                     let combined = pending.finish(&results[0]);
-                    Ok((planned, Read::new(combined, (tokens + more, cached + more_cached))))
+                    Ok((
+                        planned,
+                        Read::new(combined, (tokens + more, cached + more_cached)),
+                    ))
                 }
             })
             .collect()

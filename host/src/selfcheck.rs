@@ -32,7 +32,10 @@ pub const FALLBACKS: &[(&str, &[&str])] = &[
         "<|START_THINKING|><|END_THINKING|>",
         &["<|START_THINKING|>", "<|END_THINKING|>"],
     ),
-    ("<seed:think></seed:think>", &["<seed:think>", "</seed:think>"]),
+    (
+        "<seed:think></seed:think>",
+        &["<seed:think>", "</seed:think>"],
+    ),
 ];
 
 /// The default threshold of `--self-check-min-mass`.

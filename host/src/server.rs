@@ -14,8 +14,8 @@ use crate::calibration;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{Engine, Limits};
-use crate::selfcheck;
 use crate::plugins::{PluginRegistry, RuntimeConfig};
+use crate::selfcheck;
 
 /// Runs the server until Ctrl-C / SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {

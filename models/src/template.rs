@@ -371,7 +371,8 @@ mod tests {
 
     /// A reasoning-model template (DeepSeek-R1 / QwQ style) whose generation prompt always
     /// opens a think block and has no switch for it.
-    const ALWAYS_THINKS: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+    const ALWAYS_THINKS: &str =
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
         {% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
 
     #[test]
@@ -380,7 +381,8 @@ mod tests {
         let t = ChatTemplate::new(QWEN3_STYLE, "".into(), "".into()).unwrap();
         let r = t.render_marked(&q).unwrap();
         assert!(
-            r.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+            r.text
+                .ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
             "{:?}",
             r.text
         );
@@ -388,7 +390,8 @@ mod tests {
         let t = ChatTemplate::new(ALWAYS_THINKS, "".into(), "".into()).unwrap();
         let r = t.render_marked(&q).unwrap();
         assert!(
-            r.text.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+            r.text
+                .ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
             "{:?}",
             r.text
         );

@@ -167,7 +167,11 @@ fn a_question_that_cannot_be_read_is_refused_while_others_answer() {
     }}));
     // The Jev format has no readout option: `auto` reads 27 criteria with wide labels.
     assert_eq!(jev.status, 200, "{}", jev.body);
-    assert!(jev.body["answers"]["wide"]["choice"].is_string(), "{}", jev.body);
+    assert!(
+        jev.body["answers"]["wide"]["choice"].is_string(),
+        "{}",
+        jev.body
+    );
     assert!(jev.body.get("partial_failures").is_none(), "{}", jev.body);
 
     let all_fail = server.post("/v1/decisions", &json!({"model": "smol", "input": "x", "questions": [

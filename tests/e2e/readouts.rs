@@ -18,7 +18,9 @@ fn choice(n: usize) -> Value {
 /// The answer's probabilities as (value, p), checked to be a distribution over exactly `n`
 /// options `c0..c{n-1}`.
 fn assert_over_exactly(answer: &Value, n: usize) {
-    let probabilities = answer["probabilities"].as_array().unwrap_or_else(|| panic!("{answer}"));
+    let probabilities = answer["probabilities"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"));
     let values: Vec<&str> = probabilities
         .iter()
         .map(|p| p["value"].as_str().unwrap())
@@ -64,11 +66,16 @@ fn every_option_count_answers_with_a_distribution_over_exactly_its_options() {
         &json!({"model": "smol", "input": input, "questions": counts.map(choice)}),
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
-    for (answer, (n, readout)) in reply.body["answers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .zip(counts.iter().zip(["direct", "direct", "wide-direct", "wide-direct"]))
+    for (answer, (n, readout)) in
+        reply.body["answers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(
+                counts
+                    .iter()
+                    .zip(["direct", "direct", "wide-direct", "wide-direct"]),
+            )
     {
         assert_over_exactly(answer, *n);
         assert_eq!(answer["extra"]["audit"]["readout"], readout, "{answer}");
@@ -82,7 +89,11 @@ fn every_option_count_answers_with_a_distribution_over_exactly_its_options() {
         &json!({"state": input, "questions": {"q": {"type": "choice", "instructions": "Which code?", "criteria": criteria}}}),
     );
     assert_eq!(jev.status, 200, "{}", jev.body);
-    assert!(jev.body["answers"]["q"]["choice"].is_string(), "{}", jev.body);
+    assert!(
+        jev.body["answers"]["q"]["choice"].is_string(),
+        "{}",
+        jev.body
+    );
 }
 
 #[test]
@@ -104,7 +115,9 @@ fn explicit_readouts_are_honoured_or_refused_with_a_reason() {
     assert_eq!(refused["extra"]["error"]["code"], "readout_capacity");
     let message = refused["extra"]["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("27 options") && message.contains("capacity of 26") && message.contains("extra.backend_options.readout"),
+        message.contains("27 options")
+            && message.contains("capacity of 26")
+            && message.contains("extra.backend_options.readout"),
         "{message}"
     );
     assert_eq!(reply.body["answers"][1]["type"], "predicate");
@@ -118,7 +131,10 @@ fn explicit_readouts_are_honoured_or_refused_with_a_reason() {
     assert_eq!(audit["readout"], "two-stage", "{audit}");
     assert_eq!(audit["shortlist"].as_array().unwrap().len(), 3, "{audit}");
     assert_eq!(audit["stage1"].as_object().unwrap().len(), 6, "{audit}");
-    assert_eq!(reply.body["answers"][1]["extra"]["audit"]["readout"], "two-stage");
+    assert_eq!(
+        reply.body["answers"][1]["extra"]["audit"]["readout"],
+        "two-stage"
+    );
 
     // permutation: three label shifts averaged, each shift's top answer reported.
     let reply = with(choice(4), json!({"permutations": 3}));
@@ -127,15 +143,30 @@ fn explicit_readouts_are_honoured_or_refused_with_a_reason() {
     assert_over_exactly(answer, 4);
     assert_eq!(answer["extra"]["audit"]["readout"], "permutation");
     assert_eq!(
-        answer["extra"]["audit"]["permutation_top"].as_array().unwrap().len(),
+        answer["extra"]["audit"]["permutation_top"]
+            .as_array()
+            .unwrap()
+            .len(),
         3
     );
 
     // Bad options are 400s naming the field and what is allowed.
     for (options, field, needle) in [
-        (json!({"readout": "widest"}), "extra.backend_options.readout", "wide-direct"),
-        (json!({"shortlist": 1}), "extra.backend_options.shortlist", "from 2 to 26"),
-        (json!({"readout": "direct", "permutations": 2}), "extra.backend_options.permutations", "permutation"),
+        (
+            json!({"readout": "widest"}),
+            "extra.backend_options.readout",
+            "wide-direct",
+        ),
+        (
+            json!({"shortlist": 1}),
+            "extra.backend_options.shortlist",
+            "from 2 to 26",
+        ),
+        (
+            json!({"readout": "direct", "permutations": 2}),
+            "extra.backend_options.permutations",
+            "permutation",
+        ),
     ] {
         let reply = with(choice(3), options.clone());
         assert_eq!(reply.status, 400, "{options} -> {}", reply.body);
@@ -166,7 +197,10 @@ fn a_model_that_fails_the_self_check_is_refused_with_503() {
         reason.contains("self-check failed") && reason.contains("--self-check-min-mass"),
         "{reason}"
     );
-    assert!(reason.contains("option mass 0."), "the measured mass is reported: {reason}");
+    assert!(
+        reason.contains("option mass 0."),
+        "the measured mass is reported: {reason}"
+    );
     let openai = server.post(
         "/v1/decisions",
         &json!({"model": "smol", "input": "x", "questions": [{"type": "predicate", "instructions": "?"}]}),
@@ -181,7 +215,11 @@ fn a_model_that_fails_the_self_check_is_refused_with_503() {
         &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}),
     );
     assert_eq!(jev.status, 503, "{}", jev.body);
-    assert!(jev.body.to_string().contains("self-check failed"), "{}", jev.body);
+    assert!(
+        jev.body.to_string().contains("self-check failed"),
+        "{}",
+        jev.body
+    );
 }
 
 fn doctor(args: &[&str]) -> (i32, String) {
@@ -243,7 +281,8 @@ fn doctor_reports_the_model_and_exits_non_zero_when_it_cannot_serve() {
     let (code, out) = doctor(&["--model", gemma.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("verdict: cannot serve decisions") && out.contains("unsupported model architecture `gemma3`"),
+        out.contains("verdict: cannot serve decisions")
+            && out.contains("unsupported model architecture `gemma3`"),
         "{out}"
     );
 }

@@ -170,9 +170,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
 }
 
 /// `extra` of the request: decide's own options.
-fn parse_extra(
-    extra: Option<&Value>,
-) -> Result<(Option<f64>, Detail, readout::Options), ApiError> {
+fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail, readout::Options), ApiError> {
     let Some(extra) = extra.filter(|v| !v.is_null()) else {
         return Ok((None, Detail::Basic, readout::Options::default()));
     };
@@ -249,7 +247,10 @@ fn parse_backend_options(value: &Value, loc: &Loc) -> Result<readout::Options, A
     if let Some(value) = map.get("readout").filter(|v| !v.is_null()) {
         let loc = at(loc, "readout");
         let name = value.as_str().ok_or_else(|| {
-            j::invalid(&loc, format!("expected a string, got {}", j::type_name(value)))
+            j::invalid(
+                &loc,
+                format!("expected a string, got {}", j::type_name(value)),
+            )
         })?;
         options.choice = readout::Choice::parse(name).ok_or_else(|| {
             j::invalid(
@@ -275,7 +276,11 @@ fn parse_backend_options(value: &Value, loc: &Loc) -> Result<readout::Options, A
             )),
         }
     };
-    if let Some(shortlist) = count("shortlist", readout::two_stage::MIN_SHORTLIST, MAX_SHORTLIST)? {
+    if let Some(shortlist) = count(
+        "shortlist",
+        readout::two_stage::MIN_SHORTLIST,
+        MAX_SHORTLIST,
+    )? {
         options.shortlist = shortlist;
     }
     if let Some(permutations) = count("permutations", 1, MAX_PERMUTATIONS)? {

@@ -36,7 +36,8 @@ pub fn letters() -> impl Iterator<Item = String> {
 
 /// The candidates `wide-direct` adds after the letters, in the order they are tried.
 pub fn pairs() -> impl Iterator<Item = String> {
-    (b'A'..=b'Z').flat_map(|a| (b'A'..=b'Z').map(move |b| format!("{}{}", char::from(a), char::from(b))))
+    (b'A'..=b'Z')
+        .flat_map(|a| (b'A'..=b'Z').map(move |b| format!("{}{}", char::from(a), char::from(b))))
 }
 
 /// The label sets of one model (tokenizer + chat-template ending).
@@ -143,6 +144,8 @@ mod tests {
         let no_x = LabelSets::select(|l| l != "X");
         assert_eq!(no_x.direct_capacity(), 25);
         assert!(!no_x.direct.contains(&"X".to_string()));
-        assert!(no_x.summary().starts_with("direct up to 25, wide-direct up to 701"));
+        assert!(no_x
+            .summary()
+            .starts_with("direct up to 25, wide-direct up to 701"));
     }
 }

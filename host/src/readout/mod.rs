@@ -188,7 +188,11 @@ pub fn plan(options: &Options, count: usize, sets: &LabelSets) -> Result<Plan, S
             } else {
                 &sets.wide
             };
-            match single(Choice::Permutation, labels, "permutation (wide-direct labels)")? {
+            match single(
+                Choice::Permutation,
+                labels,
+                "permutation (wide-direct labels)",
+            )? {
                 Plan::Single { labels, .. } => Ok(Plan::Permutation {
                     labels,
                     shifts: permutation::shifts(count, options.permutations),
@@ -204,7 +208,10 @@ fn two_stage_plan(options: &Options, sets: &LabelSets) -> Result<Plan, String> {
     if capacity < two_stage::MIN_SHORTLIST {
         return Err(format!(
             "the two-stage readout needs single-letter labels, and this model has {capacity}{}",
-            sets.unavailable.as_deref().map(|w| format!(" ({w})")).unwrap_or_default()
+            sets.unavailable
+                .as_deref()
+                .map(|w| format!(" ({w})"))
+                .unwrap_or_default()
         ));
     }
     Ok(Plan::TwoStage {
@@ -407,7 +414,10 @@ mod tests {
         });
         let p: Vec<f64> = finished.scores.iter().map(|s| s.exp()).collect();
         assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-6, "{p:?}");
-        assert!(p[3] > p[1], "the direct read decides between finalists: {p:?}");
+        assert!(
+            p[3] > p[1],
+            "the direct read decides between finalists: {p:?}"
+        );
         assert_eq!(finished.detail.shortlist, Some(vec![1, 3]));
         assert_eq!(finished.option_mass, 0.8);
     }

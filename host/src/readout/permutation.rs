@@ -35,14 +35,8 @@ pub fn rotated(question: &CompiledQuestion, shift: usize) -> CompiledQuestion {
 /// distribution over the options in their original order, normalised over the labels.
 pub fn to_option_order(logprobs: &[f32], shift: usize) -> Vec<f64> {
     let n = logprobs.len();
-    let max = logprobs
-        .iter()
-        .copied()
-        .fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = logprobs
-        .iter()
-        .map(|&l| f64::from(l - max).exp())
-        .collect();
+    let max = logprobs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let weights: Vec<f64> = logprobs.iter().map(|&l| f64::from(l - max).exp()).collect();
     let total: f64 = weights.iter().sum();
     let mut probs = vec![0.0; n];
     for (j, w) in weights.iter().enumerate() {
