@@ -21,6 +21,9 @@ use crate::metrics::Metrics;
 use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType};
 use crate::readout;
 
+mod rounds;
+use rounds::Read;
+
 /// Version of the prompt layout; part of every audit block so that a change of rendering is
 /// visible in answers and invalidates saved calibrations.
 pub const RENDER_VERSION: &str = "direct-options/1";
@@ -493,101 +496,6 @@ impl Engine {
             .collect()
     }
 
-    /// Renders, reads and combines every planned question. The first round of every
-    /// question's reads (one read, or one per shift, or one per option for two-stage) goes
-    /// into one batched read over the shared prefix; the second round (two-stage finalists)
-    /// into another. Outcomes come back in question order.
-    fn read_planned(
-        &self,
-        state: &str,
-        questions: &[Question],
-        planned: Vec<Result<Planned, Refusal>>,
-        renderer: &crate::plugins::Renderer,
-        decided: &mut Decided,
-    ) -> Vec<Result<(Planned, Read), Refusal>> {
-        let prepare_all = |planned: &Planned, asks: &[readout::Ask]| {
-            let loc = &questions[planned.index].loc;
-            asks.iter()
-                .map(|ask| self.prepare_one(state, loc, ask, renderer))
-                .collect::<Result<Vec<Prepared>, Refusal>>()
-        };
-        // Round 1.
-        let first: Vec<Result<(Planned, Vec<Prepared>), Refusal>> = planned
-            .into_iter()
-            .map(|planned| {
-                let planned = planned?;
-                let asks = planned.plan.asks(&planned.compiled);
-                let prepared = prepare_all(&planned, &asks)?;
-                Ok((planned, prepared))
-            })
-            .collect();
-        let groups: Vec<&[Prepared]> = first
-            .iter()
-            .filter_map(|w| w.as_ref().ok().map(|(_, p)| p.as_slice()))
-            .collect();
-        let mut reads = self.read_round(&groups, decided).into_iter();
-        let mut after_first: Vec<Result<Stage, Refusal>> = Vec::with_capacity(first.len());
-        for work in first {
-            after_first.push(work.and_then(|(planned, prepared)| {
-                let loc = &questions[planned.index].loc;
-                let (results, tokens) =
-                    collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
-                Ok(match planned.plan.combine(&planned.compiled, &results) {
-                    readout::Step::Done(combined) => {
-                        Stage::Done(planned, Read::new(combined, tokens))
-                    }
-                    readout::Step::Again(pending) => {
-                        let second = prepare_all(&planned, std::slice::from_ref(pending.ask()))?;
-                        Stage::Waiting(planned, pending, second, tokens)
-                    }
-                })
-            }));
-        }
-        // Round 2.
-        let groups: Vec<&[Prepared]> = after_first
-            .iter()
-            .filter_map(|s| match s {
-                Ok(Stage::Waiting(_, _, prepared, _)) => Some(prepared.as_slice()),
-                _ => None,
-            })
-            .collect();
-        let mut reads = self.read_round(&groups, decided).into_iter();
-        after_first
-            .into_iter()
-            .map(|stage| match stage? {
-                Stage::Done(planned, read) => Ok((planned, read)),
-                Stage::Waiting(planned, pending, prepared, (tokens, cached)) => {
-                    let loc = &questions[planned.index].loc;
-                    let (results, (more, more_cached)) =
-                        collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
-                    let combined = pending.finish(&results[0]);
-                    Ok((
-                        planned,
-                        Read::new(combined, (tokens + more, cached + more_cached)),
-                    ))
-                }
-            })
-            .collect()
-    }
-
-    /// One round of reads: every group's prompts go into one batched read (the only caller of
-    /// [`Engine::read_batch`]); the results come back split by group.
-    fn read_round(
-        &self,
-        groups: &[&[Prepared]],
-        decided: &mut Decided,
-    ) -> Vec<Vec<Result<(Readout, usize), ModelError>>> {
-        if groups.is_empty() {
-            return Vec::new();
-        }
-        let prompts: Vec<&Prepared> = groups.iter().flat_map(|g| g.iter()).collect();
-        let mut reads = self.read_batch(&prompts, decided).into_iter();
-        groups
-            .iter()
-            .map(|group| reads.by_ref().take(group.len()).collect())
-            .collect()
-    }
-
     /// Renders one ask into prompt tokens and checks its labels.
     fn prepare_one(
         &self,
@@ -737,51 +645,6 @@ impl Engine {
             calibration_params: params,
         }))
     }
-}
-
-/// A question's reads, combined, with the prompt tokens they took.
-struct Read {
-    combined: readout::Combined,
-    /// Prompt tokens of all the question's reads.
-    input_tokens: usize,
-    /// Of those, tokens whose KV came from a shared prefix.
-    cached_tokens: usize,
-}
-
-impl Read {
-    fn new(combined: readout::Combined, (input_tokens, cached_tokens): (usize, usize)) -> Read {
-        Read {
-            combined,
-            input_tokens,
-            cached_tokens,
-        }
-    }
-}
-
-/// Where a question is between the two read rounds.
-enum Stage {
-    Done(Planned, Read),
-    /// Waiting for the second round: the pending combination, its prompt, and the tokens
-    /// (total, cached) of the first round.
-    Waiting(Planned, readout::Pending, Vec<Prepared>, (usize, usize)),
-}
-
-/// The readouts of one question's prompts and their (total, cached) prompt tokens, or the
-/// refusal for the first read that failed.
-fn collect_reads(
-    reads: Vec<Result<(Readout, usize), ModelError>>,
-    prepared: &[Prepared],
-    loc: &Loc,
-) -> Result<(Vec<Readout>, (usize, usize)), Refusal> {
-    let mut out = Vec::with_capacity(reads.len());
-    let (mut tokens, mut cached) = (0, 0);
-    for (read, prompt) in reads.into_iter().zip(prepared) {
-        let (read, from_cache) = read.map_err(|error| model_refusal(loc, error))?;
-        tokens += prompt.tokens.len();
-        cached += from_cache;
-        out.push(read);
-    }
-    Ok((out, (tokens, cached)))
 }
 
 /// A question rendered to prompt tokens, with its label token ids.
