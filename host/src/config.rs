@@ -52,7 +52,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = crate::readout::two_stage::DEFAULT_SHORTLIST)]
     pub shortlist: usize,
 
-    /// Read only the first N questions (0: all).
+    /// Read only N questions, evenly spaced through the file (0: all).
     #[arg(long, default_value_t = 0)]
     pub limit: usize,
 
