@@ -123,9 +123,21 @@ async fn health(State(state): State<SharedState>) -> Response {
     let (status, body) = match &*state.phase.read().unwrap_or_else(|p| p.into_inner()) {
         Phase::Ready(engine, served) => {
             let info = engine.model().info();
+            let self_check = engine.self_check().map(|report| {
+                json!({
+                    "option_mass": report.mass(),
+                    "min_mass": report.min_mass,
+                    "answer_suffix": engine.model().answer_suffix(),
+                })
+            });
+            let sets = engine.label_sets();
             (
                 StatusCode::OK,
-                json!({"status": "ok", "model": served, "arch": info.arch, "device": state.config.device}),
+                json!({
+                    "status": "ok", "model": served, "arch": info.arch, "device": state.config.device,
+                    "readouts": {"direct": sets.direct_capacity(), "wide-direct": sets.wide_capacity()},
+                    "self_check": self_check,
+                }),
             )
         }
         Phase::Loading(step) => (

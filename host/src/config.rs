@@ -22,6 +22,46 @@ pub enum Command {
     /// Run startup calibration offline: read the question file through the model, fit, print
     /// the report and save the result where `serve` reuses it.
     Calibrate(Box<CalibrateArgs>),
+    /// Check a model without serving: load it, report the template's answer slot, the
+    /// readouts' capacities and the self-check; exit non-zero with the reason when the model
+    /// cannot serve decisions.
+    Doctor(Box<Config>),
+    /// Measure readouts on a labelled question file: accuracy per readout, agreement between
+    /// readouts, and (with --permute K) how often the top answer changes under K option orders.
+    Eval(Box<EvalArgs>),
+}
+
+/// `decide eval`: the server's settings plus the question file and what to measure.
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    /// Labelled question file (JSONL, like calibration/default.jsonl).
+    #[arg(long)]
+    pub questions: PathBuf,
+
+    /// Readouts to compare, comma-separated (auto, direct, wide-direct, two-stage).
+    #[arg(long, default_value = "auto")]
+    pub readouts: String,
+
+    /// Also re-ask each question under K cyclic option orders (one batched read) and report
+    /// the top-answer flip rate, accuracy per order and accuracy of the averaged
+    /// distribution (the `permutation` readout). 0: skip.
+    #[arg(long, default_value_t = 0)]
+    pub permute: usize,
+
+    /// Two-stage finalists.
+    #[arg(long, default_value_t = crate::readout::two_stage::DEFAULT_SHORTLIST)]
+    pub shortlist: usize,
+
+    /// Read only N questions, evenly spaced through the file (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub limit: usize,
+
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub config: Config,
 }
 
 /// `decide calibrate`: the server's settings plus the question file.
@@ -147,6 +187,12 @@ pub struct Config {
     #[arg(long, env = "DECIDE_MAX_BATCH_TOKENS", default_value_t = 8192)]
     pub max_batch_tokens: usize,
 
+    /// Least next-token probability mass on the option labels that the startup self-check
+    /// (an easy built-in question) must measure; below it the empty reasoning blocks the
+    /// tokenizer knows are tried, and if none reaches it decision requests get 503.
+    #[arg(long, env = "DECIDE_SELF_CHECK_MIN_MASS", default_value_t = crate::selfcheck::DEFAULT_MIN_MASS, value_parser = unit_interval)]
+    pub self_check_min_mass: f64,
+
     /// Delay readiness by this many milliseconds after loading (tests use it to observe the
     /// 503-before-ready path deterministically).
     #[arg(long, env = "DECIDE_READY_DELAY_MS", default_value_t = 0, hide = true)]
@@ -169,5 +215,17 @@ impl Config {
                 .map(|decide| decide.join("calibration"))
                 .unwrap_or_else(|| wasm.join("calibration"))
         })
+    }
+}
+
+/// A number in [0, 1].
+fn unit_interval(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!("{value} is outside [0, 1]"))
     }
 }

@@ -14,7 +14,9 @@
 pub mod api;
 pub mod calibration;
 pub mod config;
+pub mod doctor;
 pub mod error;
+pub mod eval;
 pub mod frontends;
 pub mod metrics;
 pub mod pipeline;
@@ -22,4 +24,5 @@ pub mod plugins;
 pub mod prefix_cache;
 pub mod readout;
 pub mod scheduler;
+pub mod selfcheck;
 pub mod server;

@@ -1,4 +1,5 @@
-//! The `decide` binary: `decide serve --model FILE`, `decide calibrate --model FILE [--questions FILE]`.
+//! The `decide` binary: `decide serve --model FILE`, `decide calibrate --model FILE [--questions FILE]`,
+//! `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`.
 
 use clap::Parser;
 use decide::config::{Cli, Command};
@@ -20,5 +21,7 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(decide::server::serve(*config))
         }
         Command::Calibrate(args) => decide::server::calibrate(*args),
+        Command::Doctor(config) => std::process::exit(decide::doctor::run(&config)),
+        Command::Eval(args) => decide::eval::run(&args),
     }
 }

@@ -13,7 +13,7 @@ use std::time::Instant;
 use axum::http::StatusCode;
 use serde_json::{Map, Value};
 
-use decide_models::{ChatMessage, Model, ModelError, Readout};
+use decide_models::{ChatMessage, Model, ModelError};
 
 use crate::calibration::CalibrationState;
 use crate::error::{dotted, ApiError, Loc, LocPart};
@@ -21,6 +21,9 @@ use crate::metrics::Metrics;
 use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType};
 use crate::readout;
 use crate::scheduler::{self, Scheduler, SchedulerConfig};
+
+mod rounds;
+use rounds::Read;
 
 /// Version of the prompt layout; part of every audit block so that a change of rendering is
 /// visible in answers and invalidates saved calibrations.
@@ -48,6 +51,8 @@ pub struct DecisionRequest {
     /// The tenant's prefix-cache salt ([`crate::frontends::cache_salt`]): requests share
     /// cached prefixes only with requests of the same salt.
     pub cache_salt: u64,
+    /// `extra.backend_options` of the request (readout, shortlist, permutations).
+    pub readout: readout::Options,
 }
 
 /// Where an answer's temperature came from, highest priority first.
@@ -89,8 +94,11 @@ struct Applied {
 pub struct RawRead {
     /// The compiled options (keys are JSON values as text), in label order.
     pub options: Vec<crate::plugins::OptionDef>,
-    /// Log-softmax over the whole vocabulary at the label tokens, in option order.
+    /// Log-softmax over the whole vocabulary at the label tokens, in option order (`ln p` of
+    /// the combined distribution for combined readouts).
     pub scores: Vec<f64>,
+    /// True next-token mass on the labels of the deciding read.
+    pub option_mass: f32,
 }
 
 /// A question the model answered.
@@ -100,10 +108,12 @@ pub struct Answer {
     pub fields: Map<String, Value>,
     /// Option keys (JSON text) in option order.
     pub option_keys: Vec<String>,
-    /// The labels the model answered with, in option order.
-    pub labels: Vec<String>,
-    /// Raw option scores: log-softmax over the whole vocabulary at the label tokens.
+    /// Option scores: for a single read (`direct`, `wide-direct`) the log-softmax over the
+    /// whole vocabulary at the label tokens; for combined readouts `ln p` of the combined
+    /// distribution.
     pub logprobs: Vec<f32>,
+    /// How it was read: readout, label layout, two-stage and permutation details.
+    pub readout: readout::Detail,
     /// Calibrated probabilities, in option order.
     pub probabilities: Vec<f64>,
     /// True next-token probability mass on the labels.
@@ -184,6 +194,10 @@ pub struct Engine {
     calibrated: CalibrationState,
     limits: Limits,
     metrics: Arc<Metrics>,
+    /// The labels this model can answer with, measured at load (see [`readout::labels`]).
+    label_sets: readout::LabelSets,
+    /// What the startup answer-slot self-check found (none when it has not run).
+    self_check: Option<crate::selfcheck::Report>,
 }
 
 /// A compiled question waiting for the model.
@@ -193,7 +207,8 @@ struct Planned {
     /// swapped in meanwhile: one question never mixes two versions of its type.
     plugin: Arc<QuestionType>,
     compiled: CompiledQuestion,
-    labels: Vec<String>,
+    /// How the question is read.
+    plan: readout::Plan,
 }
 
 impl Engine {
@@ -210,9 +225,12 @@ impl Engine {
             limits,
             scheduler,
         } = settings;
+        let label_sets = readout::LabelSets::measure(&model);
         let model = Arc::new(model);
         Engine {
             scheduler: Scheduler::start(model.clone(), scheduler, metrics.clone()),
+            label_sets,
+            self_check: None,
             model,
             plugins,
             calibrated: CalibrationState::default_for(&calibration),
@@ -227,6 +245,29 @@ impl Engine {
     /// Installs the result of startup calibration (before the engine is shared).
     pub fn set_calibration(&mut self, state: CalibrationState) {
         self.calibrated = state;
+    }
+
+    /// Sets the model's answer suffix (the self-check's fix for a template that leaves the
+    /// answer slot open) and re-measures the label sets, which depend on the prompt's end.
+    /// Before the engine is shared.
+    pub fn set_answer_suffix(&mut self, suffix: &str) {
+        self.model.set_answer_suffix(suffix);
+        self.label_sets = readout::LabelSets::measure(&self.model);
+    }
+
+    /// Records the startup self-check (before the engine is shared).
+    pub fn set_self_check(&mut self, report: crate::selfcheck::Report) {
+        self.self_check = Some(report);
+    }
+
+    /// What the startup self-check found.
+    pub fn self_check(&self) -> Option<&crate::selfcheck::Report> {
+        self.self_check.as_ref()
+    }
+
+    /// The labels this model can answer with, and so the readouts' capacities.
+    pub fn label_sets(&self) -> &readout::LabelSets {
+        &self.label_sets
     }
 
     /// The calibration state answers get when neither the request nor the operator sets T.
@@ -274,7 +315,7 @@ impl Engine {
         }
         let mut planned = Vec::with_capacity(request.questions.len());
         for (index, question) in request.questions.iter().enumerate() {
-            planned.push(self.compile_one(index, question)?);
+            planned.push(self.compile_one(index, question, &request.readout)?);
         }
         Ok(planned)
     }
@@ -283,6 +324,7 @@ impl Engine {
         &self,
         index: usize,
         question: &Question,
+        options: &readout::Options,
     ) -> Result<Result<Planned, Refusal>, ApiError> {
         let Some(plugin) = self.plugins.question_type(&question.plugin) else {
             return Err(ApiError::invalid(
@@ -323,12 +365,12 @@ impl Engine {
                 ),
             ));
         }
-        Ok(match readout::direct_labels(count) {
-            Ok(labels) => Ok(Planned {
+        Ok(match readout::plan(options, count, &self.label_sets) {
+            Ok(plan) => Ok(Planned {
                 index,
                 plugin,
                 compiled,
-                labels,
+                plan,
             }),
             Err(message) => Err(Refusal {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
@@ -408,39 +450,20 @@ impl Engine {
             cached_tokens: 0,
             forward_passes: 0,
         };
-        // Compile and render every question first, so all reads go into one batched forward.
-        let mut slots: Vec<Result<(Planned, Prepared), Refusal>> =
-            Vec::with_capacity(compiled.len());
-        for planned in compiled {
-            slots.push(planned.and_then(|planned| {
-                let question = &request.questions[planned.index];
-                self.prepare_one(&request.state, question, &planned, &renderer)
-                    .map(|prepared| (planned, prepared))
-            }));
-        }
-        let ready: Vec<&Prepared> = slots
-            .iter()
-            .filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p))
-            .collect();
-        let mut reads = self
-            .read_batch(&ready, request.cache_salt, &mut decided)
-            .into_iter();
-        for slot in slots {
-            let outcome = match slot {
+        let reads = self.read_planned(
+            &request.state,
+            &request.questions,
+            compiled,
+            &renderer,
+            request.cache_salt,
+            &mut decided,
+        );
+        for read in reads {
+            let outcome = match read {
                 Err(refusal) => Outcome::Refusal(refusal),
-                Ok((planned, prepared)) => {
+                Ok((planned, read)) => {
                     let question = &request.questions[planned.index];
-                    match reads.next().expect("one read per prepared prompt") {
-                        Ok((read, cached)) => self.answer_one(
-                            question,
-                            planned,
-                            read,
-                            (prepared.tokens.len(), cached),
-                            &calibration,
-                            &applied,
-                        ),
-                        Err(error) => Outcome::Refusal(model_refusal(&question.loc, error)),
-                    }
+                    self.answer_one(question, planned, read, &calibration, &applied)
                 }
             };
             decided.outcomes.push(outcome);
@@ -450,8 +473,9 @@ impl Engine {
     }
 
     /// Raw option scores of each question about `state`, through the same compile, render and
-    /// read steps as [`Engine::decide`] but without calibration and without request metrics:
-    /// what startup calibration measures. A question that cannot be read gives the reason.
+    /// read steps as [`Engine::decide`] (readout `auto`) but without calibration and without
+    /// request metrics: what startup calibration and the self-check measure. A question that
+    /// cannot be read gives the reason.
     pub fn read_raw(&self, state: &str, questions: &[Question]) -> Vec<Result<RawRead, String>> {
         let Some(renderer) = self.plugins.renderer(&self.renderer) else {
             let reason = format!(
@@ -460,22 +484,21 @@ impl Engine {
             );
             return questions.iter().map(|_| Err(reason.clone())).collect();
         };
-        // Compile and render every question, then read them all in one batched pass over their
-        // shared prefix, like a request's questions.
-        let mut slots: Vec<Result<(CompiledQuestion, Prepared), String>> = questions
+        let options = readout::Options::default();
+        let planned: Vec<Result<Planned, Refusal>> = questions
             .iter()
             .enumerate()
-            .map(|(index, question)| {
-                let planned = match self.compile_one(index, question) {
-                    Ok(Ok(planned)) => planned,
-                    Ok(Err(refusal)) => return Err(refusal.message),
-                    Err(error) => return Err(error.to_string()),
-                };
-                let prepared = self
-                    .prepare_one(state, question, &planned, &renderer)
-                    .map_err(|r| r.message)?;
-                Ok((planned.compiled, prepared))
-            })
+            .map(
+                |(index, question)| match self.compile_one(index, question, &options) {
+                    Ok(planned) => planned,
+                    Err(error) => Err(Refusal {
+                        status: error.status(crate::error::Wire::SystemOne),
+                        code: "invalid_question",
+                        message: error.to_string(),
+                        loc: question.loc.clone(),
+                    }),
+                },
+            )
             .collect();
         let mut decided = Decided {
             outcomes: Vec::new(),
@@ -483,39 +506,30 @@ impl Engine {
             cached_tokens: 0,
             forward_passes: 0,
         };
-        let ready: Vec<&Prepared> = slots
-            .iter()
-            .filter_map(|slot| slot.as_ref().ok().map(|(_, p)| p))
-            .collect();
-        // Calibration reads have a tenant of their own.
-        let salt = crate::prefix_cache::tenant_salt(&["decide-calibration"]);
-        let mut reads = self.read_batch(&ready, salt, &mut decided).into_iter();
-        slots
-            .drain(..)
-            .zip(questions)
-            .map(|(slot, question)| {
-                let (compiled, _) = slot?;
-                let read = reads.next().expect("a read per prepared question");
-                let (read, _) =
-                    read.map_err(|error| model_refusal(&question.loc, error).message)?;
+        // Calibration and self-check reads have a tenant of their own.
+        let salt = crate::prefix_cache::tenant_salt(&["decide-internal"]);
+        self.read_planned(state, questions, planned, &renderer, salt, &mut decided)
+            .into_iter()
+            .map(|read| {
+                let (planned, read) = read.map_err(|refusal| refusal.message)?;
                 Ok(RawRead {
-                    options: compiled.options,
-                    scores: read.logprobs.iter().map(|&s| f64::from(s)).collect(),
+                    options: planned.compiled.options,
+                    scores: read.combined.scores,
+                    option_mass: read.combined.option_mass,
                 })
             })
             .collect()
     }
 
-    /// Renders one compiled question into prompt tokens and checks its labels.
+    /// Renders one ask into prompt tokens and checks its labels.
     fn prepare_one(
         &self,
         state: &str,
-        question: &Question,
-        planned: &Planned,
+        loc: &Loc,
+        ask: &readout::Ask,
         renderer: &crate::plugins::Renderer,
     ) -> Result<Prepared, Refusal> {
-        let loc = &question.loc;
-        let messages = match renderer.render(state, &planned.compiled, &planned.labels) {
+        let messages = match renderer.render(state, &ask.question, &ask.labels) {
             Ok(messages) => messages,
             Err(error) => return Err(plugin_call_refusal(loc, error)),
         };
@@ -543,7 +557,7 @@ impl Engine {
                 loc: loc.clone(),
             });
         }
-        let label_ids = match self.model.label_ids(&prompt, &planned.labels) {
+        let label_ids = match self.model.label_ids(&prompt, &ask.labels) {
             Ok(ids) => ids,
             Err(error) => return Err(model_refusal(loc, error)),
         };
@@ -588,21 +602,23 @@ impl Engine {
         &self,
         question: &Question,
         planned: Planned,
-        read: Readout,
-        usage: (usize, usize),
+        read: Read,
         calibration: &crate::plugins::Calibration,
         applied: &Applied,
     ) -> Outcome {
         let loc = &question.loc;
         let refuse_plugin =
             |error: PluginCallError| Outcome::Refusal(plugin_call_refusal(loc, error));
-        let (input_tokens, cached_tokens) = usage;
-        let scores: Vec<f64> = read.logprobs.iter().map(|&s| f64::from(s)).collect();
+        let Read {
+            combined,
+            input_tokens,
+            cached_tokens,
+        } = read;
         let params = match &applied.params {
             Ok(params) => params.clone(),
             Err(error) => return refuse_plugin(error.clone()),
         };
-        let probabilities = match calibration.apply(&scores, &params) {
+        let probabilities = match calibration.apply(&combined.scores, &params) {
             Ok(probabilities) => probabilities,
             Err(error) => return refuse_plugin(error),
         };
@@ -618,10 +634,10 @@ impl Engine {
                 .iter()
                 .map(|o| o.key.clone())
                 .collect(),
-            labels: planned.labels,
-            logprobs: read.logprobs,
+            logprobs: combined.scores.iter().map(|&s| s as f32).collect(),
             probabilities,
-            option_mass: read.option_mass,
+            option_mass: combined.option_mass,
+            readout: combined.detail,
             input_tokens,
             cached_tokens,
             temperature: applied.temperature,

@@ -196,7 +196,10 @@ mod tests {
         let mut other = tokens.clone();
         other[0] = 999;
         let b = block_keys(1, &other);
-        assert!(a.iter().zip(&b).all(|(x, y)| x != y), "a change in block 0 changes every key");
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| x != y),
+            "a change in block 0 changes every key"
+        );
     }
 
     /// A stand-in for a KV cache: positions and a size.
@@ -245,7 +248,10 @@ mod tests {
         assert_eq!(cache.stats().evictions, 1);
         assert_eq!(cache.stats().bytes, 20);
         cache.insert(1, &b, Kv(32, 26));
-        assert!(cache.lookup(1, &b).is_none(), "larger than the whole budget: not stored");
+        assert!(
+            cache.lookup(1, &b).is_none(),
+            "larger than the whole budget: not stored"
+        );
         cache.insert(1, &a[..31], Kv(31, 1));
         assert_eq!(cache.stats().inserts, 3, "partial blocks are not stored");
         let mut off = PrefixCache::new(0);

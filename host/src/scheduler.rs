@@ -143,21 +143,25 @@ fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Recei
             tokens += next.tokens();
             batch.push(next);
         }
-        let results = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            read_batch(model, &mut cache, &batch)
-        }))
-        .unwrap_or_else(|panic| {
-            let reason = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("unknown panic");
-            tracing::error!(reason, "a forward pass panicked; its batch fails");
-            batch
-                .iter()
-                .map(|job| failed(job.prompts.len(), &format!("the forward pass failed: {reason}")))
-                .collect()
-        });
+        let results =
+            std::panic::catch_unwind(AssertUnwindSafe(|| read_batch(model, &mut cache, &batch)))
+                .unwrap_or_else(|panic| {
+                    let reason = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("unknown panic");
+                    tracing::error!(reason, "a forward pass panicked; its batch fails");
+                    batch
+                        .iter()
+                        .map(|job| {
+                            failed(
+                                job.prompts.len(),
+                                &format!("the forward pass failed: {reason}"),
+                            )
+                        })
+                        .collect()
+                });
         metrics.record_batch(batch.len(), &cache.stats());
         for (job, result) in batch.into_iter().zip(results) {
             // A requester that went away (client disconnected) no longer listens.

@@ -14,8 +14,9 @@ use crate::calibration;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{Engine, EngineSettings, Limits};
-use crate::scheduler::SchedulerConfig;
 use crate::plugins::{PluginRegistry, RuntimeConfig};
+use crate::scheduler::SchedulerConfig;
+use crate::selfcheck;
 
 /// Runs the server until Ctrl-C / SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -71,6 +72,8 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     let (mut engine, served) = load_engine(config, state.metrics.clone(), &|step| {
         state.set_loading(step)
     })?;
+    state.set_loading("answer-slot self-check");
+    check_answer_slot(&mut engine, config)?;
     if config.temperature.is_some() {
         tracing::info!("startup calibration not run: the operator temperature (--temperature) applies to every answer without one of its own");
     } else {
@@ -85,6 +88,19 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
         engine.set_calibration(calibrated);
     }
     Ok((engine, served))
+}
+
+/// Runs the answer-slot self-check (see [`crate::selfcheck`]) and records it in the engine;
+/// an error with the reason when the model cannot serve decisions.
+pub fn check_answer_slot(engine: &mut Engine, config: &Config) -> anyhow::Result<()> {
+    let report = selfcheck::run(engine, config.self_check_min_mass);
+    let summary = report.summary();
+    if !report.passed() {
+        anyhow::bail!("{summary}");
+    }
+    tracing::info!("{summary}");
+    engine.set_self_check(report);
+    Ok(())
 }
 
 /// Loads plugins and the model and builds the engine (uncalibrated), reporting steps to `progress`.
@@ -155,6 +171,10 @@ pub fn load_engine(
         },
     };
     let engine = Engine::new(model, plugins, settings, metrics);
+    tracing::info!(
+        readouts = %engine.label_sets().summary(),
+        "readout capacities"
+    );
     Ok((engine, served))
 }
 
@@ -162,9 +182,10 @@ pub fn load_engine(
 /// re-fitting), prints the report lines and saves the result where `serve` reuses it.
 pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let (engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| {
+    let (mut engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| {
         tracing::info!("{step}")
     })?;
+    check_answer_slot(&mut engine, config)?;
     let questions = match &args.questions {
         Some(path) => calibration::Questions::File(path.clone()),
         None => calibration::Questions::from_flag(config.calibration_questions.as_deref()),

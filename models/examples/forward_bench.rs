@@ -54,7 +54,9 @@ fn ms(since: Instant) -> f64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [path, device, weights, rest @ ..] = args.as_slice() else {
-        return Err("usage: forward_bench MODEL.gguf cpu|cuda quantized|f32|f16|bf16 [tf32]".into());
+        return Err(
+            "usage: forward_bench MODEL.gguf cpu|cuda quantized|f32|f16|bf16 [tf32]".into(),
+        );
     };
     let device = match device.as_str() {
         "cpu" => Device::Cpu,
@@ -107,7 +109,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(64);
-    let prompts: Vec<_> = (0..count).map(|i| ask(&long, i)).collect::<Result<_, _>>()?;
+    let prompts: Vec<_> = (0..count)
+        .map(|i| ask(&long, i))
+        .collect::<Result<_, _>>()?;
     let shared = prompts
         .iter()
         .map(|(p, _)| {

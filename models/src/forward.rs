@@ -551,8 +551,8 @@ impl Transformer {
         }
 
         let x = x.squeeze(0)?; // (n, hidden)
-        // No rows (a prefill): an empty view, not an empty gather (a kernel launch over zero
-        // elements is an invalid argument on CUDA).
+                               // No rows (a prefill): an empty view, not an empty gather (a kernel launch over zero
+                               // elements is an invalid argument on CUDA).
         let picked = if rows.is_empty() {
             x.narrow(0, 0, 0)?
         } else if rows.len() == 1 {

@@ -136,6 +136,10 @@ pub struct Model {
     tokenizer: GgufTokenizer,
     template: Option<ChatTemplate>,
     transformer: Transformer,
+    /// Template text appended after the generation prompt (see [`Model::set_answer_suffix`]).
+    /// Behind a lock because the server's self-check tries suffixes on a model that is
+    /// already shared with its worker thread (before any request is served).
+    answer_suffix: std::sync::RwLock<String>,
 }
 
 // The server shares one Model across threads; fail the build if that ever stops holding.
@@ -214,6 +218,7 @@ impl Model {
             tokenizer,
             template,
             transformer,
+            answer_suffix: std::sync::RwLock::new(String::new()),
         })
     }
 
@@ -232,8 +237,39 @@ impl Model {
         self.transformer.device()
     }
 
+    /// Template text written after the generation prompt of every rendered prompt, e.g. an
+    /// empty reasoning block `<think>\n\n</think>\n\n` for a model that would otherwise
+    /// reason before answering. It is template text: control tokens in it are recognised.
+    /// The server sets it once at startup when its answer-slot self-check needs it, before the
+    /// model is shared; empty (the default) adds nothing.
+    pub fn set_answer_suffix(&self, suffix: impl Into<String>) {
+        *self
+            .answer_suffix
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = suffix.into();
+    }
+
+    /// The current answer suffix (empty when none is set).
+    pub fn answer_suffix(&self) -> String {
+        self.answer_suffix
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Whether `text` is exactly one token of the vocabulary that the tokenizer matches as a
+    /// whole (a control or user-defined added token such as `<think>`), so that writing it into
+    /// a prompt gives that token and not pieces of it.
+    pub fn is_added_token(&self, text: &str) -> bool {
+        match self.tokenizer.token_id(text) {
+            Some(id) => self.tokenizer.encode(text).ok().as_deref() == Some(&[id][..]),
+            None => false,
+        }
+    }
+
     /// Renders `messages` with the model's chat template (`add_generation_prompt=true`,
-    /// `enable_thinking=false`, any open `<think>` block closed) and tokenizes the result.
+    /// `enable_thinking=false`, any open `<think>` block or output channel closed, then the
+    /// [answer suffix](Model::set_answer_suffix)) and tokenizes the result.
     /// The prompt ends exactly where the assistant's first answer token goes. A base model
     /// without a template gets a [`ModelError::Template`].
     ///
@@ -263,7 +299,9 @@ impl Model {
             )));
         }
         let rendered = template.render_marked(messages)?;
-        let text = rendered.text;
+        let mut text = rendered.text;
+        // Template text after the last content span: it tokenizes as a template part.
+        text.push_str(&self.answer_suffix());
         let tokens = match rendered.content {
             Some(spans) => {
                 let mut parts: Vec<(&str, bool)> = Vec::with_capacity(2 * spans.len() + 1);

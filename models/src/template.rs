@@ -10,8 +10,9 @@
 //! methods via `minijinja_contrib::pycompat`, `raise_exception`, `strftime_now`, and the
 //! `bos_token` / `eos_token` variables. We pass `add_generation_prompt=true` and
 //! `enable_thinking=false` (templates that know it emit a closed, empty think block); if the
-//! rendered prompt still ends inside an open `<think>` block we close it, so the next token is
-//! the answer and not reasoning.
+//! rendered prompt still ends inside an open `<think>` block we close it, and a prompt that
+//! ends where a channelled model (gpt-oss "harmony") picks its output channel gets the final
+//! channel opened, so the next token is the answer and not reasoning.
 
 use minijinja::{Environment, Error as JinjaError, ErrorKind};
 use serde::Serialize;
@@ -22,6 +23,13 @@ const TEMPLATE_NAME: &str = "chat";
 
 /// What closes an open reasoning block so the answer comes next (Qwen3's non-thinking form).
 const THINK_CLOSE: &str = "\n</think>\n\n";
+
+/// A harmony-format assistant turn that has not chosen its channel yet.
+const HARMONY_OPEN_TURN: &str = "<|start|>assistant";
+/// What puts a harmony assistant turn into its final (answer) channel.
+const HARMONY_FINAL: &str = "<|channel|>final<|message|>";
+/// A harmony assistant turn left in its reasoning channel.
+const HARMONY_ANALYSIS: &str = "<|channel|>analysis<|message|>";
 
 /// A compiled chat template with its BOS/EOS strings.
 pub(crate) struct ChatTemplate {
@@ -86,7 +94,7 @@ impl ChatTemplate {
     pub fn render_marked(&self, messages: &[crate::ChatMessage]) -> Result<Rendered> {
         let mut text = self.render_raw(messages.iter().map(|m| m.content.as_str()), messages)?;
         if messages.iter().all(|m| m.content.is_empty()) {
-            close_open_think(&mut text);
+            close_answer_slot(&mut text);
             return Ok(Rendered {
                 text,
                 content: Some(Vec::new()),
@@ -112,7 +120,7 @@ impl ChatTemplate {
             })
             .collect();
         let mut marked = self.render_raw(sentinels.iter().map(String::as_str), messages)?;
-        let closing = close_open_think(&mut marked);
+        let closing = close_answer_slot(&mut marked);
         if let Some(c) = &closing {
             text.push_str(c);
         }
@@ -187,6 +195,24 @@ pub(crate) struct Rendered {
 /// Sentinel delimiters: private-use characters, which no template writes.
 const SENTINEL_OPEN: char = '\u{E000}';
 const SENTINEL_CLOSE: char = '\u{E001}';
+
+/// Closes what a template leaves open at the answer slot: an open `<think>` block (see
+/// [`close_open_think`]), or a harmony assistant turn without a channel or in its analysis
+/// channel (the final channel is opened). Returns what was appended.
+fn close_answer_slot(text: &mut String) -> Option<String> {
+    if let Some(added) = close_open_think(text) {
+        return Some(added);
+    }
+    let add = if text.ends_with(HARMONY_OPEN_TURN) {
+        HARMONY_FINAL.to_string()
+    } else if text.ends_with(HARMONY_ANALYSIS) {
+        format!("<|end|>{HARMONY_OPEN_TURN}{HARMONY_FINAL}")
+    } else {
+        return None;
+    };
+    text.push_str(&add);
+    Some(add)
+}
 
 /// Appends a `</think>` when the text ends inside an open `<think>` block; returns what was
 /// appended.
@@ -335,6 +361,67 @@ mod tests {
         let mut s = "<think>\n\n</think>\n\n".to_string();
         close_open_think(&mut s);
         assert_eq!(s, "<think>\n\n</think>\n\n");
+    }
+
+    /// A Qwen3-style template: `enable_thinking=false` writes the closed empty block itself.
+    const QWEN3_STYLE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+        {% if add_generation_prompt %}<|im_start|>assistant\n\
+        {% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}\
+        {% endif %}";
+
+    /// A reasoning-model template (DeepSeek-R1 / QwQ style) whose generation prompt always
+    /// opens a think block and has no switch for it.
+    const ALWAYS_THINKS: &str =
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+        {% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
+
+    #[test]
+    fn answer_slots_of_thinking_templates_are_closed() {
+        let q = [msg("user", "Is it red? Reply A or B.")];
+        let t = ChatTemplate::new(QWEN3_STYLE, "".into(), "".into()).unwrap();
+        let r = t.render_marked(&q).unwrap();
+        assert!(
+            r.text
+                .ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+            "{:?}",
+            r.text
+        );
+        assert_eq!(r.text.matches("</think>").count(), 1, "closed once");
+        let t = ChatTemplate::new(ALWAYS_THINKS, "".into(), "".into()).unwrap();
+        let r = t.render_marked(&q).unwrap();
+        assert!(
+            r.text
+                .ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+            "{:?}",
+            r.text
+        );
+        assert_eq!(
+            &r.text[r.content.unwrap()[0].clone()],
+            "Is it red? Reply A or B."
+        );
+    }
+
+    #[test]
+    fn harmony_turns_get_the_final_channel() {
+        let t = ChatTemplate::new(
+            "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}\
+             {% if add_generation_prompt %}<|start|>assistant{% endif %}",
+            "".into(),
+            "".into(),
+        )
+        .unwrap();
+        let r = t.render_marked(&[msg("user", "A or B?")]).unwrap();
+        assert!(
+            r.text
+                .ends_with("<|start|>assistant<|channel|>final<|message|>"),
+            "{:?}",
+            r.text
+        );
+        let mut s = "x<|start|>assistant<|channel|>analysis<|message|>".to_string();
+        close_answer_slot(&mut s);
+        assert!(s.ends_with("<|end|><|start|>assistant<|channel|>final<|message|>"));
+        let mut s = "plain".to_string();
+        assert_eq!(close_answer_slot(&mut s), None);
     }
 
     #[test]

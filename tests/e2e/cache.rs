@@ -48,7 +48,11 @@ fn a_repeated_input_is_served_from_the_prefix_cache_of_its_tenant_only() {
     // First request: question 2 reuses the prefix question 1 paid for. The repeat also serves
     // question 1's prefix from the cache (at a 32-token block boundary). Another tenant
     // with the same text starts cold.
-    let (c1, c2, c3) = (cached(&first.body), cached(&again.body), cached(&other.body));
+    let (c1, c2, c3) = (
+        cached(&first.body),
+        cached(&again.body),
+        cached(&other.body),
+    );
     assert!(c1 > 0, "{}", first.body["usage"]);
     assert!(c2 >= c1 + 32, "repeat: {c2} cached tokens vs first {c1}");
     assert_eq!(c3, c1, "another tenant never hits tenant a's entries");
@@ -113,7 +117,10 @@ fn concurrent_requests_share_forward_passes_and_answer_like_lone_requests() {
                 let server = &server;
                 scope.spawn(move || {
                     server
-                        .post("/v1/decisions", &request(&format!("together-{i}"), q.clone()))
+                        .post(
+                            "/v1/decisions",
+                            &request(&format!("together-{i}"), q.clone()),
+                        )
                         .body
                 })
             })
@@ -123,12 +130,18 @@ fn concurrent_requests_share_forward_passes_and_answer_like_lone_requests() {
     let batches = metric(&server, "decide_batches_total") - batches_before;
     let jobs = metric(&server, "decide_batched_jobs_total") - jobs_before;
     assert_eq!(jobs, questions.len() as f64);
-    assert!(batches < jobs, "{jobs} concurrent requests ran in {batches} batches");
+    assert!(
+        batches < jobs,
+        "{jobs} concurrent requests ran in {batches} batches"
+    );
     for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
         let (pa, pb) = (
             a["answers"][0]["probability"].as_f64().unwrap(),
             b["answers"][0]["probability"].as_f64().expect("an answer"),
         );
-        assert!((pa - pb).abs() < 1e-4, "request {i}: alone {pa}, batched {pb}");
+        assert!(
+            (pa - pb).abs() < 1e-4,
+            "request {i}: alone {pa}, batched {pb}"
+        );
     }
 }

@@ -150,7 +150,7 @@ fn a_question_that_cannot_be_read_is_refused_while_others_answer() {
         &json!({"model": "smol", "input": "A short note.", "questions": [
             {"type": "choice", "name": "wide", "instructions": "Pick one.", "choices": many},
             {"type": "predicate", "name": "note", "instructions": "This is a note."}
-        ]}),
+        ], "extra": {"backend_options": {"readout": "direct"}}}),
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.body["answers"][0]["type"], "refusal");
@@ -165,11 +165,17 @@ fn a_question_that_cannot_be_read_is_refused_while_others_answer() {
         "wide": {"type": "choice", "criteria": (0..27).map(|i| (format!("o{i}"), serde_json::Value::Null)).collect::<serde_json::Map<_, _>>()},
         "note": {"type": "noul", "instructions": "This is a note."}
     }}));
+    // The Jev format has no readout option: `auto` reads 27 criteria with wide labels.
     assert_eq!(jev.status, 200, "{}", jev.body);
-    assert!(jev.body["answers"].get("wide").is_none());
-    assert_eq!(jev.body["partial_failures"]["wide"]["status"], 422);
+    assert!(
+        jev.body["answers"]["wide"]["choice"].is_string(),
+        "{}",
+        jev.body
+    );
+    assert!(jev.body.get("partial_failures").is_none(), "{}", jev.body);
 
     let all_fail = server.post("/v1/decisions", &json!({"model": "smol", "input": "x", "questions": [
-        {"type": "choice", "instructions": "Pick one.", "choices": (0..30).map(|i| json!({"value": format!("v{i}")})).collect::<Vec<_>>()}]}));
+        {"type": "choice", "instructions": "Pick one.", "choices": (0..30).map(|i| json!({"value": format!("v{i}")})).collect::<Vec<_>>()}],
+        "extra": {"backend_options": {"readout": "direct"}}}));
     assert_eq!(all_fail.status, 422, "{}", all_fail.body);
 }

@@ -10,6 +10,7 @@ mod endpoints;
 mod errors;
 mod lifecycle;
 mod plugins;
+mod readouts;
 
 /// Asserts that probabilities are finite, in [0, 1] and sum to 1.
 pub fn assert_distribution(probabilities: &[f64]) {

@@ -60,6 +60,8 @@ def test_a_question_that_cannot_be_read_is_a_refusal(server):
             {"type": "choice", "name": "wide", "instructions": "Pick one.", "choices": [{"value": f"o{i}"} for i in range(30)]},
             {"type": "predicate", "instructions": "The text is in English."},
         ],
+        # 30 options fit `auto` (wide-direct); the single-letter readout cannot hold them.
+        extra_body={"extra": {"backend_options": {"readout": "direct"}}},
     )
     assert decision.answers[0].type == "refusal" and decision.answers[0].name == "wide"
     assert "30 options" in decision.answers[0].model_extra["extra"]["error"]["message"]

@@ -179,9 +179,16 @@ pub fn run(
             settings.model_file.display()
         )
     })?;
+    // The calibration set reads with `auto` (all its questions fit `direct`); an answer suffix
+    // kept by the self-check changes every prompt, so it is part of the key.
+    let suffix = engine.model().answer_suffix();
     let key = Key {
         model_sha256,
-        readout: "direct".into(),
+        readout: if suffix.is_empty() {
+            "direct".into()
+        } else {
+            format!("direct after {suffix:?}")
+        },
         policy: policy_name.to_string(),
         policy_sha256: policy.sha256().to_string(),
         render_version: RENDER_VERSION.into(),

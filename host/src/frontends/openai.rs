@@ -16,7 +16,8 @@ use super::json::{self as j, at};
 use crate::api::SharedState;
 use crate::error::{ApiError, Loc, Wire};
 use crate::loc;
-use crate::pipeline::{Decided, DecisionRequest, Outcome, Question, RENDER_VERSION};
+use crate::pipeline::{Answer, Decided, DecisionRequest, Outcome, Question, RENDER_VERSION};
+use crate::readout;
 
 /// How much of the answer's `extra` block to return.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +117,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
         j::only_fields(map, &["mode", "ttl"], &loc!["prompt_cache_options"])?;
     }
     let state = render_input(j::required(body, "input", &root)?, &loc!["input"])?;
-    let (temperature, detail) = parse_extra(body.get("extra"))?;
+    let (temperature, detail, readout) = parse_extra(body.get("extra"))?;
 
     let questions_loc = loc!["questions"];
     let list = j::array(j::required(body, "questions", &root)?, &questions_loc)?;
@@ -165,6 +166,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             questions,
             temperature,
             cache_salt: 0,
+            readout,
         },
         names,
         types,
@@ -173,9 +175,9 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
 }
 
 /// `extra` of the request: decide's own options.
-fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail), ApiError> {
+fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail, readout::Options), ApiError> {
     let Some(extra) = extra.filter(|v| !v.is_null()) else {
-        return Ok((None, Detail::Basic));
+        return Ok((None, Detail::Basic, readout::Options::default()));
     };
     let loc = loc!["extra"];
     let map = j::object(extra, &loc)?;
@@ -216,24 +218,10 @@ fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail), ApiError>
             ));
         }
     }
-    if let Some(options) = map.get("backend_options").filter(|v| !v.is_null()) {
-        let loc = at(&loc, "backend_options");
-        let options = j::object(options, &loc)?;
-        j::only_fields(options, &["readout"], &loc)?;
-        if let Some(readout) = options.get("readout") {
-            match readout.as_str() {
-                Some("auto") | Some("direct") => {}
-                _ => {
-                    return Err(j::invalid(
-                        &at(&loc, "readout"),
-                        format!(
-                            "{readout} is not available; this server reads `direct` (or `auto`)"
-                        ),
-                    ))
-                }
-            }
-        }
-    }
+    let readout = match map.get("backend_options").filter(|v| !v.is_null()) {
+        Some(options) => parse_backend_options(options, &at(&loc, "backend_options"))?,
+        None => readout::Options::default(),
+    };
     let detail = match map.get("detail") {
         None | Some(Value::Null) => Detail::Basic,
         Some(Value::String(s)) if s == "none" => Detail::None,
@@ -246,7 +234,79 @@ fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail), ApiError>
             ))
         }
     };
-    Ok((temperature, detail))
+    Ok((temperature, detail, readout))
+}
+
+/// Most finalists `two-stage` reads directly (the single-letter labels).
+const MAX_SHORTLIST: usize = 26;
+/// Most label shifts `permutation` reads (each is one more read of the question).
+const MAX_PERMUTATIONS: usize = 16;
+
+/// `extra.backend_options`: `{readout?, shortlist?, permutations?}`. A `permutations` count
+/// without a readout (or with `auto`) selects `permutation`.
+fn parse_backend_options(value: &Value, loc: &Loc) -> Result<readout::Options, ApiError> {
+    let map = j::object(value, loc)?;
+    j::only_fields(map, &["readout", "shortlist", "permutations"], loc)?;
+    let mut options = readout::Options::default();
+    let mut named = false;
+    if let Some(value) = map.get("readout").filter(|v| !v.is_null()) {
+        let loc = at(loc, "readout");
+        let name = value.as_str().ok_or_else(|| {
+            j::invalid(
+                &loc,
+                format!("expected a string, got {}", j::type_name(value)),
+            )
+        })?;
+        options.choice = readout::Choice::parse(name).ok_or_else(|| {
+            j::invalid(
+                &loc,
+                format!(
+                    "`{name}` is not a readout; use one of {}",
+                    readout::Choice::NAMES.join(", ")
+                ),
+            )
+        })?;
+        named = options.choice != readout::Choice::Auto;
+    }
+    let count = |field: &str, min: usize, max: usize| -> Result<Option<usize>, ApiError> {
+        let Some(value) = map.get(field).filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        let loc = at(loc, field);
+        match value.as_u64() {
+            Some(n) if (min as u64..=max as u64).contains(&n) => Ok(Some(n as usize)),
+            _ => Err(j::invalid(
+                &loc,
+                format!("{value} is out of range; expected an integer from {min} to {max}"),
+            )),
+        }
+    };
+    if let Some(shortlist) = count(
+        "shortlist",
+        readout::two_stage::MIN_SHORTLIST,
+        MAX_SHORTLIST,
+    )? {
+        options.shortlist = shortlist;
+    }
+    if let Some(permutations) = count("permutations", 1, MAX_PERMUTATIONS)? {
+        match options.choice {
+            readout::Choice::Auto | readout::Choice::Permutation => {
+                options.choice = readout::Choice::Permutation;
+                options.permutations = permutations;
+            }
+            other if named => {
+                return Err(j::invalid(
+                    &at(loc, "permutations"),
+                    format!(
+                        "applies to readout `permutation`, but readout is `{}`; drop one of them",
+                        other.as_str()
+                    ),
+                ))
+            }
+            _ => unreachable!("a non-auto choice is always named"),
+        }
+    }
+    Ok(options)
 }
 
 /// Renders `input` to the state text. A string (or a lone user message) is the text itself;
@@ -454,7 +514,13 @@ fn respond(
                             "option_mass": answer.option_mass,
                             "input_tokens": answer.input_tokens,
                             "cached_input_tokens": answer.cached_tokens,
+                            "readout": answer.readout.readout,
                         });
+                        readout_audit(
+                            answer,
+                            detail,
+                            audit.as_object_mut().expect("audit is an object"),
+                        );
                         let mut extra = Map::new();
                         if detail == Detail::Full {
                             let logits: Map<String, Value> = answer
@@ -481,8 +547,7 @@ fn respond(
                                 json!(answer.calibration_params),
                             );
                             audit.insert("forward_passes".into(), json!(decided.forward_passes));
-                            audit.insert("readout".into(), json!("direct"));
-                            audit.insert("label_layout".into(), json!(answer.labels));
+                            audit.insert("label_layout".into(), json!(answer.readout.labels));
                         }
                         extra.insert("audit".into(), audit);
                         object.insert("extra".into(), Value::Object(extra));
@@ -511,6 +576,30 @@ fn respond(
             "total_tokens": decided.input_tokens,
         },
     })
+}
+
+/// The readout's own audit fields: the two-stage shortlist (and, in full detail, every
+/// option's stage-1 yes-share), the permutation shifts and each shift's top option.
+fn readout_audit(answer: &Answer, detail: Detail, audit: &mut Map<String, Value>) {
+    let id = |i: usize| option_id(&answer.option_keys[i]);
+    let r = &answer.readout;
+    if let Some(shortlist) = &r.shortlist {
+        let ids: Vec<String> = shortlist.iter().map(|&i| id(i)).collect();
+        audit.insert("shortlist".into(), json!(ids));
+    }
+    if let (Some(stage1), Detail::Full) = (&r.stage1, detail) {
+        let scores: Map<String, Value> = stage1
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (id(i), json!(s)))
+            .collect();
+        audit.insert("stage1".into(), Value::Object(scores));
+    }
+    if let (Some(shifts), Some(tops)) = (&r.shifts, &r.shift_top) {
+        let tops: Vec<String> = tops.iter().map(|&i| id(i)).collect();
+        audit.insert("permutation_shifts".into(), json!(shifts));
+        audit.insert("permutation_top".into(), json!(tops));
+    }
 }
 
 /// An option key (JSON text) as an object key: strings unquoted, other values as written.

@@ -127,6 +127,8 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             questions,
             temperature: None,
             cache_salt: 0,
+            // The Jev format has no backend-options slot: its questions read with `auto`.
+            readout: crate::readout::Options::default(),
         },
         ids,
         types,

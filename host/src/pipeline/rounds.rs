@@ -1,0 +1,154 @@
+//! Reading planned questions in rounds: every question's first-round reads (one read, one per
+//! label shift, or one per option for two-stage) go into one batched read, the second round
+//! (two-stage finalists) into another. Kept apart from the pipeline's request handling so the
+//! read path (`Engine::read_batch`) is called from exactly one place, [`Engine::read_round`].
+
+use decide_models::{ModelError, Readout};
+
+use super::{model_refusal, Decided, Engine, Planned, Prepared, Question, Refusal};
+use crate::error::Loc;
+use crate::readout;
+
+impl Engine {
+    /// Renders, reads and combines every planned question. The first round of every
+    /// question's reads (one read, or one per shift, or one per option for two-stage) goes
+    /// into one batched read over the shared prefix; the second round (two-stage finalists)
+    /// into another. Outcomes come back in question order.
+    pub(super) fn read_planned(
+        &self,
+        state: &str,
+        questions: &[Question],
+        planned: Vec<Result<Planned, Refusal>>,
+        renderer: &crate::plugins::Renderer,
+        salt: u64,
+        decided: &mut Decided,
+    ) -> Vec<Result<(Planned, Read), Refusal>> {
+        let prepare_all = |planned: &Planned, asks: &[readout::Ask]| {
+            let loc = &questions[planned.index].loc;
+            asks.iter()
+                .map(|ask| self.prepare_one(state, loc, ask, renderer))
+                .collect::<Result<Vec<Prepared>, Refusal>>()
+        };
+        // Round 1.
+        let first: Vec<Result<(Planned, Vec<Prepared>), Refusal>> = planned
+            .into_iter()
+            .map(|planned| {
+                let planned = planned?;
+                let asks = planned.plan.asks(&planned.compiled);
+                let prepared = prepare_all(&planned, &asks)?;
+                Ok((planned, prepared))
+            })
+            .collect();
+        let groups: Vec<&[Prepared]> = first
+            .iter()
+            .filter_map(|w| w.as_ref().ok().map(|(_, p)| p.as_slice()))
+            .collect();
+        let mut reads = self.read_round(&groups, salt, decided).into_iter();
+        let mut after_first: Vec<Result<Stage, Refusal>> = Vec::with_capacity(first.len());
+        for work in first {
+            after_first.push(work.and_then(|(planned, prepared)| {
+                let loc = &questions[planned.index].loc;
+                let (results, tokens) =
+                    collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
+                Ok(match planned.plan.combine(&planned.compiled, &results) {
+                    readout::Step::Done(combined) => {
+                        Stage::Done(planned, Read::new(combined, tokens))
+                    }
+                    readout::Step::Again(pending) => {
+                        let second = prepare_all(&planned, std::slice::from_ref(pending.ask()))?;
+                        Stage::Waiting(planned, pending, second, tokens)
+                    }
+                })
+            }));
+        }
+        // Round 2.
+        let groups: Vec<&[Prepared]> = after_first
+            .iter()
+            .filter_map(|s| match s {
+                Ok(Stage::Waiting(_, _, prepared, _)) => Some(prepared.as_slice()),
+                _ => None,
+            })
+            .collect();
+        let mut reads = self.read_round(&groups, salt, decided).into_iter();
+        after_first
+            .into_iter()
+            .map(|stage| match stage? {
+                Stage::Done(planned, read) => Ok((planned, read)),
+                Stage::Waiting(planned, pending, prepared, (tokens, cached)) => {
+                    let loc = &questions[planned.index].loc;
+                    let (results, (more, more_cached)) =
+                        collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
+                    let combined = pending.finish(&results[0]);
+                    Ok((
+                        planned,
+                        Read::new(combined, (tokens + more, cached + more_cached)),
+                    ))
+                }
+            })
+            .collect()
+    }
+
+    /// One round of reads: every group's prompts go into one batched read (the only caller of
+    /// [`Engine::read_batch`]); the results come back split by group.
+    fn read_round(
+        &self,
+        groups: &[&[Prepared]],
+        salt: u64,
+        decided: &mut Decided,
+    ) -> Vec<Vec<Result<(Readout, usize), ModelError>>> {
+        if groups.is_empty() {
+            return Vec::new();
+        }
+        let prompts: Vec<&Prepared> = groups.iter().flat_map(|g| g.iter()).collect();
+        let mut reads = self.read_batch(&prompts, salt, decided).into_iter();
+        groups
+            .iter()
+            .map(|group| reads.by_ref().take(group.len()).collect())
+            .collect()
+    }
+}
+
+/// A question's reads, combined, with the prompt tokens they took.
+pub(super) struct Read {
+    pub(super) combined: readout::Combined,
+    /// Prompt tokens of all the question's reads.
+    pub(super) input_tokens: usize,
+    /// Of those, tokens whose KV came from a shared prefix.
+    pub(super) cached_tokens: usize,
+}
+
+impl Read {
+    fn new(combined: readout::Combined, (input_tokens, cached_tokens): (usize, usize)) -> Read {
+        Read {
+            combined,
+            input_tokens,
+            cached_tokens,
+        }
+    }
+}
+
+/// Where a question is between the two read rounds.
+enum Stage {
+    Done(Planned, Read),
+    /// Waiting for the second round: the pending combination, its prompt, and the tokens
+    /// (total, cached) of the first round.
+    Waiting(Planned, readout::Pending, Vec<Prepared>, (usize, usize)),
+}
+
+/// The readouts of one question's prompts and their (total, cached) prompt tokens, or the
+/// refusal for the first read that failed.
+fn collect_reads(
+    reads: Vec<Result<(Readout, usize), ModelError>>,
+    prepared: &[Prepared],
+    loc: &Loc,
+) -> Result<(Vec<Readout>, (usize, usize)), Refusal> {
+    let mut out = Vec::with_capacity(reads.len());
+    let (mut tokens, mut cached) = (0, 0);
+    for (read, prompt) in reads.into_iter().zip(prepared) {
+        let (read, from_cache) = read.map_err(|error| model_refusal(loc, error))?;
+        tokens += prompt.tokens.len();
+        cached += from_cache;
+        out.push(read);
+    }
+    Ok((out, (tokens, cached)))
+}

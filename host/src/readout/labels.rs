@@ -1,0 +1,151 @@
+//! Which labels a model can answer with, measured once per model at load.
+//!
+//! A label is usable only if the model's tokenizer reads it as one token at the answer slot
+//! (the in-context rule of [`Model::label_ids`]): appended to the rendered prompt it is exactly
+//! one new token, leaves the prompt's tokens unchanged, and decodes back to itself. Which
+//! strings pass depends on the vocabulary and on how the chat template ends, so the sets are
+//! measured on a real rendered prompt of the model rather than assumed.
+//!
+//! # The label scheme
+//!
+//! `direct` uses the single letters `A`..`Z`. `wide-direct` continues the same sequence the
+//! way spreadsheet columns do: `A`..`Z`, then the letter pairs `AA`, `AB`, ..., `ZZ`, keeping
+//! only the pairs that are single tokens of this vocabulary. Why this scheme:
+//!
+//! - **The first 26 options read exactly as `direct` reads them.** An option keeps its label
+//!   when a question grows past 26 options, and a wide read of a short question *is* the
+//!   direct read, so the two readouts can never disagree where both apply.
+//! - **Uppercase only.** Mixing cases (`Ab`, `ab`) would put labels in one list that differ
+//!   only by case, which small models confuse; digits are out because both tokenizers served
+//!   here split numbers into single digits, so `10` is two tokens.
+//! - **No prefix confusion at the read.** `A` and `AB` are different tokens, and the canonical
+//!   tokenization of `AB` is the single token `AB`, never `A` followed by `B`; so the
+//!   probability of the token `A` is the probability of answering `A`, not a share of `AB`.
+//!   The pairs that are *not* single tokens are skipped (never shown), so no shown label can be
+//!   read only as its first letter.
+//!
+//! Measured capacities (`decide doctor`): SmolLM2-135M `direct` 26, `wide-direct` 403; Qwen2.5
+//! `direct` 26, `wide-direct` 578.
+
+use decide_models::{ChatMessage, Model};
+
+/// The letters of `direct`, in order.
+pub fn letters() -> impl Iterator<Item = String> {
+    (b'A'..=b'Z').map(|c| char::from(c).to_string())
+}
+
+/// The candidates `wide-direct` adds after the letters, in the order they are tried.
+pub fn pairs() -> impl Iterator<Item = String> {
+    (b'A'..=b'Z')
+        .flat_map(|a| (b'A'..=b'Z').map(move |b| format!("{}{}", char::from(a), char::from(b))))
+}
+
+/// The label sets of one model (tokenizer + chat-template ending).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSets {
+    /// Labels of `direct`: the letters that are single tokens at the answer slot, in order.
+    pub direct: Vec<String>,
+    /// Labels of `wide-direct`: `direct`'s letters, then the usable letter pairs.
+    pub wide: Vec<String>,
+    /// Why the sets are empty, when the model could not be probed (e.g. no chat template).
+    pub unavailable: Option<String>,
+}
+
+impl LabelSets {
+    /// Keeps the candidates for which `fits` holds (the model's single-token rule).
+    pub fn select(fits: impl Fn(&str) -> bool) -> LabelSets {
+        let direct: Vec<String> = letters().filter(|l| fits(l)).collect();
+        let mut wide = direct.clone();
+        wide.extend(pairs().filter(|l| fits(l)));
+        LabelSets {
+            direct,
+            wide,
+            unavailable: None,
+        }
+    }
+
+    /// Measures the sets on a prompt rendered with `model`'s chat template (and its current
+    /// answer suffix): the label is read right after the template's generation prompt, which
+    /// is the same text for every question, so one probe prompt stands for all of them. Every
+    /// read still checks its labels in its own prompt.
+    pub fn measure(model: &Model) -> LabelSets {
+        let probe = [
+            ChatMessage {
+                role: "system".into(),
+                content: "Answer with one label.".into(),
+            },
+            ChatMessage {
+                role: "user".into(),
+                content: "Which option?".into(),
+            },
+        ];
+        let prompt = match model.render(&probe) {
+            Ok(prompt) => prompt,
+            Err(error) => {
+                return LabelSets {
+                    unavailable: Some(format!("no prompt can be rendered: {error}")),
+                    ..LabelSets::default()
+                }
+            }
+        };
+        let mut sets =
+            LabelSets::select(|label| model.label_ids(&prompt, &[label.to_string()]).is_ok());
+        // Each label alone is one token; together they must also be distinct tokens.
+        if let Err(error) = model.label_ids(&prompt, &sets.wide) {
+            sets.unavailable = Some(format!("the wide label set is not readable: {error}"));
+            sets.wide = sets.direct.clone();
+        }
+        sets
+    }
+
+    /// Most options `direct` can hold.
+    pub fn direct_capacity(&self) -> usize {
+        self.direct.len()
+    }
+
+    /// Most options `wide-direct` can hold.
+    pub fn wide_capacity(&self) -> usize {
+        self.wide.len()
+    }
+
+    /// One line for logs and `decide doctor`: `direct up to 26, wide-direct up to 403`.
+    pub fn summary(&self) -> String {
+        let mut line = format!(
+            "direct up to {}, wide-direct up to {}, two-stage any count (shortlist read directly)",
+            self.direct_capacity(),
+            self.wide_capacity()
+        );
+        if let Some(why) = &self.unavailable {
+            line.push_str(&format!(" ({why})"));
+        }
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_follow_the_letters_in_spreadsheet_order() {
+        let all: Vec<String> = pairs().collect();
+        assert_eq!(all.len(), 676);
+        assert_eq!(&all[..3], ["AA", "AB", "AC"]);
+        assert_eq!(all.last().unwrap(), "ZZ");
+    }
+
+    #[test]
+    fn selection_keeps_only_fitting_labels_in_order() {
+        let sets = LabelSets::select(|l| l.len() == 1 || l.starts_with('Q'));
+        assert_eq!(sets.direct_capacity(), 26);
+        assert_eq!(sets.wide_capacity(), 26 + 26);
+        assert_eq!(sets.wide[26], "QA");
+        assert_eq!(sets.wide[..26], sets.direct[..]);
+        let no_x = LabelSets::select(|l| l != "X");
+        assert_eq!(no_x.direct_capacity(), 25);
+        assert!(!no_x.direct.contains(&"X".to_string()));
+        assert!(no_x
+            .summary()
+            .starts_with("direct up to 25, wide-direct up to 701"));
+    }
+}
