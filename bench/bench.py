@@ -184,7 +184,7 @@ def main() -> None:
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--quick", action="store_true", help="small sizes, for CPU smoke runs")
     parser.add_argument("--report", help="write the JSON report here")
-    parser.add_argument("--long-words", type=int, default=23000,
+    parser.add_argument("--long-words", type=int, default=18000,
                         help="words of the long state (repeat, big); ~1.35 tokens per word on Qwen")
     parser.add_argument("--skip", default="", help="comma-separated scenarios to skip")
     args = parser.parse_args()

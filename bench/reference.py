@@ -176,7 +176,7 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--report")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--long-words", type=int, default=23000)
+    parser.add_argument("--long-words", type=int, default=18000)
     parser.add_argument("--questions", default=os.path.join(os.path.dirname(__file__), "..", "calibration", "default.jsonl"))
     args = parser.parse_args()
     r = Reader(args.model)

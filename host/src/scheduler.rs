@@ -31,9 +31,9 @@ use crate::prefix_cache::{PrefixCache, BLOCK_TOKENS};
 /// more is read in several passes.
 pub const MAX_PASS_TOKENS: usize = 2048;
 
-/// A lone prompt's own beginning is prefilled and stored in the prefix cache only when at
-/// least this many of its tokens are not cached yet: storing costs a separate pass, which
-/// pays off for long inputs that are asked about again, not for short prompts.
+/// A lone prompt is read in a pass of its own, which also yields its KV for the prefix
+/// cache, only when at least this many of its tokens are not cached yet; shorter ones join
+/// the packed passes with other requests (more throughput, nothing stored).
 pub const STORE_MIN_TOKENS: usize = 512;
 
 /// One prompt to read.
@@ -189,27 +189,38 @@ fn read_batch(model: &Model, cache: &mut PrefixCache, batch: &[Job]) -> Vec<JobR
             forward_passes: 0,
         })
         .collect();
-    let mut prefixes = Vec::with_capacity(batch.len());
-    for (job, result) in batch.iter().zip(&mut results) {
-        prefixes.push(job_prefix(model, cache, job, result));
-    }
-
-    // Every prompt of every job whose prefix is ready, as (job, prompt) in order.
-    let mut items: Vec<(usize, usize)> = Vec::new();
+    // Every job's prefix (None: nothing left to pack, because its prompt was read already or
+    // its prefix failed); a long lone prompt is read (and its prefix stored) right here.
+    let mut prefixes: Vec<Option<JobPrefix>> = Vec::with_capacity(batch.len());
     let mut reads: Vec<Vec<Option<PromptRead>>> = batch
         .iter()
         .map(|job| (0..job.prompts.len()).map(|_| None).collect())
         .collect();
-    for (j, (job, prefix)) in batch.iter().zip(&prefixes).enumerate() {
-        match prefix {
-            Ok(_) => items.extend((0..job.prompts.len()).map(|p| (j, p))),
+    for (j, (job, result)) in batch.iter().zip(&mut results).enumerate() {
+        let prefix = match job_prefix(model, cache, job, result) {
+            Ok(Prefixed::Prefix(prefix)) => Some(prefix),
+            Ok(Prefixed::Read(read, cached)) => {
+                reads[j][0] = Some(Ok((read, cached)));
+                None
+            }
             Err(error) => {
                 for slot in &mut reads[j] {
                     *slot = Some(Err(ModelError::Compute(error.to_string())));
                 }
+                None
             }
-        }
+        };
+        prefixes.push(prefix);
     }
+
+    // Every prompt of every job whose prefix is ready, as (job, prompt) in order.
+    let items: Vec<(usize, usize)> = batch
+        .iter()
+        .zip(&prefixes)
+        .enumerate()
+        .filter(|(_, (_, prefix))| prefix.is_some())
+        .flat_map(|(j, (job, _))| (0..job.prompts.len()).map(move |p| (j, p)))
+        .collect();
     let heads = model.transformer().dims().n_head;
     for pass in passes(&items, batch, &prefixes, heads) {
         let segments: Vec<Segment<'_>> = pass
@@ -257,44 +268,66 @@ fn read_batch(model: &Model, cache: &mut PrefixCache, batch: &[Job]) -> Vec<JobR
     results
 }
 
+/// What [`job_prefix`] did for a job.
+enum Prefixed {
+    /// The KV its prompts continue from; they are read in the packed passes.
+    Prefix(JobPrefix),
+    /// A lone long prompt, read on its own (one pass that also yields its KV, whose prefix
+    /// was stored): the read and its cached tokens.
+    Read(Readout, usize),
+}
+
 /// Finds or computes the KV a job's prompts continue from, and stores new prefixes.
 fn job_prefix(
     model: &Model,
     cache: &mut PrefixCache,
     job: &Job,
     result: &mut JobResult,
-) -> Result<JobPrefix, ModelError> {
+) -> Result<Prefixed, ModelError> {
     let shared = shared_prefix_len(&job.prompts);
     let tokens = &job.prompts[0].tokens;
     let found = cache.lookup(job.salt, &tokens[..shared]);
     let hit = found.as_ref().map_or(0, KvCache::len);
-    // Several prompts: prefill everything they share once. A lone prompt: only when a long
-    // stretch is uncached, up to a block boundary, so the next request can reuse it.
-    let target = if job.prompts.len() > 1 {
-        shared
-    } else if shared - hit >= STORE_MIN_TOKENS {
-        shared / BLOCK_TOKENS * BLOCK_TOKENS
-    } else {
-        hit
-    };
-    if target <= hit {
-        return Ok(JobPrefix {
+    if job.prompts.len() == 1 {
+        // A lone prompt with a long uncached stretch: read it in a pass of its own that also
+        // returns its KV, and keep its prefix (to a block boundary) for the next request. A
+        // short one joins the packed passes; storing it would not pay.
+        if shared - hit < STORE_MIN_TOKENS {
+            return Ok(Prefixed::Prefix(JobPrefix {
+                cache: found,
+                len: hit,
+                hit,
+            }));
+        }
+        let prompt = &job.prompts[0];
+        let (read, filled, passes) =
+            model.read_and_cache(&tokens[hit..], found.as_ref(), &prompt.label_ids)?;
+        result.forward_passes += passes;
+        let store = shared / BLOCK_TOKENS * BLOCK_TOKENS;
+        if store > hit {
+            cache.insert(job.salt, &tokens[..store], filled.prefix(store)?);
+        }
+        return Ok(Prefixed::Read(read, hit));
+    }
+    // Several prompts: everything they share is prefilled once.
+    if shared <= hit {
+        return Ok(Prefixed::Prefix(JobPrefix {
             cache: found,
             len: hit,
             hit,
-        });
+        }));
     }
     result.forward_passes += 1;
-    let filled = model.prefill(&tokens[hit..target], found.as_ref())?;
-    let store = target / BLOCK_TOKENS * BLOCK_TOKENS;
+    let filled = model.prefill(&tokens[hit..shared], found.as_ref())?;
+    let store = shared / BLOCK_TOKENS * BLOCK_TOKENS;
     if store > hit {
         cache.insert(job.salt, &tokens[..store], filled.prefix(store)?);
     }
-    Ok(JobPrefix {
+    Ok(Prefixed::Prefix(JobPrefix {
         cache: Some(filled),
-        len: target,
+        len: shared,
         hit,
-    })
+    }))
 }
 
 /// Groups `items` into passes of at most [`MAX_PASS_TOKENS`] rows whose attention scores
@@ -303,7 +336,7 @@ fn job_prefix(
 fn passes(
     items: &[(usize, usize)],
     batch: &[Job],
-    prefixes: &[Result<JobPrefix, ModelError>],
+    prefixes: &[Option<JobPrefix>],
     heads: usize,
 ) -> Vec<Vec<(usize, usize)>> {
     let mut passes = Vec::new();
@@ -386,10 +419,10 @@ mod tests {
             reply: reply.clone(),
         };
         let batch = [job(&[30, MAX_PASS_TOKENS + 20, 30]), job(&[30])];
-        let prefixes: Vec<Result<JobPrefix, ModelError>> = [10, 0]
+        let prefixes: Vec<Option<JobPrefix>> = [10, 0]
             .iter()
             .map(|&len| {
-                Ok(JobPrefix {
+                Some(JobPrefix {
                     cache: None,
                     len,
                     hit: 0,

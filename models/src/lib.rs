@@ -477,6 +477,44 @@ impl Model {
         readout::read_labels_rows(&logits, label_ids)
     }
 
+    /// Reads `tokens` after `cache` (or from position 0) like [`Model::read`], and also returns
+    /// the KV of everything read, so the caller can keep the prompt's prefix for later
+    /// requests. One forward pass when the prompt fits one prefill chunk; longer prompts run
+    /// as chunks ([`Model::prefill`]), the read in the last one. Returns the readout, the
+    /// cache, and the number of passes run.
+    pub fn read_and_cache(
+        &self,
+        tokens: &[u32],
+        cache: Option<&KvCache>,
+        label_ids: &[u32],
+    ) -> Result<(Readout, KvCache, usize)> {
+        if tokens.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        let held = cache.map_or(0, KvCache::len);
+        let chunk = self.chunk_rows(held + tokens.len(), PREFILL_MAX_CHUNK);
+        let head = tokens.len().saturating_sub(chunk);
+        let (cache, mut passes) = if head > 0 {
+            let filled = self.prefill(&tokens[..head], cache)?;
+            (Some(filled), head.div_ceil(chunk))
+        } else {
+            (cache.cloned(), 0)
+        };
+        let last = &tokens[head..];
+        let (hidden, cache) =
+            self.transformer
+                .forward(last, held + head, cache.as_ref(), &[last.len() - 1])?;
+        passes += 1;
+        Ok((self.read_hidden(&hidden, label_ids)?, cache, passes))
+    }
+
+    /// Query rows per prefill chunk when the keys reach `keys` positions: as many as keep
+    /// one chunk's attention scores within [`PREFILL_SCORE_BUDGET`], at most `max_chunk`.
+    fn chunk_rows(&self, keys: usize, max_chunk: usize) -> usize {
+        let heads = self.transformer.dims().n_head;
+        (PREFILL_SCORE_BUDGET / (heads * keys.max(1))).clamp(1, max_chunk.max(1))
+    }
+
     /// Extends `cache` (or starts from nothing) by `tokens`, in chunks small enough that one
     /// chunk's attention scores stay within [`PREFILL_SCORE_BUDGET`]: a 32k-token state is
     /// prefilled in pieces instead of materialising a 32k x 32k score matrix per head.
@@ -492,14 +530,12 @@ impl Model {
         cache: Option<&KvCache>,
         max_chunk: usize,
     ) -> Result<KvCache> {
-        let heads = self.transformer.dims().n_head;
         let mut cache = cache.cloned();
         let mut done = 0;
         while done < tokens.len() {
             let held = cache.as_ref().map_or(0, |c| c.len());
-            let keys = held + tokens.len() - done;
-            let rows = (PREFILL_SCORE_BUDGET / (heads * keys.max(1)))
-                .clamp(1, max_chunk.max(1))
+            let rows = self
+                .chunk_rows(held + tokens.len() - done, max_chunk)
                 .min(tokens.len() - done);
             let (_, next) =
                 self.transformer

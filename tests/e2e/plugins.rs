@@ -52,11 +52,14 @@ fn a_plugin_replaced_while_requests_run_fails_no_request() {
         let reply = server.post("/v1/decisions", &predicate_body());
         assert_eq!(reply.status, 200, "{}", reply.body);
         let q = reply.body["answers"][0]["probability"].as_f64().unwrap();
-        if (q - (1.0 - p)).abs() < 1e-9 {
+        // Concurrent requests share forward passes; with the f32 weights of the CPU default a
+        // batched read differs from a lone one by float rounding (~1e-6), so 1e-4 tells the
+        // old plugin (p) from the new one (1 - p).
+        if (q - (1.0 - p)).abs() < 1e-4 {
             break q;
         }
         assert!(
-            (q - p).abs() < 1e-9,
+            (q - p).abs() < 1e-4,
             "neither the old nor the new plugin: {q} vs {p}"
         );
         assert!(
@@ -69,14 +72,14 @@ fn a_plugin_replaced_while_requests_run_fails_no_request() {
     load.join()
         .expect("no request failed while the plugin was swapped");
     assert!(sent.load(Ordering::Relaxed) > 0);
-    assert!((flipped - (1.0 - p)).abs() < 1e-9);
+    assert!((flipped - (1.0 - p)).abs() < 1e-4);
 
     // A broken file never replaces the working plugin.
     std::fs::write(dir.join("openai-predicate.wasm"), b"\0asm garbage").unwrap();
     std::thread::sleep(Duration::from_millis(600));
     let after = server.post("/v1/decisions", &predicate_body());
     assert_eq!(after.status, 200, "{}", after.body);
-    assert!((after.body["answers"][0]["probability"].as_f64().unwrap() - flipped).abs() < 1e-9);
+    assert!((after.body["answers"][0]["probability"].as_f64().unwrap() - flipped).abs() < 1e-4);
 }
 
 #[test]
