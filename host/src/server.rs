@@ -215,8 +215,12 @@ pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
 /// elsewhere (not yet measured on CUDA).
 pub fn parse_weights(name: &str, device: &Device) -> anyhow::Result<WeightFormat> {
     Ok(match name {
+        // Chosen by measurement (bench/reports/h200-q15-run2/forward.jsonl): on CPU candle
+        // has no SIMD kernels for several quantized formats (f32 reads ~5x faster); on an
+        // H200, bf16 weights read q15 1.7x faster than the quantized kernels.
         "auto" if device.is_cpu() => WeightFormat::F32,
-        "auto" | "quantized" => WeightFormat::Quantized,
+        "auto" => WeightFormat::BF16,
+        "quantized" => WeightFormat::Quantized,
         "f32" => WeightFormat::F32,
         "f16" => WeightFormat::F16,
         "bf16" => WeightFormat::BF16,
