@@ -498,6 +498,25 @@ fn check_cache_split(key: &'static str) {
     eprintln!("{key}: max abs logit difference, full vs prefix+suffix: {worst:e}");
 }
 
+/// The label ids of "A" and "B" after each prompt, and each prompt's lone read: what the
+/// batched and cached reads are compared with.
+fn ab_reads_alone(
+    m: &Model,
+    prompts: &[decide_models::Prompt],
+) -> (Vec<Vec<u32>>, Vec<decide_models::Readout>) {
+    let labels = strings(&["A", "B"]);
+    let ids: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| m.label_ids(p, &labels).unwrap())
+        .collect();
+    let singles = prompts
+        .iter()
+        .zip(&ids)
+        .map(|(p, ids)| m.read(&p.tokens, ids).unwrap())
+        .collect();
+    (ids, singles)
+}
+
 /// Several suffixes batched against one prefix read exactly like each full prompt alone.
 fn check_batched_suffixes(key: &'static str) {
     let Some(m) = load(key) else { return };
@@ -524,16 +543,7 @@ fn check_batched_suffixes(key: &'static str) {
         );
     }
     assert!(n > 10, "{n}");
-    let labels = strings(&["A", "B"]);
-    let ids: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| m.label_ids(p, &labels).unwrap())
-        .collect();
-    let singles: Vec<_> = prompts
-        .iter()
-        .zip(&ids)
-        .map(|(p, ids)| m.read(&p.tokens, ids).unwrap())
-        .collect();
+    let (ids, singles) = ab_reads_alone(m, &prompts);
     let (_, cache) = m.forward(&prompts[0].tokens[..n], 0, None, &[]).unwrap();
     let suffixes: Vec<&[u32]> = prompts.iter().map(|p| &p.tokens[n..]).collect();
     let id_refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
@@ -572,16 +582,7 @@ fn check_packed_prefixes(key: &'static str) {
         "Is water wet? A yes B no.",
     ];
     let prompts: Vec<_> = texts.iter().map(|t| m.render(&user(t)).unwrap()).collect();
-    let labels = strings(&["A", "B"]);
-    let ids: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| m.label_ids(p, &labels).unwrap())
-        .collect();
-    let singles: Vec<_> = prompts
-        .iter()
-        .zip(&ids)
-        .map(|(p, ids)| m.read(&p.tokens, ids).unwrap())
-        .collect();
+    let (ids, singles) = ab_reads_alone(m, &prompts);
     let common = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
     let n0 = common(&prompts[0].tokens, &prompts[1].tokens);
     let n1 = common(&prompts[2].tokens, &prompts[3].tokens);
