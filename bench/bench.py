@@ -67,11 +67,22 @@ class Client:
             with urllib.request.urlopen(request, timeout=600) as response:
                 payload = json.load(response)
                 server_ms = response.headers.get("x-decide-server-ms")
+                self.last_steps = parse_server_timing(response.headers.get("server-timing"))
         except urllib.error.HTTPError as error:
             payload = {"status": error.code, "error": json.loads(error.read() or b"null")}
             server_ms = error.headers.get("x-decide-server-ms")
         wall_ms = (time.perf_counter() - started) * 1000
         return wall_ms, (float(server_ms) if server_ms else None), payload
+
+
+def parse_server_timing(header) -> dict:
+    """`compile;dur=0.1, prepare;dur=0.4, ...` -> {"compile": 0.1, ...} (milliseconds)."""
+    steps = {}
+    for entry in (header or "").split(","):
+        name, _, dur = entry.strip().partition(";dur=")
+        if name and dur:
+            steps[name] = float(dur)
+    return steps
 
 
 _keys = itertools.count()
@@ -90,13 +101,16 @@ def percentile(values: list, q: float) -> float:
 def single(client: Client, n: int) -> dict:
     state = "I was charged twice for my subscription this month. Please refund the extra charge."
     client.decide(state, [question(0)])
-    walls, servers = [], []
+    walls, servers, steps = [], [], {}
     for i in range(n):
         wall, server, _ = client.decide(state, [question(i)])
         walls.append(wall)
         if server is not None:
             servers.append(server)
-    report = {"n": n, "wall_p50_ms": statistics.median(walls), "wall_p95_ms": percentile(walls, 0.95)}
+        for name, ms in getattr(client, "last_steps", {}).items():
+            steps.setdefault(name, []).append(ms)
+    report = {"n": n, "wall_p50_ms": statistics.median(walls), "wall_p95_ms": percentile(walls, 0.95),
+              "server_steps_p50_ms": {name: statistics.median(v) for name, v in steps.items()}}
     if servers:
         report |= {"server_p50_ms": statistics.median(servers), "server_p95_ms": percentile(servers, 0.95)}
     return report

@@ -8,7 +8,7 @@
 //! question gives the same probabilities on both.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use serde_json::{Map, Value};
@@ -155,6 +155,33 @@ pub struct Decided {
     pub input_tokens: usize,
     pub cached_tokens: usize,
     pub forward_passes: usize,
+    pub timings: StepTimes,
+}
+
+impl Decided {
+    fn new() -> Self {
+        Decided {
+            outcomes: Vec::new(),
+            input_tokens: 0,
+            cached_tokens: 0,
+            forward_passes: 0,
+            timings: StepTimes::default(),
+        }
+    }
+}
+
+/// Where a request's time went inside the server, reported in the `Server-Timing` header so
+/// that a slow request shows which step to look at without a profiler.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepTimes {
+    /// Limits and question-type plugin `compile` calls.
+    pub compile: Duration,
+    /// Renderer plugin calls, chat template and tokenization.
+    pub prepare: Duration,
+    /// Waiting for the model worker and the forward passes (prefix cache included).
+    pub model: Duration,
+    /// Calibration and question-type `answer` plugin calls.
+    pub answer: Duration,
 }
 
 /// Limits enforced before any model work.
@@ -422,6 +449,7 @@ impl Engine {
     pub fn decide(&self, request: &DecisionRequest) -> Result<Decided, ApiError> {
         let started = Instant::now();
         let compiled = self.compile(request)?;
+        let compiled_at = Instant::now();
         let renderer = self
             .plugins
             .renderer(&self.renderer)
@@ -444,12 +472,8 @@ impl Engine {
                 })?;
         let applied = self.applied(request.temperature, &calibration);
 
-        let mut decided = Decided {
-            outcomes: Vec::new(),
-            input_tokens: 0,
-            cached_tokens: 0,
-            forward_passes: 0,
-        };
+        let mut decided = Decided::new();
+        decided.timings.compile = compiled_at - started;
         let reads = self.read_planned(
             &request.state,
             &request.questions,
@@ -458,6 +482,8 @@ impl Engine {
             request.cache_salt,
             &mut decided,
         );
+        let read_at = Instant::now();
+        decided.timings.prepare = (read_at - compiled_at).saturating_sub(decided.timings.model);
         for read in reads {
             let outcome = match read {
                 Err(refusal) => Outcome::Refusal(refusal),
@@ -468,6 +494,7 @@ impl Engine {
             };
             decided.outcomes.push(outcome);
         }
+        decided.timings.answer = read_at.elapsed();
         self.metrics.record_request(&decided, started.elapsed());
         Ok(decided)
     }
@@ -500,12 +527,7 @@ impl Engine {
                 },
             )
             .collect();
-        let mut decided = Decided {
-            outcomes: Vec::new(),
-            input_tokens: 0,
-            cached_tokens: 0,
-            forward_passes: 0,
-        };
+        let mut decided = Decided::new();
         // Calibration and self-check reads have a tenant of their own.
         let salt = crate::prefix_cache::tenant_salt(&["decide-internal"]);
         self.read_planned(state, questions, planned, &renderer, salt, &mut decided)
@@ -589,7 +611,9 @@ impl Engine {
                 label_ids: p.label_ids.clone(),
             })
             .collect();
+        let sent = Instant::now();
         let result = self.scheduler.read(job, salt);
+        decided.timings.model += sent.elapsed();
         decided.forward_passes += result.forward_passes;
         for read in result.reads.iter().flatten() {
             decided.cached_tokens += read.1;

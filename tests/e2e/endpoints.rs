@@ -46,6 +46,18 @@ fn openai_decisions_answer_every_question_type() {
     let server = Server::ready(&[]);
     let reply = server.post("/v1/decisions", &openai_request());
     assert_eq!(reply.status, 200, "{}", reply.body);
+    // Server-Timing names each step with its duration; the model step is never free.
+    let timing = reply.headers["server-timing"].to_str().unwrap();
+    let steps: Vec<(&str, f64)> = timing
+        .split(", ")
+        .map(|entry| {
+            let (name, dur) = entry.split_once(";dur=").expect("name;dur=ms");
+            (name, dur.parse().expect("milliseconds"))
+        })
+        .collect();
+    let names: Vec<&str> = steps.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, ["compile", "prepare", "model", "answer"], "{timing}");
+    assert!(steps[2].1 > 0.0, "{timing}");
     let body = &reply.body;
     let answers = body["answers"].as_array().unwrap();
     assert_eq!(answers.len(), 3);

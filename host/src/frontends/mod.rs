@@ -150,6 +150,23 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// The standard `Server-Timing` header for a decided request: compile, prepare, model and
+/// answer steps in milliseconds (see [`crate::pipeline::StepTimes`]).
+pub fn add_step_times(response: &mut axum::response::Response, decided: &Decided) {
+    let t = &decided.timings;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let value = format!(
+        "compile;dur={:.3}, prepare;dur={:.3}, model;dur={:.3}, answer;dur={:.3}",
+        ms(t.compile),
+        ms(t.prepare),
+        ms(t.model),
+        ms(t.answer)
+    );
+    if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+        response.headers_mut().insert("server-timing", value);
+    }
+}
+
 /// Header with the server's own time for a request, in milliseconds: benchmarks compare it
 /// with client wall time to separate server work from HTTP and client overhead.
 pub const SERVER_TIME_HEADER: &str = "x-decide-server-ms";

@@ -74,7 +74,10 @@ async fn run(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Res
         value.get("prompt_cache_key").and_then(Value::as_str),
     );
     let (decided, request) = super::decide(engine, request).await?;
-    Ok(axum::Json(respond(&model, &request, &decided, &names, &types, detail)).into_response())
+    let mut response =
+        axum::Json(respond(&model, &request, &decided, &names, &types, detail)).into_response();
+    super::add_step_times(&mut response, &decided);
+    Ok(response)
 }
 
 fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {

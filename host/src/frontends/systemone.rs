@@ -74,7 +74,10 @@ async fn run(
     } = parsed;
     request.cache_salt = super::cache_salt(headers, None);
     let (decided, _request) = super::decide(engine, request).await?;
-    Ok(axum::Json(respond(&model, request_id, &decided, &ids, &types)).into_response())
+    let mut response =
+        axum::Json(respond(&model, request_id, &decided, &ids, &types)).into_response();
+    super::add_step_times(&mut response, &decided);
+    Ok(response)
 }
 
 fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
