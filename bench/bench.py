@@ -172,12 +172,15 @@ def repeat(client: Client, words: int) -> dict:
     state = long_state(words)
     key = fresh_key()
     first, first_server, payload = client.decide(state, [question(0)], key)
+    first_steps = getattr(client, "last_steps", {})
     again, again_server, payload2 = client.decide(state, [question(0)], key)
+    again_steps = getattr(client, "last_steps", {})
     if "usage" not in payload:
         return {"refused": payload}
     tokens = payload["usage"]["input_tokens"]
     return {"first_ms": first, "first_server_ms": first_server, "repeat_ms": again,
             "repeat_server_ms": again_server, "input_tokens": tokens,
+            "first_steps_ms": first_steps, "repeat_steps_ms": again_steps,
             "first_prefill_tokens_per_s": tokens / ((first_server or first) / 1000),
             "repeat_cached_tokens": payload2["usage"]["input_tokens_details"]["cached_tokens"]}
 
