@@ -12,7 +12,7 @@
 //! small ridge penalty on the biases (positions seen in few questions stay near 0). A fitted `T`
 //! outside, or at the edge of, `[T_MIN, T_MAX]` is rejected like the temperature policy's.
 
-use crate::temperature::{reject_edge, T_MAX, T_MIN};
+use crate::temperature::{check_scores, reject_edge, T_MAX, T_MIN};
 use crate::{Error, Result};
 
 /// Ridge penalty `RIDGE * sum(b_i^2)` added to the mean NLL.
@@ -42,23 +42,6 @@ fn check_params(params: &[f64]) -> Result<(f64, &[f64])> {
         )));
     }
     Ok((t, biases))
-}
-
-fn check_scores(scores: &[f64]) -> Result<f64> {
-    if scores.is_empty() {
-        return Err(Error::Failure("no scores".into()));
-    }
-    if let Some(i) = scores
-        .iter()
-        .position(|s| s.is_nan() || *s == f64::INFINITY)
-    {
-        return Err(Error::Failure(format!("score {i} is {}", scores[i])));
-    }
-    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    if max == f64::NEG_INFINITY {
-        return Err(Error::Failure("every score is -inf".into()));
-    }
-    Ok(max)
 }
 
 /// Probabilities `softmax(scores / T + b)`; `-inf` scores (impossible options) stay impossible.

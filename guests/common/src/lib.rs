@@ -161,6 +161,12 @@ macro_rules! question_type_plugin {
             before_compile: |_question: &str| {},
         }
     };
+    (wit: $wit:tt, module: $module:ident, name: $name:literal, description: $description:literal $(,)?) => {
+        $crate::question_type_plugin! {
+            wit: $wit, module: $module, name: $name, description: $description,
+            before_compile: |_question: &str| {},
+        }
+    };
     (wit: $wit:tt, module: $module:ident, name: $name:literal, description: $description:literal,
      before_compile: $before:expr $(,)?) => {
         wit_bindgen::generate!({ path: $wit, world: "question-type-plugin" });
@@ -214,6 +220,57 @@ macro_rules! question_type_plugin {
 
             fn answer(question: String, probabilities: Vec<f64>) -> Result<String, PluginError> {
                 q::answer(&question, &probabilities).map_err(err)
+            }
+        }
+
+        export!(Plugin);
+    };
+}
+
+/// Defines a crate's whole calibration-policy plugin component from one module of this crate
+/// (its `default_params`, `fit` and `apply`), as [`question_type_plugin!`] does for question
+/// types: the wit-bindgen glue is the same for every policy.
+#[macro_export]
+macro_rules! calibration_plugin {
+    (module: $module:ident, name: $name:literal, description: $description:literal $(,)?) => {
+        wit_bindgen::generate!({ path: "../../wit", world: "calibration-plugin" });
+
+        use decide::plugin::types::{LabelledScores, PluginError, PluginInfo};
+        use exports::decide::plugin::calibration::Guest;
+        use $crate::{$module as policy, Error};
+
+        struct Plugin;
+
+        fn err(e: Error) -> PluginError {
+            match e {
+                Error::Invalid(m) => PluginError::InvalidQuestion(m),
+                Error::Failure(m) => PluginError::Failure(m),
+            }
+        }
+
+        impl Guest for Plugin {
+            fn info() -> PluginInfo {
+                PluginInfo {
+                    name: $name.into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    description: $description.into(),
+                }
+            }
+
+            fn default_params(temperature: f64) -> Vec<f64> {
+                policy::default_params(temperature)
+            }
+
+            fn fit(samples: Vec<LabelledScores>) -> Result<Vec<f64>, PluginError> {
+                let samples: Vec<(Vec<f64>, u32)> = samples
+                    .into_iter()
+                    .map(|s| (s.scores, s.expected))
+                    .collect();
+                policy::fit(&samples).map_err(err)
+            }
+
+            fn apply(scores: Vec<f64>, params: Vec<f64>) -> Result<Vec<f64>, PluginError> {
+                policy::apply(&scores, &params).map_err(err)
             }
         }
 

@@ -30,8 +30,9 @@ fn temperature(params: &[f64]) -> Result<f64> {
     }
 }
 
-/// Log-softmax of `scores / t`; `-inf` scores (impossible options) stay impossible.
-fn log_softmax(scores: &[f64], t: f64) -> Result<Vec<f64>> {
+/// The largest score, after refusing what no policy can calibrate: no scores, a NaN or
+/// `+inf` score, or only `-inf` scores.
+pub(crate) fn check_scores(scores: &[f64]) -> Result<f64> {
     if scores.is_empty() {
         return Err(Error::Failure("no scores".into()));
     }
@@ -45,6 +46,12 @@ fn log_softmax(scores: &[f64], t: f64) -> Result<Vec<f64>> {
     if max == f64::NEG_INFINITY {
         return Err(Error::Failure("every score is -inf".into()));
     }
+    Ok(max)
+}
+
+/// Log-softmax of `scores / t`; `-inf` scores (impossible options) stay impossible.
+fn log_softmax(scores: &[f64], t: f64) -> Result<Vec<f64>> {
+    let max = check_scores(scores)?;
     let z: Vec<f64> = scores.iter().map(|s| (s - max) / t).collect();
     // ln(1 + sum of the others) keeps the NLL of a confident right answer precise (not 0.0),
     // so the fit can tell confident from very confident.
