@@ -8,8 +8,6 @@
 
 use std::sync::Arc;
 
-use decide_models::ChatMessage;
-
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
@@ -59,16 +57,7 @@ pub fn run(config: &Config) -> i32 {
 fn template_ending(engine: &Engine) -> Result<String, String> {
     let prompt = engine
         .model()
-        .render(&[
-            ChatMessage {
-                role: "system".into(),
-                content: "Answer with one label.".into(),
-            },
-            ChatMessage {
-                role: "user".into(),
-                content: "Which option?".into(),
-            },
-        ])
+        .render(&readout::labels::probe_messages())
         .map_err(|error| error.to_string())?;
     let chars: Vec<char> = prompt.text.chars().collect();
     let tail: String = chars[chars.len().saturating_sub(ENDING_CHARS)..]

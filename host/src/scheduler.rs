@@ -345,8 +345,15 @@ fn passes(
     for &(j, p) in items {
         let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
         let own = batch[j].prompts[p].tokens.len() - prefix.len;
-        let new_prefix = current.last().is_none_or(|&(last, _)| last != j);
-        let cols = prefix_cols + if new_prefix { prefix.len } else { 0 };
+        // A job's prefix adds key columns once per pass, with its first prompt there.
+        let adds_prefix = |current: &[(usize, usize)]| {
+            if current.last().is_none_or(|&(last, _)| last != j) {
+                prefix.len
+            } else {
+                0
+            }
+        };
+        let cols = prefix_cols + adds_prefix(&current);
         let fits = rows + own <= MAX_PASS_TOKENS
             && (rows + own) * (cols + rows + own) * heads <= PREFILL_SCORE_BUDGET;
         if !current.is_empty() && !fits {
@@ -354,9 +361,7 @@ fn passes(
             rows = 0;
             prefix_cols = 0;
         }
-        if current.last().is_none_or(|&(last, _)| last != j) {
-            prefix_cols += prefix.len;
-        }
+        prefix_cols += adds_prefix(&current);
         rows += own;
         current.push((j, p));
     }

@@ -51,6 +51,21 @@ pub struct LabelSets {
     pub unavailable: Option<String>,
 }
 
+/// A minimal conversation whose rendering ends at the template's answer slot, like every
+/// question's prompt: where label sets are measured and `decide doctor` shows the ending.
+pub fn probe_messages() -> [ChatMessage; 2] {
+    [
+        ChatMessage {
+            role: "system".into(),
+            content: "Answer with one label.".into(),
+        },
+        ChatMessage {
+            role: "user".into(),
+            content: "Which option?".into(),
+        },
+    ]
+}
+
 impl LabelSets {
     /// Keeps the candidates for which `fits` holds (the model's single-token rule).
     pub fn select(fits: impl Fn(&str) -> bool) -> LabelSets {
@@ -69,17 +84,7 @@ impl LabelSets {
     /// is the same text for every question, so one probe prompt stands for all of them. Every
     /// read still checks its labels in its own prompt.
     pub fn measure(model: &Model) -> LabelSets {
-        let probe = [
-            ChatMessage {
-                role: "system".into(),
-                content: "Answer with one label.".into(),
-            },
-            ChatMessage {
-                role: "user".into(),
-                content: "Which option?".into(),
-            },
-        ];
-        let prompt = match model.render(&probe) {
+        let prompt = match model.render(&probe_messages()) {
             Ok(prompt) => prompt,
             Err(error) => {
                 return LabelSets {
