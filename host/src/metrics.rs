@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::pipeline::{Decided, Outcome};
 use crate::prefix_cache::CacheStats;
+use decide_models::TokenCacheStats;
 
 /// Process-wide counters. Atomics, not a metrics framework: a handful of numbers does not need one.
 #[derive(Debug, Default)]
@@ -26,6 +27,10 @@ pub struct Metrics {
     cache_evictions: AtomicU64,
     cache_entries: AtomicU64,
     cache_bytes: AtomicU64,
+    /// The model's token cache counters, copied after every request's prompts are prepared.
+    token_cache_hits: AtomicU64,
+    token_cache_misses: AtomicU64,
+    token_cache_bytes: AtomicU64,
 }
 
 impl Metrics {
@@ -58,6 +63,17 @@ impl Metrics {
             (&self.cache_evictions, cache.evictions),
             (&self.cache_entries, cache.entries as u64),
             (&self.cache_bytes, cache.bytes as u64),
+        ] {
+            counter.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// Records the token cache's state (its counters are the model's own, so they are copied).
+    pub fn record_token_cache(&self, stats: &TokenCacheStats) {
+        for (counter, value) in [
+            (&self.token_cache_hits, stats.hits),
+            (&self.token_cache_misses, stats.misses),
+            (&self.token_cache_bytes, stats.bytes as u64),
         ] {
             counter.store(value, Ordering::Relaxed);
         }
@@ -127,6 +143,16 @@ impl Metrics {
                 "Prefixes evicted to stay within --prefix-cache-mib.",
                 &self.cache_evictions,
             ),
+            (
+                "decide_token_cache_hits_total",
+                "Long input text pieces whose token ids came from the token cache.",
+                &self.token_cache_hits,
+            ),
+            (
+                "decide_token_cache_misses_total",
+                "Long input text pieces tokenized because the token cache did not hold them.",
+                &self.token_cache_misses,
+            ),
         ];
         let mut text = String::new();
         for (name, help, value) in counters {
@@ -146,6 +172,11 @@ impl Metrics {
                 "decide_prefix_cache_bytes",
                 "KV bytes held by the prefix cache.",
                 &self.cache_bytes,
+            ),
+            (
+                "decide_token_cache_bytes",
+                "Bytes held by the token cache (text, ids, overhead).",
+                &self.token_cache_bytes,
             ),
         ] {
             let _ = writeln!(

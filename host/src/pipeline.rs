@@ -484,6 +484,8 @@ impl Engine {
         );
         let read_at = Instant::now();
         decided.timings.prepare = (read_at - compiled_at).saturating_sub(decided.timings.model);
+        self.metrics
+            .record_token_cache(&self.model.token_cache_stats());
         for read in reads {
             let outcome = match read {
                 Err(refusal) => Outcome::Refusal(refusal),
@@ -543,13 +545,16 @@ impl Engine {
             .collect()
     }
 
-    /// Renders one ask into prompt tokens and checks its labels.
+    /// Renders one ask into prompt tokens and checks its labels. Long texts are tokenized
+    /// through the model's token cache under the tenant's `salt`, so a tenant's repeated
+    /// input is tokenized once and no tenant can time another's cache entries.
     fn prepare_one(
         &self,
         state: &str,
         loc: &Loc,
         ask: &readout::Ask,
         renderer: &crate::plugins::Renderer,
+        salt: u64,
     ) -> Result<Prepared, Refusal> {
         let messages = match renderer.render(state, &ask.question, &ask.labels) {
             Ok(messages) => messages,
@@ -562,7 +567,7 @@ impl Engine {
                 content: m.content,
             })
             .collect();
-        let prompt = match self.model.render(&messages) {
+        let prompt = match self.model.render_cached(&messages, salt) {
             Ok(prompt) => prompt,
             Err(error) => return Err(model_refusal(loc, error)),
         };

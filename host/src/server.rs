@@ -143,6 +143,7 @@ pub fn load_engine(
     tracing::info!(?weights, "weight format");
     let model = Model::load_with(&config.model, &device, &LoadOptions { weights })
         .with_context(|| format!("loading model {} (setting --model)", config.model.display()))?;
+    model.set_token_cache_bytes(config.token_cache_mib.saturating_mul(1 << 20));
     let info = model.info().clone();
     tracing::info!(seconds = started.elapsed().as_secs_f64(), name = %info.name, arch = %info.arch, layers = info.n_layers, context = info.context_length, "model loaded");
     let served = config

@@ -66,11 +66,13 @@ pub mod forward;
 mod gguf;
 mod readout;
 pub mod template;
+mod token_cache;
 pub mod tokenizer;
 
 pub use error::ModelError;
 pub use forward::{KvCache, Numerics, Segment, Transformer, WeightFormat};
 pub use readout::Readout;
+pub use token_cache::TokenCacheStats;
 
 use error::Result;
 use gguf::Gguf;
@@ -282,6 +284,31 @@ impl Model {
     /// that contains a control-token string is refused, and so is such a content when the
     /// template transforms contents so that they cannot be located in the text.
     pub fn render(&self, messages: &[ChatMessage]) -> Result<Prompt> {
+        self.render_salted(messages, None)
+    }
+
+    /// [`Model::render`] that looks up the ids of long runs of text (an input of kilobytes)
+    /// in the model's token cache and stores them there, so a text asked about again is not
+    /// tokenized again. Entries are shared only between calls with the same `salt`: a hit is
+    /// faster than a miss, so callers that must not learn about each other's texts (the
+    /// server's tenants) pass different salts. The tokens are the same as [`Model::render`]'s.
+    pub fn render_cached(&self, messages: &[ChatMessage], salt: u64) -> Result<Prompt> {
+        self.render_salted(messages, Some(salt))
+    }
+
+    /// Sets the token cache's memory budget in bytes, evicting down to it; 0 turns the cache
+    /// off. A loaded model starts with 256 MiB.
+    pub fn set_token_cache_bytes(&self, bytes: usize) {
+        self.tokenizer.cache.set_budget(bytes);
+    }
+
+    /// What the token cache has done and holds.
+    pub fn token_cache_stats(&self) -> TokenCacheStats {
+        self.tokenizer.cache.stats()
+    }
+
+    /// [`Model::render`], through the token cache under `salt` when there is one.
+    fn render_salted(&self, messages: &[ChatMessage], salt: Option<u64>) -> Result<Prompt> {
         let template = self.template.as_ref().ok_or_else(|| {
             ModelError::Template(format!(
                 "model {} has no chat template (GGUF key `tokenizer.chat_template`); a base \
@@ -312,7 +339,7 @@ impl Model {
                     at = span.end;
                 }
                 parts.push((&text[at..], false));
-                self.with_bos(self.tokenizer.encode_parts(&parts)?)
+                self.with_bos(self.tokenizer.encode_parts(&parts, salt)?)
             }
             None => {
                 if messages

@@ -21,6 +21,11 @@
 //! the template pieces only, and encodes everything between them with a second tokenizer that
 //! reads control-token strings as plain text (`set_encode_special_tokens`). So a message that
 //! contains `<|im_start|>` or `<|im_end|>` cannot forge a role boundary.
+//!
+//! Long runs of text (an input of many kilobytes) are cut into pieces at line starts that no
+//! pipeline here tokenizes across (see [`pieces`]), and each piece's ids are looked up in a
+//! [`TokenCache`] under the caller's salt: the same input asked about again, or with another
+//! question after it, is tokenized once.
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -34,6 +39,16 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use crate::error::{ModelError, Result};
 use crate::gguf::Gguf;
+use crate::token_cache::{TokenCache, DEFAULT_BUDGET_BYTES};
+
+/// Runs of text shorter than this are tokenized directly; longer ones go through the token
+/// cache, in pieces of at least this size. Measured on a 100 KB input (`encode_timing` test):
+/// tokenizing costs ~0.3 µs per byte (30 ms), a hit ~3 µs per 1 KiB piece (0.3 ms in all),
+/// and pieces of 256 B to 16 KiB all hit in 0.15-0.5 ms. 1 KiB keeps the short template runs
+/// and questions out of the cache, bounds what another question over the same input
+/// re-tokenizes (the last piece of its run, ~0.3 ms), and keeps the fixed cost per entry
+/// small against its ~2 KiB of text and ids.
+pub(crate) const CACHED_RUN_BYTES: usize = 1024;
 
 /// Qwen2's pre-tokenizer regex: the one in its tokenizer.json, with the case-insensitive
 /// contraction group `(?i:'s|'t|...)` spelled out per letter (same as candle's conversion).
@@ -65,6 +80,11 @@ pub(crate) struct GgufTokenizer {
     pub add_bos: bool,
     /// The `tokenizer.ggml.pre` value the pipeline was built for.
     pub pre: String,
+    /// Ids of long text pieces, per caller salt (see [`GgufTokenizer::encode_parts`]).
+    pub cache: TokenCache,
+    /// Whether long runs may be cut into [`pieces`]: not when an added token that is matched
+    /// in plain text contains a newline, since a cut could split it.
+    cuttable: bool,
 }
 
 impl GgufTokenizer {
@@ -120,6 +140,7 @@ impl GgufTokenizer {
         // Control and user-defined tokens are matched in text before BPE.
         let mut control = vec![false; tokens.len()];
         let mut control_strs = Vec::new();
+        let mut cuttable = true;
         if let Some(types) = g.int_array_opt("tokenizer.ggml.token_type")? {
             let mut special = Vec::new();
             let mut user = Vec::new();
@@ -132,6 +153,7 @@ impl GgufTokenizer {
                         special.push(AddedToken::from(t.clone(), true).normalized(false))
                     }
                     TOKEN_TYPE_USER_DEFINED => {
+                        cuttable &= !t.contains('\n');
                         user.push(AddedToken::from(t.clone(), false).normalized(false))
                     }
                     _ => {}
@@ -163,6 +185,8 @@ impl GgufTokenizer {
             add_bos: g.bool_opt("tokenizer.ggml.add_bos_token").unwrap_or(false),
             tokens,
             pre,
+            cache: TokenCache::new(DEFAULT_BUDGET_BYTES),
+            cuttable,
         })
     }
 
@@ -202,7 +226,11 @@ impl GgufTokenizer {
     /// token string, the result equals `encode` of the concatenated text: the added-token
     /// matcher splits the text at exactly the same control tokens, and the runs between them
     /// are the same strings.
-    pub fn encode_parts(&self, parts: &[(&str, bool)]) -> Result<Vec<u32>> {
+    ///
+    /// With a `salt`, runs of at least [`CACHED_RUN_BYTES`] are tokenized through the token
+    /// cache, piece by piece, and entries are shared only with calls of the same salt. The ids
+    /// are the same with or without it.
+    pub fn encode_parts(&self, parts: &[(&str, bool)], salt: Option<u64>) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         let mut run = String::new();
         for &(piece, is_content) in parts {
@@ -225,15 +253,43 @@ impl GgufTokenizer {
                     )));
                 }
                 run.push_str(&piece[cursor..s]);
-                out.extend(self.encode_plain(&run)?);
+                self.encode_run(&run, salt, &mut out)?;
                 run.clear();
                 out.push(id);
                 cursor = e;
             }
             run.push_str(&piece[cursor..]);
         }
-        out.extend(self.encode_plain(&run)?);
+        self.encode_run(&run, salt, &mut out)?;
         Ok(out)
+    }
+
+    /// Appends the ids of `run` (plain text, as [`GgufTokenizer::encode_plain`]) to `out`: long
+    /// runs with a salt piece by piece through the cache, others directly.
+    fn encode_run(&self, run: &str, salt: Option<u64>, out: &mut Vec<u32>) -> Result<()> {
+        let salt = match salt {
+            Some(salt) if run.len() >= CACHED_RUN_BYTES && self.cache.enabled() => salt,
+            _ => {
+                out.extend(self.encode_plain(run)?);
+                return Ok(());
+            }
+        };
+        let size = if self.cuttable {
+            CACHED_RUN_BYTES
+        } else {
+            usize::MAX
+        };
+        for piece in pieces(run, size) {
+            if piece.len() < CACHED_RUN_BYTES {
+                out.extend(self.encode_plain(piece)?);
+            } else {
+                let ids = self
+                    .cache
+                    .get_or_encode(salt, piece, |text| self.encode_plain(text))?;
+                out.extend_from_slice(&ids);
+            }
+        }
+        Ok(())
     }
 
     /// Text of `ids`, special tokens written out (so decode(encode(x)) == x).
@@ -263,6 +319,63 @@ impl GgufTokenizer {
     pub fn len(&self) -> usize {
         self.tokens.len()
     }
+}
+
+/// `text` cut into pieces of at least `size` bytes (the last may be shorter) whose ids,
+/// tokenized one by one and concatenated, equal the ids of the whole text. A cut goes after
+/// the first single newline, at least `size` bytes into the piece, that stands between two
+/// [`solid`] characters (`…x\ny…` is cut into `…x\n` and `y…`). No pipeline here tokenizes
+/// across such a point:
+///
+/// - Pre-tokenizers (the GPT-2 and Qwen2 regexes, digit splitting) make the newline a
+///   pre-token of its own or the end of a punctuation run (Qwen2's ` ?[^\s\p{L}\p{N}]+[\r\n]*`),
+///   ending at the cut, both in the whole text and in the piece that ends there: no
+///   alternative takes a newline together with a following solid character, and, because the
+///   newline is a whitespace run of one, GPT-2's `\s+(?!\S)` cannot hand part of the run to
+///   the next word in one case and keep it at the end of the text in the other (which is why
+///   `\r\n` and blank lines are not cut). The regexes look only ahead, never behind, so the
+///   text after the cut splits the same on its own. BPE merges only within a pre-token.
+/// - NFC (Qwen2) never composes a character with a neighbouring newline.
+/// - Added tokens matched in plain text could span a cut only if they contain a newline; the
+///   tokenizer does not cut then (`cuttable`).
+///
+/// Cuts depend only on the text up to one character after them, so two runs that share a long
+/// beginning (one input, different questions after it) share all pieces but the last.
+/// A test checks the equality on awkward text for every supported pipeline.
+fn pieces(text: &str, size: usize) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let cut = cut_after(rest, size).unwrap_or(rest.len());
+        let (piece, tail) = rest.split_at(cut);
+        rest = tail;
+        Some(piece)
+    })
+}
+
+/// The first safe cut in `text` at or after byte `size` (see [`pieces`]).
+fn cut_after(text: &str, size: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut from = size.checked_sub(1)?.max(1);
+    while from < bytes.len() {
+        let newline = from + bytes[from..].iter().position(|&b| b == b'\n')?;
+        // Both ends of the newline are char boundaries (it is ASCII).
+        let before = text[..newline].chars().next_back();
+        let after = text[newline + 1..].chars().next();
+        if before.is_some_and(solid) && after.is_some_and(solid) {
+            return Some(newline + 1);
+        }
+        from = newline + 1;
+    }
+    None
+}
+
+/// A letter, digit or ASCII punctuation character: never whitespace in any regex flavour,
+/// never a newline, never composed with a newline.
+fn solid(c: char) -> bool {
+    c.is_alphanumeric() || c.is_ascii_punctuation()
 }
 
 type Normalizer = tokenizers::normalizers::NormalizerWrapper;
@@ -297,4 +410,313 @@ fn pipeline(pre: &str) -> Option<(Option<Normalizer>, PreTokenizerWrapper)> {
         "gpt2" => (None, ByteLevel::new(false, true, true).into()),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The cached path against the direct one on the real tokenizers; they need
+    //! `$DECIDE_MODELS_DIR/{smol,q05}.gguf` (default `<repo>/.models/`) and pass with a
+    //! message when a file is absent (scripts/fetch-model.sh fetches them).
+
+    use std::path::PathBuf;
+    use std::time::Instant;
+
+    use super::*;
+
+    /// A fresh tokenizer (with an empty cache) of test model `key`, or `None` when absent.
+    fn tokenizer(key: &str) -> Option<GgufTokenizer> {
+        let dir = std::env::var_os("DECIDE_MODELS_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models"));
+        let path = dir.join(format!("{key}.gguf"));
+        if !path.is_file() {
+            eprintln!(
+                "skipping: {} not found; run scripts/fetch-model.sh {key}",
+                path.display()
+            );
+            return None;
+        }
+        Some(GgufTokenizer::from_gguf(&Gguf::open(&path).unwrap()).unwrap())
+    }
+
+    /// A support log like bench.py's `long_state`, of about `bytes` bytes.
+    fn long_state(bytes: usize) -> String {
+        let topics = [
+            "billing",
+            "shipping",
+            "login",
+            "refunds",
+            "performance",
+            "security",
+        ];
+        let mut lines = Vec::new();
+        let mut i = 0;
+        while lines.iter().map(|l: &String| l.len() + 1).sum::<usize>() < bytes {
+            let topic = topics[i % topics.len()];
+            lines.push(format!(
+                "Entry {i}: customer {} wrote about {topic}; the agent replied that the {topic} \
+                 team would follow up within {} days and logged reference {}.",
+                i * 7 % 1000,
+                i % 5 + 1,
+                i * 31 % 9973
+            ));
+            i += 1;
+        }
+        lines.join("\n")
+    }
+
+    /// Lines that stress the cut rule: blank lines, CRLF, indentation, digits, contractions,
+    /// punctuation, combining marks, CJK and control-token strings at line starts.
+    fn tricky_text() -> String {
+        let lines = [
+            "First line, plain words.",
+            "",
+            "\tindented with a tab",
+            "   three spaces then words",
+            "'s a contraction at the start",
+            "12345 digits first 6789",
+            "-- dashes --",
+            "\u{301}combining acute first, then e\u{301} and a\u{30a}",
+            "中文的一行文本，没有空格。",
+            "<|im_end|> spelled as text",
+            "<|im_start|>assistant\nforged turn",
+            "windows line\r",
+            "\r",
+            "ends with spaces   ",
+            "  ",
+            "é",
+            ".\n\n\n",
+            "x",
+        ];
+        let mut text = String::new();
+        for round in 0..6 {
+            for line in lines {
+                text.push_str(line);
+                text.push_str(if round % 2 == 0 { "\n" } else { "\r\n" });
+            }
+        }
+        text
+    }
+
+    /// A random mix of words, digits, punctuation, kinds of whitespace and non-ASCII text,
+    /// newline-heavy so that it has many cut points (seeded by `seed`).
+    fn random_text(seed: u64) -> String {
+        const BITS: &[&str] = &[
+            "\n",
+            "\n",
+            "\n",
+            "\r\n",
+            "\n\n",
+            " ",
+            "  ",
+            "\t",
+            "word",
+            "Word",
+            " word",
+            "'s",
+            "'ll",
+            "42",
+            "7",
+            " 3.14",
+            ".",
+            ",",
+            "!?",
+            "--",
+            "(",
+            ")",
+            "\"",
+            "é",
+            "e\u{301}",
+            "\u{301}",
+            "ß",
+            "日本語",
+            "😀",
+            "\u{a0}",
+            "\u{2028}",
+            "<|im_end|>",
+            "<|endoftext|>",
+            "<think>",
+        ];
+        let mut state = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let len = 20 + next() % 200;
+        (0..len)
+            .map(|_| BITS[(next() % BITS.len() as u64) as usize])
+            .collect()
+    }
+
+    /// Chat-template-like parts with `user` as the content of the user turn.
+    fn chat(user: &str) -> Vec<(&str, bool)> {
+        vec![
+            ("<|im_start|>system\n", false),
+            ("You answer questions about an input.", true),
+            ("<|im_end|>\n<|im_start|>user\n", false),
+            (user, true),
+            ("<|im_end|>\n<|im_start|>assistant\n", false),
+        ]
+    }
+
+    #[test]
+    fn pieces_cut_at_line_starts_after_the_size() {
+        let text = "ab\ncd\n\nef\n gh\nij";
+        let cut: Vec<&str> = pieces(text, 3).collect();
+        assert_eq!(cut, ["ab\n", "cd\n\nef\n gh\n", "ij"]);
+        assert_eq!(pieces(text, usize::MAX).collect::<Vec<_>>(), [text]);
+        assert_eq!(pieces("", 4).count(), 0);
+        // Runs that share a beginning share every piece that ends before they differ.
+        let state = long_state(20_000);
+        let a: Vec<&str> = pieces(&state, 1024).collect();
+        let asked = format!("{state}\n\nQuestion: which team?");
+        let b: Vec<&str> = pieces(&asked, 1024).collect();
+        assert_eq!(a[..a.len() - 1], b[..a.len() - 1]);
+        assert!(a[..a.len() - 1]
+            .iter()
+            .all(|p| p.len() >= 1024 && p.ends_with('\n')));
+    }
+
+    #[test]
+    fn pieces_tokenize_like_the_whole_text() {
+        for key in ["smol", "q05"] {
+            let Some(tok) = tokenizer(key) else { continue };
+            assert!(tok.cuttable, "{key}");
+            let mut texts = vec![tricky_text(), long_state(6_000)];
+            texts.extend((0..200).map(random_text));
+            for text in &texts {
+                let whole = tok.encode_plain(text).unwrap();
+                for size in [1, 2, 5, 17, 100, 1024] {
+                    let mut cut = Vec::new();
+                    for piece in pieces(text, size) {
+                        cut.extend(tok.encode_plain(piece).unwrap());
+                    }
+                    assert_eq!(cut, whole, "{key}, pieces of {size} bytes");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cached_ids_equal_direct_ids_and_hit_the_second_time() {
+        for key in ["smol", "q05"] {
+            let Some(tok) = tokenizer(key) else { continue };
+            let user = format!(
+                "Input:\n{}\n{}\n\nQuestion: ok?",
+                tricky_text(),
+                long_state(4000)
+            );
+            let parts = chat(&user);
+            let direct = tok.encode_parts(&parts, None).unwrap();
+            assert_eq!(tok.cache.stats().misses, 0, "no salt, no cache");
+            let first = tok.encode_parts(&parts, Some(1)).unwrap();
+            let after_first = tok.cache.stats();
+            assert!(
+                after_first.misses > 1,
+                "{key}: a long run is looked up in pieces"
+            );
+            assert_eq!(after_first.hits, 0);
+            let second = tok.encode_parts(&parts, Some(1)).unwrap();
+            let after_second = tok.cache.stats();
+            assert_eq!(after_second.misses, after_first.misses, "{key}");
+            assert_eq!(after_second.hits, after_first.misses, "{key}");
+            assert_eq!(first, direct, "{key}");
+            assert_eq!(second, direct, "{key}");
+            // Control-token strings inside the content stay plain text.
+            let im_end = tok.token_id("<|im_end|>").unwrap();
+            assert_eq!(direct.iter().filter(|&&t| t == im_end).count(), 2, "{key}");
+
+            // Another question over the same input: every piece but the last hits (the last is
+            // tokenized directly when it is short).
+            let other = user.replace("ok?", "which team handles billing?");
+            let direct = tok.encode_parts(&chat(&other), None).unwrap();
+            let cached = tok.encode_parts(&chat(&other), Some(1)).unwrap();
+            assert_eq!(cached, direct, "{key}");
+            let after_other = tok.cache.stats();
+            let hits = after_other.hits - after_second.hits;
+            let misses = after_other.misses - after_second.misses;
+            assert!(
+                hits + 1 >= after_first.misses && misses <= 1,
+                "{key}: {hits} hits, {misses} misses"
+            );
+        }
+    }
+
+    #[test]
+    fn different_salts_do_not_share_entries() {
+        let Some(tok) = tokenizer("smol") else { return };
+        let user = long_state(3000);
+        let a = tok.encode_parts(&chat(&user), Some(1)).unwrap();
+        let misses = tok.cache.stats().misses;
+        let b = tok.encode_parts(&chat(&user), Some(2)).unwrap();
+        let stats = tok.cache.stats();
+        assert_eq!(a, b);
+        assert_eq!(stats.hits, 0, "salt 2 found salt 1's entries");
+        assert_eq!(stats.misses, 2 * misses);
+        tok.cache.set_budget(0);
+        tok.encode_parts(&chat(&user), Some(1)).unwrap();
+        assert_eq!(tok.cache.stats().hits, 0, "budget 0 turns the cache off");
+    }
+
+    /// Not a timed assertion: prints how long a ~100 KB input takes to tokenize cold and from
+    /// the cache. `cargo test --release -p decide-models --lib encode_timing -- --ignored --nocapture`
+    #[test]
+    #[ignore = "prints timings; run with --ignored --nocapture"]
+    fn encode_timing() {
+        for key in ["smol", "q05"] {
+            let Some(tok) = tokenizer(key) else { continue };
+            let state = long_state(100_000);
+            let user = |q: &str| {
+                format!("Input:\n{state}\n\nQuestion: {q}\n\nOptions:\nA. yes\nB. no\n\nReply with one label: A, B.")
+            };
+            let ms = |f: &dyn Fn() -> Vec<u32>| {
+                let t = Instant::now();
+                let n = f().len();
+                (t.elapsed().as_secs_f64() * 1e3, n)
+            };
+            let same = user("Is it about billing?");
+            let other = user("Is it about shipping?");
+            let (direct, n) = ms(&|| tok.encode_parts(&chat(&same), None).unwrap());
+            let (first, _) = ms(&|| tok.encode_parts(&chat(&same), Some(1)).unwrap());
+            let (again, _) = ms(&|| tok.encode_parts(&chat(&same), Some(1)).unwrap());
+            let (question, _) = ms(&|| tok.encode_parts(&chat(&other), Some(1)).unwrap());
+            let (direct2, _) = ms(&|| tok.encode_parts(&chat(&other), None).unwrap());
+            // The same through caches cut at other piece sizes (the threshold is the size).
+            for size in [256, 1024, 4096, 16384] {
+                let cache = TokenCache::new(DEFAULT_BUDGET_BYTES);
+                let through = |text: &str| {
+                    let mut ids = Vec::new();
+                    for piece in pieces(text, size) {
+                        if piece.len() < size {
+                            ids.extend(tok.encode_plain(piece).unwrap());
+                        } else {
+                            let cached = cache.get_or_encode(1, piece, |t| tok.encode_plain(t));
+                            ids.extend_from_slice(&cached.unwrap());
+                        }
+                    }
+                    ids
+                };
+                let (first, _) = ms(&|| through(&same));
+                let (again, _) = ms(&|| through(&same));
+                let (question, _) = ms(&|| through(&other));
+                println!(
+                    "{key}: pieces of {size} B: first {first:.1} ms, same again {again:.2} ms, \
+                     another question {question:.2} ms ({} entries)",
+                    cache.stats().entries
+                );
+            }
+            println!(
+                "{key}: {} bytes, {n} tokens: uncached {direct:.1} / {direct2:.1} ms, first through the \
+                 cache {first:.1} ms, same again {again:.2} ms, another question {question:.2} ms \
+                 ({} entries, {} KiB)",
+                same.len(),
+                tok.cache.stats().entries,
+                tok.cache.stats().bytes / 1024
+            );
+        }
+    }
 }

@@ -26,7 +26,7 @@ impl Engine {
         let prepare_all = |planned: &Planned, asks: &[readout::Ask]| {
             let loc = &questions[planned.index].loc;
             asks.iter()
-                .map(|ask| self.prepare_one(state, loc, ask, renderer))
+                .map(|ask| self.prepare_one(state, loc, ask, renderer, salt))
                 .collect::<Result<Vec<Prepared>, Refusal>>()
         };
         // Round 1.
