@@ -97,6 +97,12 @@ pub struct Config {
     #[arg(long, env = "DECIDE_WEIGHTS", default_value = "auto")]
     pub weights: String,
 
+    /// What runs the decoder layers: `auto` (decide's fused CUDA kernels on a CUDA device with
+    /// bf16 weights, candle's ops otherwise) or `candle` (candle's ops everywhere, the slower
+    /// reference the fused kernels are measured against).
+    #[arg(long, env = "DECIDE_KERNELS", default_value = "auto")]
+    pub kernels: String,
+
     /// Address to listen on.
     #[arg(long, env = "DECIDE_HOST", default_value = "127.0.0.1")]
     pub host: IpAddr,

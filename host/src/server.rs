@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use decide_models::{Device, LoadOptions, Model, WeightFormat};
+use decide_models::{Device, Kernels, LoadOptions, Model, WeightFormat};
 
 use crate::api::{self, AppState, SharedState};
 use crate::calibration;
@@ -141,7 +141,8 @@ pub fn load_engine(
     let device = parse_device(&config.device)?;
     let weights = parse_weights(&config.weights, &device)?;
     tracing::info!(?weights, "weight format");
-    let model = Model::load_with(&config.model, &device, &LoadOptions { weights })
+    let kernels = parse_kernels(&config.kernels)?;
+    let model = Model::load_with(&config.model, &device, &LoadOptions { weights, kernels })
         .with_context(|| format!("loading model {} (setting --model)", config.model.display()))?;
     model.set_token_cache_bytes(config.token_cache_mib.saturating_mul(1 << 20));
     let info = model.info().clone();
@@ -227,6 +228,15 @@ pub fn parse_weights(name: &str, device: &Device) -> anyhow::Result<WeightFormat
         "bf16" => WeightFormat::BF16,
         other => anyhow::bail!("unknown weight format `{other}` (setting --weights): use auto, quantized, f32, f16 or bf16"),
     })
+}
+
+/// `auto` or `candle` (see [`Kernels`]).
+pub fn parse_kernels(name: &str) -> anyhow::Result<Kernels> {
+    match name {
+        "auto" => Ok(Kernels::Auto),
+        "candle" => Ok(Kernels::Candle),
+        other => anyhow::bail!("unknown kernels `{other}` (setting --kernels): use auto or candle"),
+    }
 }
 
 /// `cpu`, `cuda` or `cuda:N`.

@@ -1,8 +1,12 @@
 //! Measures the model path on one device and weight format, to choose the format per device
 //! by measurement (issue #3) and to check that batched reads agree with lone reads there.
 //!
-//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [TF32]`, DEVICE `cpu` or `cuda`, WEIGHTS
-//! `quantized|f32|f16|bf16`, TF32 `tf32` to let f32 matmuls (attention) use TF32 on CUDA.
+//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare]`, DEVICE `cpu` or `cuda`,
+//! WEIGHTS `quantized|f32|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights with candle's
+//! ops instead of the fused CUDA kernels), `tf32` to let f32 matmuls (attention) use TF32 on
+//! CUDA, `compare` to also load the model with candle's ops and report the largest
+//! log-probability difference from them (`candle_max_abs_diff`, over the single prompt and
+//! 4 of the packed questions).
 //! Prints one JSON object:
 //! - `single_ms`: median read of a ~150-token prompt (one question, no cache);
 //! - `prefill_4k_ms`, `packed_64_ms`: a ~4k-token state prefilled once, then 64 questions'
@@ -13,7 +17,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use decide_models::{ChatMessage, Device, LoadOptions, Model, Segment, WeightFormat};
+use decide_models::{ChatMessage, Device, Kernels, LoadOptions, Model, Segment, WeightFormat};
 
 fn user(content: String) -> Vec<ChatMessage> {
     vec![ChatMessage {
@@ -63,18 +67,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "cuda" => Device::new_cuda(0)?,
         other => return Err(format!("unknown device {other}").into()),
     };
-    let weights = match weights.as_str() {
-        "quantized" => WeightFormat::Quantized,
-        "f32" => WeightFormat::F32,
-        "f16" => WeightFormat::F16,
-        "bf16" => WeightFormat::BF16,
+    let (weights, kernels) = match weights.as_str() {
+        "quantized" => (WeightFormat::Quantized, Kernels::Auto),
+        "f32" => (WeightFormat::F32, Kernels::Auto),
+        "f16" => (WeightFormat::F16, Kernels::Auto),
+        "bf16" => (WeightFormat::BF16, Kernels::Auto),
+        "bf16-candle" => (WeightFormat::BF16, Kernels::Candle),
         other => return Err(format!("unknown weight format {other}").into()),
     };
     let tf32 = rest.iter().any(|a| a == "tf32");
     candle_core::cuda::set_gemm_reduced_precision_f32(tf32);
 
     let t = Instant::now();
-    let model = Model::load_with(Path::new(path), &device, &LoadOptions { weights })?;
+    let model = Model::load_with(Path::new(path), &device, &LoadOptions { weights, kernels })?;
     let load_s = t.elapsed().as_secs_f64();
     let labels: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
     let ask = |state: &str, i: usize| -> Result<_, Box<dyn std::error::Error>> {
@@ -168,6 +173,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     sync(&device)?;
     let prefill_long_ms = ms(t);
     let kv_mib = cache.size_bytes() as f64 / (1 << 20) as f64;
+    drop(cache);
+
+    // The same reads with candle's ops: how far the fused kernels' rounding moves them.
+    let candle_max_abs_diff = if rest.iter().any(|a| a == "compare") {
+        step("comparison with candle's ops");
+        let options = LoadOptions {
+            weights,
+            kernels: Kernels::Candle,
+        };
+        let reference = Model::load_with(Path::new(path), &device, &options)?;
+        let mut worst = 0f32;
+        let mut check = |a: &[f32], b: &[f32]| {
+            for (x, y) in a.iter().zip(b) {
+                worst = worst.max((x - y).abs());
+            }
+        };
+        check(
+            &model.read(&tokens, &ids)?.logprobs,
+            &reference.read(&tokens, &ids)?.logprobs,
+        );
+        for i in [0, 1, count / 2, count - 1] {
+            let want = reference.read(&prompts[i].0, &prompts[i].1)?;
+            check(&packed[i].logprobs, &want.logprobs);
+        }
+        Some(worst)
+    } else {
+        None
+    };
 
     println!(
         "{}",
@@ -186,6 +219,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "questions": count,
             "per_decision_ms": (prefill_4k_ms + packed_64_ms) / count as f64,
             "packed_max_abs_diff": worst,
+            "fused": model.transformer().is_fused(),
+            "candle_max_abs_diff": candle_max_abs_diff,
             "prefill_long_tokens": long_tokens.len(),
             "prefill_long_ms": prefill_long_ms,
             "prefill_long_tokens_per_s": long_tokens.len() as f64 / (prefill_long_ms / 1e3),

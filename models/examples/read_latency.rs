@@ -51,7 +51,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::Cpu;
 
     let t0 = Instant::now();
-    let model = Model::load_with(Path::new(&path), &device, &LoadOptions { weights })?;
+    let model = Model::load_with(
+        Path::new(&path),
+        &device,
+        &LoadOptions {
+            weights,
+            ..Default::default()
+        },
+    )?;
     let load_s = t0.elapsed().as_secs_f64();
 
     let question = "What is the customer's main request? Options:\nA) a refund\nB) a fix for being \

@@ -29,6 +29,9 @@ use candle_core::{DType, Device, Module, Tensor};
 use crate::error::{ModelError, Result};
 use crate::gguf::Gguf;
 
+#[cfg(feature = "cuda")]
+mod fused;
+
 /// Attention runs over a key/value length padded with masked zeros to a multiple of this.
 ///
 /// Why: candle's CPU softmax sums a row in SIMD chunks of 32 floats and adds the tail one by
@@ -78,6 +81,18 @@ pub enum WeightFormat {
     F16,
     /// Dequantized to bf16 (activations cast to bf16 for each matmul); meant for CUDA.
     BF16,
+}
+
+/// Which implementation runs the decoder layers (chosen at load, [`crate::LoadOptions`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Kernels {
+    /// decide's fused CUDA kernels (`models/kernels/fused.cu`) where the build, device and
+    /// weights allow them (a `cuda` build on a CUDA device, bf16 weights, head width 64 or
+    /// 128); candle's ops everywhere else.
+    #[default]
+    Auto,
+    /// candle's ops everywhere: the reference the fused path is measured against.
+    Candle,
 }
 
 /// A weight matrix `(out, in)` in either form.
@@ -296,11 +311,14 @@ impl KvCache {
         Ok(KvCache { layers, len })
     }
 
-    /// Bytes of device memory held by the keys and values (f32).
+    /// Bytes of device memory held by the keys and values (f32, or bf16 on the fused path).
     pub fn size_bytes(&self) -> usize {
         self.layers
             .iter()
-            .map(|(k, v)| (k.elem_count() + v.elem_count()) * 4)
+            .map(|(k, v)| {
+                k.elem_count() * k.dtype().size_in_bytes()
+                    + v.elem_count() * v.dtype().size_in_bytes()
+            })
             .sum()
     }
 }
@@ -327,7 +345,11 @@ pub struct Dims {
 /// A decoder-only transformer with quantized weights, immutable after load (`Send + Sync`).
 pub struct Transformer {
     embed: Arc<QTensor>,
+    /// The blocks run with candle's ops (empty when `fused` holds them).
     layers: Vec<Layer>,
+    /// The blocks run with the fused CUDA kernels ([`Kernels::Auto`] on a CUDA device).
+    #[cfg(feature = "cuda")]
+    fused: Vec<fused::FusedLayer>,
     out_norm: Tensor,
     head: Linear,
     cos: Tensor,
@@ -345,6 +367,7 @@ impl Transformer {
         arch: &str,
         device: &Device,
         format: WeightFormat,
+        kernels: Kernels,
     ) -> Result<Self> {
         let rope = match arch {
             "llama" => RopeStyle::Interleaved,
@@ -430,10 +453,19 @@ impl Transformer {
         .map_err(|e| g.err(format!("cannot prepare the output head: {e}")))?;
         let out_norm = dense(g, "output_norm.weight")?;
 
+        #[cfg(feature = "cuda")]
+        let use_fused = kernels == Kernels::Auto
+            && device.is_cuda()
+            && format == WeightFormat::BF16
+            && fused::supported(head_dim, DType::BF16);
+        #[cfg(not(feature = "cuda"))]
+        let _ = kernels;
+        #[cfg(feature = "cuda")]
+        let mut fused_layers = Vec::new();
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
-            layers.push(Layer {
+            let layer = Layer {
                 attn_norm: dense(g, &n("attn_norm.weight"))?,
                 wq: qmm(g, &n("attn_q.weight"))?,
                 wk: qmm(g, &n("attn_k.weight"))?,
@@ -446,7 +478,14 @@ impl Transformer {
                 gate: qmm(g, &n("ffn_gate.weight"))?,
                 up: qmm(g, &n("ffn_up.weight"))?,
                 down: qmm(g, &n("ffn_down.weight"))?,
-            });
+            };
+            #[cfg(feature = "cuda")]
+            if use_fused {
+                let widths = (n_head * head_dim, n_kv_head * head_dim);
+                fused_layers.push(fused::FusedLayer::new(layer, widths)?);
+                continue;
+            }
+            layers.push(layer);
         }
 
         let (cos, sin) = rope_tables(head_dim, freq_base, context_length, device)
@@ -454,6 +493,8 @@ impl Transformer {
         Ok(Self {
             embed,
             layers,
+            #[cfg(feature = "cuda")]
+            fused: fused_layers,
             out_norm,
             head,
             cos,
@@ -481,6 +522,15 @@ impl Transformer {
     /// The device the weights live on.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Whether the layers run with decide's fused CUDA kernels ([`Kernels`]). Those never
+    /// materialise attention scores, so a prefill needs no score budget.
+    pub fn is_fused(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        return !self.fused.is_empty();
+        #[cfg(not(feature = "cuda"))]
+        false
     }
 
     /// Runs `tokens` at positions `start_pos..start_pos + tokens.len()`, attending to `cache`
@@ -533,6 +583,10 @@ impl Transformer {
             return Err(ModelError::Compute(format!(
                 "row {r} requested from {n} tokens"
             )));
+        }
+        #[cfg(feature = "cuda")]
+        if !self.fused.is_empty() {
+            return self.fused_forward(tokens, start_pos, cache, rows);
         }
 
         let ids = Tensor::new(tokens, &self.device)?;
@@ -678,6 +732,20 @@ impl Transformer {
             row += len;
             last_rows.push((row - 1) as u32);
         }
+        #[cfg(feature = "cuda")]
+        if !self.fused.is_empty() {
+            let keys = fused::PassKeys {
+                prefixes: prefixes.iter().map(|c| c.layers.as_slice()).collect(),
+                cols: layout.prefix_cols.clone(),
+                own_start: layout.row_pieces[0].2,
+            };
+            let flat: Vec<u32> = (0..m)
+                .flat_map(|r| bounds.iter().map(move |b| b[r]))
+                .collect();
+            let (x, _) = self.fused_pass(&self.fused, &tokens, &positions, &flat, &keys, false)?;
+            let idx = Tensor::new(last_rows.as_slice(), &self.device)?;
+            return Ok(x.index_select(&idx, 0)?.to_dtype(DType::F32)?);
+        }
         let mask = self.per_head(band_mask(&bounds, layout.kv, &self.device)?)?;
         let pos = Tensor::new(positions.as_slice(), &self.device)?;
         let cos = self.cos.index_select(&pos, 0)?;
@@ -705,11 +773,11 @@ impl Transformer {
 
     /// A cache made by this model.
     fn check_cache(&self, c: &KvCache) -> Result<()> {
-        if c.layers.len() != self.layers.len() {
+        if c.layers.len() != self.dims.n_layers {
             return Err(ModelError::Cache(format!(
                 "the cache has {} layers, this model {}",
                 c.layers.len(),
-                self.layers.len()
+                self.dims.n_layers
             )));
         }
         Ok(())

@@ -64,13 +64,17 @@ pub use candle_core::Tensor;
 mod error;
 pub mod forward;
 mod gguf;
+/// The fused CUDA kernels' launchers; public only for `examples/kernel_check.rs`.
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+pub mod kernels;
 mod readout;
 pub mod template;
 mod token_cache;
 pub mod tokenizer;
 
 pub use error::ModelError;
-pub use forward::{KvCache, Numerics, Segment, Transformer, WeightFormat};
+pub use forward::{Kernels, KvCache, Numerics, Segment, Transformer, WeightFormat};
 pub use readout::Readout;
 pub use token_cache::TokenCacheStats;
 
@@ -129,6 +133,9 @@ pub struct LoadOptions {
     /// How weight matrices are held: as stored (default) or dequantized to a dense dtype,
     /// trading memory for speed (see [`WeightFormat`]).
     pub weights: WeightFormat,
+    /// Which implementation runs the layers: decide's fused CUDA kernels where possible
+    /// (default), or candle's ops everywhere (see [`Kernels`]).
+    pub kernels: Kernels,
 }
 
 /// A loaded model: weights, tokenizer and chat template. Immutable after load, so one
@@ -184,7 +191,8 @@ impl Model {
             )?),
             None => None,
         };
-        let transformer = Transformer::load(&mut g, &arch, device, options.weights)?;
+        let transformer =
+            Transformer::load(&mut g, &arch, device, options.weights, options.kernels)?;
         let dims = transformer.dims().clone();
         if tokenizer.len() > dims.vocab_size {
             return Err(g.err(format!(
@@ -212,7 +220,7 @@ impl Model {
         tracing::info!(
             model = %info.name, arch = %info.arch, layers = info.n_layers, vocab = info.vocab_size,
             context = info.context_length, pre = %tokenizer.pre, device = ?device,
-            weights = ?options.weights,
+            weights = ?options.weights, fused = transformer.is_fused(),
             secs = t0.elapsed().as_secs_f32(), "model loaded"
         );
         Ok(Model {
@@ -537,7 +545,11 @@ impl Model {
 
     /// Query rows per prefill chunk when the keys reach `keys` positions: as many as keep
     /// one chunk's attention scores within [`PREFILL_SCORE_BUDGET`], at most `max_chunk`.
+    /// On the fused path no scores are materialised: chunks are `max_chunk` rows.
     fn chunk_rows(&self, keys: usize, max_chunk: usize) -> usize {
+        if self.transformer.is_fused() {
+            return max_chunk.max(1);
+        }
         let heads = self.transformer.dims().n_head;
         (PREFILL_SCORE_BUDGET / (heads * keys.max(1))).clamp(1, max_chunk.max(1))
     }

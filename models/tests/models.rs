@@ -675,6 +675,7 @@ fn dequantized_weights_read_consistently() {
         &Device::Cpu,
         &LoadOptions {
             weights: WeightFormat::F32,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -1,0 +1,354 @@
+//! Checks decide's fused CUDA kernels against the same math in candle's ops (f32), on
+//! random inputs, and times the attention kernel. Needs a GPU and a `cuda` build; no model.
+//!
+//!     kernel_check [--json FILE]
+//!
+//! Prints, per case, the largest absolute difference from the reference and the reference's
+//! largest magnitude; exits 1 when a difference exceeds bf16 tolerance.
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use decide_models::kernels::{self, Heads, KeySources};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Largest |a - b| and largest |b|.
+fn diff(a: &Tensor, b: &Tensor) -> Res<(f32, f32)> {
+    let a = a.to_dtype(DType::F32)?.flatten_all()?;
+    let b = b.to_dtype(DType::F32)?.flatten_all()?;
+    let d = (a - &b)?.abs()?.max(0)?.to_scalar::<f32>()?;
+    let m = b.abs()?.max(0)?.to_scalar::<f32>()?;
+    Ok((d, m))
+}
+
+/// One attention case: prefixes of the given lengths, then segments of own rows, each
+/// `(prefix index or None, rows)`.
+struct Case {
+    name: &'static str,
+    heads: Heads,
+    prefixes: Vec<usize>,
+    segments: Vec<(Option<usize>, usize)>,
+}
+
+fn attention_case(dev: &Device, c: &Case, timing: bool) -> Res<(f32, f32, Option<f64>)> {
+    let Heads { q: h, kv, dim: d } = c.heads;
+    let m: usize = c.segments.iter().map(|s| s.1).sum();
+    let rand = |shape: &[usize], scale: f64| -> Res<Tensor> {
+        Ok((Tensor::randn(0f32, 1f32, shape, dev)? * scale)?.to_dtype(DType::BF16)?)
+    };
+    let q = rand(&[m, h, d], 2.0)?;
+    let k = rand(&[1, kv, m, d], 1.0)?;
+    let v = rand(&[1, kv, m, d], 1.0)?;
+    let mut prefix_kv = Vec::new();
+    let mut cols = Vec::new();
+    let mut col = 0;
+    for &len in &c.prefixes {
+        prefix_kv.push(vec![(
+            rand(&[1, kv, len, d], 1.0)?,
+            rand(&[1, kv, len, d], 1.0)?,
+        )]);
+        cols.push((col, len));
+        col += len;
+    }
+    let own_start = col;
+    let total = own_start + m;
+    let mut bounds = Vec::with_capacity(4 * m);
+    let mut row = 0;
+    for &(p, rows) in &c.segments {
+        let (pc, pl) = p.map_or((0, 0), |i| cols[i]);
+        for j in 0..rows {
+            bounds
+                .extend([pc, pc + pl, own_start + row, own_start + row + j + 1].map(|x| x as u32));
+        }
+        row += rows;
+    }
+    let prefixes: Vec<&[(Tensor, Tensor)]> = prefix_kv.iter().map(|p| p.as_slice()).collect();
+    let sources = KeySources::new(dev, &prefixes, &cols, own_start, 1)?;
+    let bounds_t = Tensor::new(bounds.as_slice(), dev)?;
+    let got = kernels::attention(&q, (&k, &v), &sources, 0, &bounds_t, c.heads)?;
+
+    // Reference: every key column side by side, a dense mask, f32 softmax.
+    let mut ks: Vec<Tensor> = prefix_kv.iter().map(|p| p[0].0.clone()).collect();
+    let mut vs: Vec<Tensor> = prefix_kv.iter().map(|p| p[0].1.clone()).collect();
+    ks.push(k.clone());
+    vs.push(v.clone());
+    let kall = Tensor::cat(&ks, 2)?.to_dtype(DType::F32)?.squeeze(0)?; // (kv, T, d)
+    let vall = Tensor::cat(&vs, 2)?.to_dtype(DType::F32)?.squeeze(0)?;
+    let rep = h / kv;
+    let kall = kall
+        .unsqueeze(1)?
+        .repeat((1, rep, 1, 1))?
+        .reshape((h, total, d))?;
+    let vall = vall
+        .unsqueeze(1)?
+        .repeat((1, rep, 1, 1))?
+        .reshape((h, total, d))?;
+    let qf = q.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?; // (h, m, d)
+    let mut mask = vec![f32::NEG_INFINITY; m * total];
+    for r in 0..m {
+        let b = &bounds[4 * r..4 * r + 4];
+        for col in 0..total as u32 {
+            if (col >= b[0] && col < b[1]) || (col >= b[2] && col < b[3]) {
+                mask[r * total + col as usize] = 0.0;
+            }
+        }
+    }
+    let mask = Tensor::from_vec(mask, (1, m, total), dev)?;
+    let scores = (qf.matmul(&kall.t()?)? / (d as f64).sqrt())?.broadcast_add(&mask)?;
+    let p = candle_nn::ops::softmax_last_dim(&scores)?;
+    let want = p.matmul(&vall)?.transpose(0, 1)?.reshape((m, h * d))?;
+    let (dmax, mmax) = diff(&got, &want)?;
+
+    let secs = if timing {
+        let runs = 20;
+        got.to_device(&Device::Cpu)?;
+        let t0 = std::time::Instant::now();
+        for _ in 0..runs {
+            let o = kernels::attention(&q, (&k, &v), &sources, 0, &bounds_t, c.heads)?;
+            drop(o);
+        }
+        dev.synchronize()?;
+        Some(t0.elapsed().as_secs_f64() / runs as f64)
+    } else {
+        None
+    };
+    Ok((dmax, mmax, secs))
+}
+
+fn main() -> Res<()> {
+    let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
+    let dev = Device::new_cuda(0)?;
+    let mut failed = false;
+    let mut report = Vec::new();
+    let mut timings = Vec::new();
+    let mut check = |name: String, (d, m): (f32, f32), tol: f32| {
+        let ok = d <= tol * m.max(1.0);
+        println!(
+            "{name:<48} max |diff| {d:.5} (max |ref| {m:.3}) {}",
+            if ok { "ok" } else { "FAILED" }
+        );
+        failed |= !ok;
+        report.push(format!(
+            r#"{{"case":"{name}","max_diff":{d},"max_ref":{m},"ok":{ok}}}"#
+        ));
+    };
+
+    // qkv_rope against split + bias + candle's rope.
+    for (interleaved, hq, hkv, d) in [(false, 12, 2, 128), (true, 9, 3, 64)] {
+        let m = 37;
+        let width = (hq + 2 * hkv) * d;
+        let qkv = Tensor::randn(0f32, 1f32, (m, width), &dev)?.to_dtype(DType::BF16)?;
+        let bias = Tensor::randn(0f32, 0.5f32, width, &dev)?;
+        let ctx = 4096;
+        let theta = Tensor::arange(0u32, (d / 2) as u32, &dev)?.to_dtype(DType::F32)?;
+        let theta = (theta * (-2.0 * (10_000f64).ln() / d as f64))?.exp()?;
+        let angles = Tensor::arange(0u32, ctx as u32, &dev)?
+            .to_dtype(DType::F32)?
+            .reshape((ctx, 1))?
+            .broadcast_mul(&theta.reshape((1, d / 2))?)?;
+        let (cos, sin) = (angles.cos()?, angles.sin()?);
+        let pos: Vec<u32> = (0..m as u32).map(|i| (i * 97 + 5) % ctx as u32).collect();
+        let pos_t = Tensor::new(pos.as_slice(), &dev)?;
+        let heads = Heads {
+            q: hq,
+            kv: hkv,
+            dim: d,
+        };
+        let (q, k, v) =
+            kernels::qkv_rope(&qkv, Some(&bias), (&cos, &sin), &pos_t, heads, interleaved)?;
+        let x = qkv.to_dtype(DType::F32)?.broadcast_add(&bias)?;
+        let (c, s) = (cos.index_select(&pos_t, 0)?, sin.index_select(&pos_t, 0)?);
+        let part = |from: usize, n: usize, rotate: bool| -> Res<Tensor> {
+            let t = x
+                .narrow(1, from * d, n * d)?
+                .reshape((1, m, n, d))?
+                .transpose(1, 2)?
+                .contiguous()?;
+            Ok(if !rotate {
+                t
+            } else if interleaved {
+                candle_nn::rotary_emb::rope_i(&t, &c, &s)?
+            } else {
+                candle_nn::rotary_emb::rope(&t, &c, &s)?
+            })
+        };
+        let tag = if interleaved { "interleaved" } else { "half" };
+        let want_q = part(0, hq, true)?.squeeze(0)?.transpose(0, 1)?; // (m, hq, d)
+        check(
+            format!("qkv_rope q ({tag}, d={d})"),
+            diff(&q, &want_q)?,
+            0.01,
+        );
+        check(
+            format!("qkv_rope k ({tag}, d={d})"),
+            diff(&k, &part(hq, hkv, true)?)?,
+            0.01,
+        );
+        check(
+            format!("qkv_rope v ({tag}, d={d})"),
+            diff(&v, &part(hq + hkv, hkv, false)?)?,
+            0.01,
+        );
+    }
+
+    // silu_mul against candle's silu.
+    {
+        let gu = Tensor::randn(0f32, 2f32, (29, 2 * 8960), &dev)?.to_dtype(DType::BF16)?;
+        let got = kernels::silu_mul(&gu)?;
+        let g = gu.i((.., ..8960))?.to_dtype(DType::F32)?;
+        let u = gu.i((.., 8960..))?.to_dtype(DType::F32)?;
+        let want = (candle_nn::ops::silu(&g)? * u)?;
+        check("silu_mul".into(), diff(&got, &want)?, 0.01);
+    }
+
+    let q15 = Heads {
+        q: 12,
+        kv: 2,
+        dim: 128,
+    };
+    let q05 = Heads {
+        q: 14,
+        kv: 2,
+        dim: 64,
+    };
+    let cases = [
+        Case {
+            name: "prefill, 1 row",
+            heads: q15,
+            prefixes: vec![],
+            segments: vec![(None, 1)],
+        },
+        Case {
+            name: "prefill, 100 rows (d=128)",
+            heads: q15,
+            prefixes: vec![],
+            segments: vec![(None, 100)],
+        },
+        Case {
+            name: "prefill, 100 rows (d=64)",
+            heads: q05,
+            prefixes: vec![],
+            segments: vec![(None, 100)],
+        },
+        Case {
+            name: "suffix of 7 after 300 cached",
+            heads: q15,
+            prefixes: vec![300],
+            segments: vec![(Some(0), 7)],
+        },
+        Case {
+            name: "packed: 3 prefixes, 6 segments",
+            heads: q15,
+            prefixes: vec![70, 129, 5],
+            segments: vec![
+                (Some(0), 9),
+                (Some(1), 40),
+                (Some(1), 3),
+                (None, 66),
+                (Some(2), 1),
+                (Some(0), 20),
+            ],
+        },
+        Case {
+            name: "packed: 3 prefixes, 6 segments (d=64)",
+            heads: q05,
+            prefixes: vec![70, 129, 5],
+            segments: vec![
+                (Some(0), 9),
+                (Some(1), 40),
+                (Some(1), 3),
+                (None, 66),
+                (Some(2), 1),
+                (Some(0), 20),
+            ],
+        },
+        Case {
+            name: "3 rows after 4000 cached (split)",
+            heads: q15,
+            prefixes: vec![4000],
+            segments: vec![(Some(0), 3)],
+        },
+        Case {
+            name: "2 x 40 rows after 3000 + 2000 (split)",
+            heads: q05,
+            prefixes: vec![3000, 2000],
+            segments: vec![(Some(1), 40), (Some(0), 40)],
+        },
+    ];
+    for c in &cases {
+        let r = attention_case(&dev, c, false)?;
+        check(format!("attention: {}", c.name), (r.0, r.1), 0.02);
+    }
+
+    // Timing: causal prefill of n rows, and 64 short suffixes over one long prefix.
+    for n in [2048usize, 4096, 8192] {
+        let c = Case {
+            name: "timing",
+            heads: q15,
+            prefixes: vec![],
+            segments: vec![(None, n)],
+        };
+        let (d, m, secs) = attention_case(&dev, &c, true)?;
+        let secs = secs.unwrap_or(0.0);
+        let flops = 2.0 * (n * n) as f64 * 128.0 * 12.0; // causal half of 4 n^2 d h
+        check(format!("attention causal {n} rows"), (d, m), 0.02);
+        println!(
+            "  {n} rows causal: {:.3} ms, {:.1} TFLOP/s",
+            secs * 1e3,
+            flops / secs / 1e12
+        );
+        timings.push(format!(
+            r#"{{"case":"causal {n}","ms":{},"tflops":{}}}"#,
+            secs * 1e3,
+            flops / secs / 1e12
+        ));
+    }
+    {
+        let c = Case {
+            name: "timing",
+            heads: q15,
+            prefixes: vec![4608],
+            segments: (0..64).map(|_| (Some(0), 24)).collect(),
+        };
+        let (d, m, secs) = attention_case(&dev, &c, true)?;
+        check(
+            "attention 64 x 24 rows over 4608 cached".into(),
+            (d, m),
+            0.02,
+        );
+        println!(
+            "  64 x 24 rows over 4608 cached: {:.3} ms",
+            secs.unwrap_or(0.0) * 1e3
+        );
+        timings.push(format!(
+            r#"{{"case":"64x24 over 4608","ms":{}}}"#,
+            secs.unwrap_or(0.0) * 1e3
+        ));
+    }
+    {
+        let c = Case {
+            name: "timing",
+            heads: q15,
+            prefixes: vec![28_256],
+            segments: vec![(Some(0), 3)],
+        };
+        let (d, m, secs) = attention_case(&dev, &c, true)?;
+        check("attention 3 rows over 28256 cached".into(), (d, m), 0.02);
+        println!(
+            "  3 rows over 28256 cached: {:.3} ms",
+            secs.unwrap_or(0.0) * 1e3
+        );
+        timings.push(format!(
+            r#"{{"case":"3 over 28256","ms":{}}}"#,
+            secs.unwrap_or(0.0) * 1e3
+        ));
+    }
+    drop(check);
+    report.extend(timings);
+    if let Some(p) = json_path {
+        std::fs::write(&p, format!("[{}]\n", report.join(",\n")))?;
+    }
+    if failed {
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,486 @@
+// decide's fused CUDA kernels for the bf16 forward pass (see models/src/forward/fused.rs).
+//
+// Why our own kernels: with candle's ops a decoder layer was ~40 kernel launches (casts,
+// copies, a materialised mask and score matrix), so a short read was bound by launch
+// overhead (15 ms for one question on an H200) and a long prefill by the f32 score matrix.
+// Three kernels replace most of it:
+//   - qkv_rope: bias + rotary embedding + split of the fused QKV projection, one launch;
+//   - silu_mul: the SwiGLU gate of the fused gate/up projection, one launch;
+//   - attention: flash-style attention (scores never leave registers) over keys that come
+//     from several cached prefixes plus this pass's own rows, each query row seeing two
+//     bands of key columns (its prefix, and its own segment causally).
+//
+// Built to PTX by models/build.rs with the toolkit's nvcc when the `cuda` feature is on.
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+// ---------------------------------------------------------------------------------------------
+// qkv_rope: qkv (M, H + 2*KV heads, D) bf16, the output of h @ [Wq | Wk | Wv].
+// Adds the bias (f32, nullable), rotates q and k by the position of each row, and writes
+//   q (M, H, D), k (KV, M, D), v (KV, M, D), all bf16.
+// interleaved: rotary pairs (2i, 2i+1) (GGUF llama); else (i, i + D/2) (qwen2, NEOX).
+// The formulas are candle's rope / rope_i kernels.
+extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
+                                         const float* __restrict__ bias,
+                                         const float* __restrict__ cos_table,
+                                         const float* __restrict__ sin_table,
+                                         const uint32_t* __restrict__ positions,
+                                         bf16* __restrict__ q, bf16* __restrict__ k,
+                                         bf16* __restrict__ v, int M, int H, int KV, int D,
+                                         int interleaved) {
+    const int half = D / 2;
+    const int slots = H + 2 * KV;
+    const long total = (long)M * slots * half;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total;
+         i += (long)gridDim.x * blockDim.x) {
+        const int p = (int)(i % half);
+        const long t = i / half;
+        const int slot = (int)(t % slots);
+        const int r = (int)(t / slots);
+        const bf16* src = qkv + ((long)r * slots + slot) * D;
+        const int i0 = interleaved ? 2 * p : p;
+        const int i1 = interleaved ? 2 * p + 1 : p + half;
+        float x0 = __bfloat162float(src[i0]);
+        float x1 = __bfloat162float(src[i1]);
+        if (bias) {
+            x0 += bias[slot * D + i0];
+            x1 += bias[slot * D + i1];
+        }
+        bf16* dst;
+        if (slot < H) {
+            dst = q + ((long)r * H + slot) * D;
+        } else if (slot < H + KV) {
+            dst = k + ((long)(slot - H) * M + r) * D;
+        } else {
+            dst = v + ((long)(slot - H - KV) * M + r) * D;
+        }
+        if (slot < H + KV) {
+            const long at = (long)positions[r] * half + p;
+            const float c = cos_table[at], s = sin_table[at];
+            const float y0 = x0 * c - x1 * s;
+            const float y1 = x0 * s + x1 * c;
+            x0 = y0;
+            x1 = y1;
+        }
+        dst[i0] = __float2bfloat16(x0);
+        dst[i1] = __float2bfloat16(x1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// silu_mul: gu (M, 2*I) bf16 = h @ [Wgate | Wup]; out (M, I) = silu(gate) * up, in f32, one
+// rounding to bf16. I is even (pairs are processed together).
+extern "C" __global__ void silu_mul_bf16(const __nv_bfloat162* __restrict__ gu,
+                                         __nv_bfloat162* __restrict__ out, int M, int I) {
+    const int pairs = I / 2;
+    const long total = (long)M * pairs;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total;
+         i += (long)gridDim.x * blockDim.x) {
+        const long r = i / pairs;
+        const int j = (int)(i % pairs);
+        const float2 g = __bfloat1622float2(gu[r * 2 * pairs + j]);
+        const float2 u = __bfloat1622float2(gu[r * 2 * pairs + pairs + j]);
+        const float a = g.x / (1.f + __expf(-g.x)) * u.x;
+        const float b = g.y / (1.f + __expf(-g.y)) * u.y;
+        out[i] = __floats2bfloat162_rn(a, b);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention: flash-attention-2 style, bf16 tensor cores (mma.sync m16n8k16), f32 softmax.
+//
+// Queries q (M, H, D) bf16 (row stride q_stride elements). Key columns form one index space:
+//   - prefix s covers columns [prefix_start[s], prefix_start[s] + prefix_len[s]); its K and V
+//     are (KV, prefix_len[s], D) bf16 at prefix_k[s] / prefix_v[s] (device addresses),
+//     prefix_start ascending;
+//   - this pass's own rows cover [own_start, own_start + M), K and V (KV, M, D) bf16.
+// Row r sees the columns in [bounds[4r], bounds[4r+1]) and [bounds[4r+2], bounds[4r+3]).
+// Output (M, H*D) bf16: the layout the output projection reads.
+//
+// A block is 4 warps, 64 query rows of one head; each warp owns 16 rows. Key tiles of 64
+// columns are staged in shared memory with cp.async (rows padded by 8 elements, so the
+// ldmatrix fragment loads are conflict-free); values load while the scores are computed.
+// Only tiles that meet the block's two column ranges are visited.
+//
+// Split over keys (grid.z = n_splits > 1, for few query rows over many keys, e.g. a question
+// over a long cached input): split z visits its share of the tiles and writes unnormalised
+// f32 partials (part_o (n_splits, M, H, D); part_ml (n_splits, M, H, 2) = running max and
+// sum), which attention_combine merges.
+
+#define ATT_BM 64
+#define ATT_BN 64
+#define ATT_THREADS 128
+
+__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* smem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// 16 bytes global -> shared without registers; zero-filled when !valid.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    const int bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem),
+                 "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ bool sees(int col, const int b[4]) {
+    return (col >= b[0] && col < b[1]) || (col >= b[2] && col < b[3]);
+}
+
+template <int D>
+__device__ __forceinline__ void attention_impl(
+    const bf16* __restrict__ q, int q_stride, const bf16* __restrict__ k_own,
+    const bf16* __restrict__ v_own, int own_start, int M,
+    const unsigned long long* __restrict__ prefix_k,
+    const unsigned long long* __restrict__ prefix_v, const int* __restrict__ prefix_start,
+    const int* __restrict__ prefix_len, int n_prefix, const int* __restrict__ bounds,
+    bf16* __restrict__ out, int H, int KV, float scale_log2, int n_splits,
+    float* __restrict__ part_o, float* __restrict__ part_ml) {
+    constexpr int STRIDE = D + 8;
+    constexpr int KSTEPS = D / 16;  // k-steps of Q K^T
+    constexpr int NT = ATT_BN / 8;  // n-tiles of a score tile
+    constexpr int OT = D / 8;       // n-tiles of the output
+    constexpr int CHUNKS = D / 8;   // 16-byte pieces per key row
+    constexpr int ROWS_PER_PASS = ATT_THREADS / CHUNKS;
+    __shared__ __align__(16) bf16 Ks[ATT_BN][STRIDE];
+    __shared__ __align__(16) bf16 Vs[ATT_BN][STRIDE];
+    __shared__ int range[4];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3;
+    const int h = blockIdx.y;
+    const int kvh = h / (H / KV);
+    const int row0 = blockIdx.x * ATT_BM;
+
+    if (tid == 0) {
+        range[0] = 0x7fffffff;
+        range[1] = 0;
+        range[2] = 0x7fffffff;
+        range[3] = 0;
+    }
+    __syncthreads();
+    if (tid < ATT_BM && row0 + tid < M) {
+        const int* b = bounds + 4 * (row0 + tid);
+        if (b[1] > b[0]) {
+            atomicMin(&range[0], b[0]);
+            atomicMax(&range[1], b[1]);
+        }
+        if (b[3] > b[2]) {
+            atomicMin(&range[2], b[2]);
+            atomicMax(&range[3], b[3]);
+        }
+    }
+    __syncthreads();
+
+    // This thread's two rows and what they see.
+    const int r0 = row0 + warp * 16 + g, r1 = r0 + 8;
+    int s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
+    if (r0 < M) {
+        for (int i = 0; i < 4; ++i) s0[i] = bounds[4 * r0 + i];
+    }
+    if (r1 < M) {
+        for (int i = 0; i < 4; ++i) s1[i] = bounds[4 * r1 + i];
+    }
+
+    // Query fragments, held for the whole kernel.
+    uint32_t qa[KSTEPS][4];
+    {
+        const uint32_t* q0 = reinterpret_cast<const uint32_t*>(q + (long)r0 * q_stride + h * D);
+        const uint32_t* q1 = reinterpret_cast<const uint32_t*>(q + (long)r1 * q_stride + h * D);
+#pragma unroll
+        for (int kd = 0; kd < KSTEPS; ++kd) {
+            const int c = (kd * 16 + 2 * tq) / 2;
+            qa[kd][0] = r0 < M ? q0[c] : 0u;
+            qa[kd][1] = r1 < M ? q1[c] : 0u;
+            qa[kd][2] = r0 < M ? q0[c + 4] : 0u;
+            qa[kd][3] = r1 < M ? q1[c + 4] : 0u;
+        }
+    }
+
+    float o[OT][4];
+#pragma unroll
+    for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+    // Key tiles to visit: those meeting [range0, range1), then those meeting [range2, range3).
+    int ta0 = 0, ta1 = 0, tb0 = 0, tb1 = 0;
+    if (range[1] > range[0]) {
+        ta0 = range[0] / ATT_BN;
+        ta1 = (range[1] + ATT_BN - 1) / ATT_BN;
+    }
+    if (range[3] > range[2]) {
+        tb0 = range[2] / ATT_BN;
+        tb1 = (range[3] + ATT_BN - 1) / ATT_BN;
+        if (ta1 > ta0 && tb0 <= ta1 && ta0 <= tb1) {
+            // The bands share or touch a tile: visit their union once.
+            ta0 = min(ta0, tb0);
+            ta1 = max(ta1, tb1);
+            tb0 = tb1 = 0;
+        }
+    }
+    const int na = ta1 - ta0, nb = tb1 - tb0;
+    const int tiles = na + nb;
+    const int z = blockIdx.z;
+    const int it_begin = (int)((long)tiles * z / n_splits);
+    const int it_end = (int)((long)tiles * (z + 1) / n_splits);
+
+    const int part = tid % CHUNKS;
+    for (int it = it_begin; it < it_end; ++it) {
+        const int col0 = (it < na ? ta0 + it : tb0 + it - na) * ATT_BN;
+
+        // Where each of this thread's key rows lies (null: no source, zeros).
+        const bf16* kp[ATT_BN / ROWS_PER_PASS];
+        const bf16* vp[ATT_BN / ROWS_PER_PASS];
+#pragma unroll
+        for (int i = 0; i < ATT_BN / ROWS_PER_PASS; ++i) {
+            const int col = col0 + tid / CHUNKS + i * ROWS_PER_PASS;
+            kp[i] = nullptr;
+            vp[i] = nullptr;
+            if (col >= own_start && col < own_start + M) {
+                const long off = ((long)kvh * M + (col - own_start)) * D + part * 8;
+                kp[i] = k_own + off;
+                vp[i] = v_own + off;
+            } else {
+                int lo = 0, hi = n_prefix - 1, s = -1;
+                while (lo <= hi) {
+                    const int mid = (lo + hi) >> 1;
+                    if (__ldg(prefix_start + mid) <= col) {
+                        s = mid;
+                        lo = mid + 1;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                if (s >= 0) {
+                    const int start = __ldg(prefix_start + s), len = __ldg(prefix_len + s);
+                    if (col < start + len) {
+                        const long off = ((long)kvh * len + (col - start)) * D + part * 8;
+                        kp[i] = reinterpret_cast<const bf16*>(__ldg(prefix_k + s)) + off;
+                        vp[i] = reinterpret_cast<const bf16*>(__ldg(prefix_v + s)) + off;
+                    }
+                }
+            }
+        }
+        // Keys, then values, as two groups: the scores need only the keys.
+#pragma unroll
+        for (int i = 0; i < ATT_BN / ROWS_PER_PASS; ++i) {
+            const int j = tid / CHUNKS + i * ROWS_PER_PASS;
+            cp_async16(&Ks[j][part * 8], kp[i] ? kp[i] : k_own, kp[i] != nullptr);
+        }
+        cp_async_commit();
+#pragma unroll
+        for (int i = 0; i < ATT_BN / ROWS_PER_PASS; ++i) {
+            const int j = tid / CHUNKS + i * ROWS_PER_PASS;
+            cp_async16(&Vs[j][part * 8], vp[i] ? vp[i] : v_own, vp[i] != nullptr);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+
+        // Scores S = Q K^T for this warp's 16 rows x 64 columns.
+        float s[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int kd = 0; kd < KSTEPS; ++kd) {
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                uint32_t b[4];
+                ldmatrix_x4(b, &Ks[(j + (lane >> 4)) * 8 + (lane & 7)][kd * 16 + ((lane >> 3) & 1) * 8]);
+                mma_bf16_16816(s[j], qa[kd], b[0], b[1]);
+                mma_bf16_16816(s[j + 1], qa[kd], b[2], b[3]);
+            }
+        }
+
+        // Mask, then the online softmax update (base 2, scale folded in).
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = col0 + j * 8 + 2 * tq + e;
+                s[j][e] = sees(col, s0) ? s[j][e] * scale_log2 : -INFINITY;
+                s[j][2 + e] = sees(col, s1) ? s[j][2 + e] * scale_log2 : -INFINITY;
+                mx0 = fmaxf(mx0, s[j][e]);
+                mx1 = fmaxf(mx1, s[j][2 + e]);
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        // A row that has seen nothing yet keeps max -inf; subtract 0 then (all p are 0).
+        const float base0 = n0 == -INFINITY ? 0.f : n0;
+        const float base1 = n1 == -INFINITY ? 0.f : n1;
+        const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
+        m0 = n0;
+        m1 = n1;
+        l0 *= alpha0;
+        l1 *= alpha1;
+#pragma unroll
+        for (int n = 0; n < OT; ++n) {
+            o[n][0] *= alpha0;
+            o[n][1] *= alpha0;
+            o[n][2] *= alpha1;
+            o[n][3] *= alpha1;
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            s[j][0] = exp2f(s[j][0] - base0);
+            s[j][1] = exp2f(s[j][1] - base0);
+            s[j][2] = exp2f(s[j][2] - base1);
+            s[j][3] = exp2f(s[j][3] - base1);
+            l0 += s[j][0] + s[j][1];
+            l1 += s[j][2] + s[j][3];
+        }
+
+        cp_async_wait<0>();
+        __syncthreads();
+        // O += P V, P straight from the score registers (their layout is the A operand's).
+#pragma unroll
+        for (int kk = 0; kk < ATT_BN / 16; ++kk) {
+            uint32_t a[4];
+            a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int n = 0; n < OT; n += 2) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, &Vs[kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][(n + (lane >> 4)) * 8]);
+                mma_bf16_16816(o[n], a, b[0], b[1]);
+                mma_bf16_16816(o[n + 1], a, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+    }
+
+    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    if (n_splits > 1) {
+        // Unnormalised partials for attention_combine.
+#pragma unroll
+        for (int n = 0; n < OT; ++n) {
+            const int d = n * 8 + 2 * tq;
+            if (r0 < M) {
+                float* po = part_o + (((long)z * M + r0) * H + h) * D + d;
+                po[0] = o[n][0];
+                po[1] = o[n][1];
+            }
+            if (r1 < M) {
+                float* po = part_o + (((long)z * M + r1) * H + h) * D + d;
+                po[0] = o[n][2];
+                po[1] = o[n][3];
+            }
+        }
+        if (tq == 0) {
+            if (r0 < M) {
+                float* ml = part_ml + (((long)z * M + r0) * H + h) * 2;
+                ml[0] = m0;
+                ml[1] = l0;
+            }
+            if (r1 < M) {
+                float* ml = part_ml + (((long)z * M + r1) * H + h) * 2;
+                ml[0] = m1;
+                ml[1] = l1;
+            }
+        }
+        return;
+    }
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+    const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const long out_stride = (long)H * D;
+#pragma unroll
+    for (int n = 0; n < OT; ++n) {
+        const int d = h * D + n * 8 + 2 * tq;
+        if (r0 < M) {
+            *reinterpret_cast<uint32_t*>(out + r0 * out_stride + d) =
+                pack_bf16(o[n][0] * inv0, o[n][1] * inv0);
+        }
+        if (r1 < M) {
+            *reinterpret_cast<uint32_t*>(out + r1 * out_stride + d) =
+                pack_bf16(o[n][2] * inv1, o[n][3] * inv1);
+        }
+    }
+}
+
+#define ATTENTION_KERNEL(D)                                                                     \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_bf16_d##D(              \
+        const bf16* __restrict__ q, int q_stride, const bf16* __restrict__ k_own,               \
+        const bf16* __restrict__ v_own, int own_start, int M,                                   \
+        const unsigned long long* __restrict__ prefix_k,                                        \
+        const unsigned long long* __restrict__ prefix_v, const int* __restrict__ prefix_start,  \
+        const int* __restrict__ prefix_len, int n_prefix, const int* __restrict__ bounds,       \
+        bf16* __restrict__ out, int H, int KV, float scale_log2, int n_splits,                  \
+        float* __restrict__ part_o, float* __restrict__ part_ml) {                              \
+        attention_impl<D>(q, q_stride, k_own, v_own, own_start, M, prefix_k, prefix_v,          \
+                          prefix_start, prefix_len, n_prefix, bounds, out, H, KV, scale_log2,   \
+                          n_splits, part_o, part_ml);                                           \
+    }
+
+ATTENTION_KERNEL(64)
+ATTENTION_KERNEL(128)
+
+// Merges the n_splits partials of a split attention call into out (M, H*D) bf16.
+extern "C" __global__ void attention_combine(const float* __restrict__ part_o,
+                                             const float* __restrict__ part_ml,
+                                             bf16* __restrict__ out, int n_splits, int M, int H,
+                                             int D) {
+    const long total = (long)M * H * D;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total;
+         i += (long)gridDim.x * blockDim.x) {
+        const long rh = i / D;  // row * H + head
+        float mx = -INFINITY;
+        for (int z = 0; z < n_splits; ++z) {
+            const float* ml = part_ml + ((long)z * M * H + rh) * 2;
+            if (ml[1] > 0.f) mx = fmaxf(mx, ml[0]);
+        }
+        float num = 0.f, den = 0.f;
+        for (int z = 0; z < n_splits; ++z) {
+            const float* ml = part_ml + ((long)z * M * H + rh) * 2;
+            if (ml[1] > 0.f) {
+                const float w = exp2f(ml[0] - mx);
+                num += part_o[(long)z * total + i] * w;
+                den += ml[1] * w;
+            }
+        }
+        out[i] = __float2bfloat16(den > 0.f ? num / den : 0.f);
+    }
+}

@@ -1,0 +1,313 @@
+//! Launchers for the fused CUDA kernels in `models/kernels/fused.cu` (built to PTX by
+//! `models/build.rs`). Each takes and returns candle tensors; inputs must be contiguous bf16
+//! (or f32/u32/i32 where noted) CUDA tensors. Inputs are passed to the kernels as device
+//! addresses: every launch goes on candle's one stream, and candle frees memory in stream
+//! order, so an input dropped right after a launch is still valid when the kernel runs.
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::{CudaDevice, CudaStorage, CudaStorageSlice, WrapErr};
+use candle_core::op::BackpropOp;
+use candle_core::{bail, DType, Device, Result, Shape, Storage, Tensor};
+use half::bf16;
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
+const MODULE: &str = "decide_fused";
+
+/// Threads per block of the elementwise kernels.
+const THREADS: u32 = 256;
+
+/// Head widths the attention kernel is built for.
+pub const ATTENTION_HEAD_DIMS: &[usize] = &[64, 128];
+
+/// The CUDA device of a tensor.
+fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
+    match t.device() {
+        Device::Cuda(d) => Ok(d.clone()),
+        other => bail!("fused kernels run on CUDA, got a tensor on {other:?}"),
+    }
+}
+
+/// Device address of a contiguous tensor's first element, checking its dtype.
+fn address(t: &Tensor, dtype: DType) -> Result<u64> {
+    if t.dtype() != dtype {
+        bail!("fused kernel input is {:?}, expected {dtype:?}", t.dtype());
+    }
+    let (storage, layout) = t.storage_and_layout();
+    if !layout.is_contiguous() {
+        bail!("fused kernel input is not contiguous");
+    }
+    let Storage::Cuda(cs) = &*storage else {
+        bail!("fused kernel input is not on CUDA");
+    };
+    let stream = cs.device().cuda_stream();
+    let base = match &cs.slice {
+        CudaStorageSlice::BF16(s) => s.device_ptr(&stream).0,
+        CudaStorageSlice::F32(s) => s.device_ptr(&stream).0,
+        CudaStorageSlice::U32(s) => s.device_ptr(&stream).0,
+        _ => bail!("fused kernel input has an unsupported storage type"),
+    };
+    Ok(base + (layout.start_offset() * dtype.size_in_bytes()) as u64)
+}
+
+/// Wraps a freshly written device buffer as a tensor.
+fn tensor<T>(slice: CudaSlice<T>, dev: &CudaDevice, shape: impl Into<Shape>) -> Tensor
+where
+    T: candle_core::cuda_backend::CudaDType + DeviceRepr,
+{
+    let storage = CudaStorage::wrap_cuda_slice(slice, dev.clone());
+    Tensor::from_storage(Storage::Cuda(storage), shape, BackpropOp::none(), false)
+}
+
+/// A grid-stride launch over `n` elements.
+fn elementwise(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(THREADS as usize).clamp(1, 65_535) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Head counts and width of an attention layer.
+#[derive(Clone, Copy, Debug)]
+pub struct Heads {
+    pub q: usize,
+    pub kv: usize,
+    pub dim: usize,
+}
+
+/// Splits the fused projection `qkv` `(M, (q + 2 kv) * dim)` bf16 into queries `(M, q, dim)`,
+/// keys and values `(1, kv, M, dim)`, adding `bias` (f32, `((q + 2 kv) * dim)`) and rotating
+/// queries and keys by `positions` (u32, `(M)`) with the `(context, dim / 2)` f32 tables.
+pub fn qkv_rope(
+    qkv: &Tensor,
+    bias: Option<&Tensor>,
+    (cos, sin): (&Tensor, &Tensor),
+    positions: &Tensor,
+    heads: Heads,
+    interleaved: bool,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let dev = cuda_device(qkv)?;
+    let (m, width) = qkv.dims2()?;
+    let Heads { q: h, kv, dim: d } = heads;
+    if width != (h + 2 * kv) * d || positions.dims1()? != m {
+        bail!(
+            "qkv_rope: {width} columns and {} positions for {m} rows",
+            positions.dims1()?
+        );
+    }
+    let func = dev.get_or_load_custom_func("qkv_rope_bf16", MODULE, PTX)?;
+    let q_out = unsafe { dev.alloc::<bf16>(m * h * d)? };
+    let k_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
+    let v_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
+    let inputs = (
+        address(qkv, DType::BF16)?,
+        bias.map(|b| address(b, DType::F32))
+            .transpose()?
+            .unwrap_or(0),
+        address(cos, DType::F32)?,
+        address(sin, DType::F32)?,
+        address(positions, DType::U32)?,
+    );
+    let dims = (
+        m as i32,
+        h as i32,
+        kv as i32,
+        d as i32,
+        i32::from(interleaved),
+    );
+    let mut b = func.builder();
+    b.arg(&inputs.0)
+        .arg(&inputs.1)
+        .arg(&inputs.2)
+        .arg(&inputs.3)
+        .arg(&inputs.4);
+    b.arg(&q_out).arg(&k_out).arg(&v_out);
+    b.arg(&dims.0)
+        .arg(&dims.1)
+        .arg(&dims.2)
+        .arg(&dims.3)
+        .arg(&dims.4);
+    unsafe { b.launch(elementwise(m * (h + 2 * kv) * d / 2)) }.w()?;
+    Ok((
+        tensor(q_out, &dev, (m, h, d)),
+        tensor(k_out, &dev, (1, kv, m, d)),
+        tensor(v_out, &dev, (1, kv, m, d)),
+    ))
+}
+
+/// `silu(gate) * up` for `gu` `(M, 2 I)` bf16 holding gate then up: `(M, I)` bf16.
+pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
+    let dev = cuda_device(gu)?;
+    let (m, width) = gu.dims2()?;
+    if width % 4 != 0 {
+        bail!("silu_mul: {width} columns is not a multiple of 4");
+    }
+    let i = width / 2;
+    let func = dev.get_or_load_custom_func("silu_mul_bf16", MODULE, PTX)?;
+    let out = unsafe { dev.alloc::<bf16>(m * i)? };
+    let input = address(gu, DType::BF16)?;
+    let (m32, i32_) = (m as i32, i as i32);
+    let mut b = func.builder();
+    b.arg(&input).arg(&out).arg(&m32).arg(&i32_);
+    unsafe { b.launch(elementwise(m * i / 2)) }.w()?;
+    Ok(tensor(out, &dev, (m, i)))
+}
+
+/// The keys of one attention call: cached prefixes side by side, then the pass's own rows.
+/// The per-layer address tables are uploaded once per pass ([`KeySources::new`]).
+pub struct KeySources {
+    /// Per layer, then per prefix: device address of K / V `(1, kv, len, dim)` bf16.
+    k_table: CudaSlice<u64>,
+    v_table: CudaSlice<u64>,
+    starts: CudaSlice<i32>,
+    lens: CudaSlice<i32>,
+    n_prefix: usize,
+    /// First key column of the pass's own rows.
+    own_start: usize,
+}
+
+impl KeySources {
+    /// `prefixes[p]` holds every layer's `(K, V)` of prefix `p`; `cols[p]` its first key
+    /// column. Own rows start at `own_start`.
+    pub fn new(
+        dev: &Device,
+        prefixes: &[&[(Tensor, Tensor)]],
+        cols: &[(usize, usize)],
+        own_start: usize,
+        layers: usize,
+    ) -> Result<Self> {
+        let Device::Cuda(dev) = dev else {
+            bail!("fused kernels run on CUDA");
+        };
+        let n = prefixes.len();
+        let mut k_table = Vec::with_capacity(layers * n.max(1));
+        let mut v_table = Vec::with_capacity(layers * n.max(1));
+        for layer in 0..layers {
+            for p in prefixes {
+                let (k, v) = &p[layer];
+                k_table.push(address(k, DType::BF16)?);
+                v_table.push(address(v, DType::BF16)?);
+            }
+        }
+        // Never upload an empty table (a zero-length copy is an invalid argument).
+        k_table.resize(k_table.len().max(1), 0);
+        v_table.resize(v_table.len().max(1), 0);
+        let mut starts: Vec<i32> = cols.iter().map(|&(c, _)| c as i32).collect();
+        let mut lens: Vec<i32> = cols.iter().map(|&(_, l)| l as i32).collect();
+        starts.resize(starts.len().max(1), 0);
+        lens.resize(lens.len().max(1), 0);
+        let stream = dev.cuda_stream();
+        Ok(Self {
+            k_table: stream.clone_htod(&k_table).w()?,
+            v_table: stream.clone_htod(&v_table).w()?,
+            starts: stream.clone_htod(&starts).w()?,
+            lens: stream.clone_htod(&lens).w()?,
+            n_prefix: n,
+            own_start,
+        })
+    }
+}
+
+/// Attention of queries `q` `(M, heads.q, dim)` over `sources`' prefixes at `layer` plus the
+/// pass's own keys and values `(1, kv, M, dim)`; row r sees the key columns in
+/// `[b[4r], b[4r+1])` and `[b[4r+2], b[4r+3])` of `bounds` (i32, `(M, 4)`). Returns
+/// `(M, heads.q * dim)` bf16.
+pub fn attention(
+    q: &Tensor,
+    (k, v): (&Tensor, &Tensor),
+    sources: &KeySources,
+    layer: usize,
+    bounds: &Tensor,
+    heads: Heads,
+) -> Result<Tensor> {
+    let dev = cuda_device(q)?;
+    let Heads { q: h, kv, dim: d } = heads;
+    let m = q.dim(0)?;
+    if !ATTENTION_HEAD_DIMS.contains(&d) {
+        bail!("attention kernel: head width {d} is not built (only {ATTENTION_HEAD_DIMS:?})");
+    }
+    let func = dev.get_or_load_custom_func(&format!("attention_bf16_d{d}"), MODULE, PTX)?;
+    let out = unsafe { dev.alloc::<bf16>(m * h * d)? };
+    let n = sources.n_prefix;
+    let at = layer * n;
+    let k_table = sources.k_table.slice(at.min(sources.k_table.len() - 1)..);
+    let v_table = sources.v_table.slice(at.min(sources.v_table.len() - 1)..);
+    let ptrs = (
+        address(q, DType::BF16)?,
+        address(k, DType::BF16)?,
+        address(v, DType::BF16)?,
+        address(bounds, DType::U32)?,
+    );
+    let ints = (
+        (h * d) as i32,
+        sources.own_start as i32,
+        m as i32,
+        n as i32,
+        h as i32,
+        kv as i32,
+    );
+    let scale_log2 = (1.0 / (d as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
+    let splits = key_splits(m.div_ceil(64) * h, (sources.own_start + m).div_ceil(64));
+    // Workspaces for the partials of a split call (one element when unused: never a null
+    // argument, never an empty allocation).
+    let part_o = unsafe { dev.alloc::<f32>(if splits > 1 { splits * m * h * d } else { 1 })? };
+    let part_ml = unsafe { dev.alloc::<f32>(if splits > 1 { splits * m * h * 2 } else { 1 })? };
+    let splits32 = splits as i32;
+    let mut b = func.builder();
+    b.arg(&ptrs.0)
+        .arg(&ints.0)
+        .arg(&ptrs.1)
+        .arg(&ptrs.2)
+        .arg(&ints.1)
+        .arg(&ints.2);
+    b.arg(&k_table)
+        .arg(&v_table)
+        .arg(&sources.starts)
+        .arg(&sources.lens)
+        .arg(&ints.3);
+    b.arg(&ptrs.3)
+        .arg(&out)
+        .arg(&ints.4)
+        .arg(&ints.5)
+        .arg(&scale_log2);
+    b.arg(&splits32).arg(&part_o).arg(&part_ml);
+    let cfg = LaunchConfig {
+        grid_dim: (m.div_ceil(64) as u32, h as u32, splits as u32),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    unsafe { b.launch(cfg) }.w()?;
+    if splits > 1 {
+        let combine = dev.get_or_load_custom_func("attention_combine", MODULE, PTX)?;
+        let (m32, h32, d32) = (m as i32, h as i32, d as i32);
+        let mut b = combine.builder();
+        b.arg(&part_o)
+            .arg(&part_ml)
+            .arg(&out)
+            .arg(&splits32)
+            .arg(&m32)
+            .arg(&h32)
+            .arg(&d32);
+        unsafe { b.launch(elementwise(m * h * d)) }.w()?;
+    }
+    Ok(tensor(out, &dev, (m, h * d)))
+}
+
+/// How many parts to split the keys of an attention call into: enough blocks to fill the GPU
+/// (an H200 has 132 multiprocessors) when few query rows meet many keys, e.g. one question
+/// over a long cached input (12 blocks for 28k keys otherwise), while each part keeps at
+/// least 8 key tiles.
+fn key_splits(blocks: usize, key_tiles: usize) -> usize {
+    const TARGET_BLOCKS: usize = 264;
+    if blocks >= TARGET_BLOCKS / 2 || key_tiles < 16 {
+        return 1;
+    }
+    TARGET_BLOCKS
+        .div_ceil(blocks)
+        .min(key_tiles / 8)
+        .clamp(1, 64)
+}
