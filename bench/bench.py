@@ -135,7 +135,7 @@ def multi(client: Client, counts: list, words: int) -> dict:
         for name in ("cold", "warm"):
             wall, server, payload = client.decide(state, questions, key)
             runs[name] = {"wall_ms": wall, "server_ms": server, "ms_per_decision": wall / count,
-                          **usage_of(payload)}
+                          "steps_ms": getattr(client, "last_steps", {}), **usage_of(payload)}
         out[str(count)] = runs
     return out
 

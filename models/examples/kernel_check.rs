@@ -190,6 +190,23 @@ fn main() -> Res<()> {
         );
     }
 
+    // add_rms_norm against an add and candle's rms_norm (f32).
+    {
+        let x = Tensor::randn(0f32, 3f32, (23, 1536), &dev)?;
+        let delta = Tensor::randn(0f32, 1f32, (23, 1536), &dev)?.to_dtype(DType::BF16)?;
+        let w = Tensor::randn(1f32, 0.2f32, 1536, &dev)?;
+        let (sum, h) = kernels::add_rms_norm(&x, Some(&delta), Some(&w), 1e-6)?;
+        let want_sum = (&x + delta.to_dtype(DType::F32)?)?;
+        let want_h = candle_nn::ops::rms_norm(&want_sum, &w, 1e-6)?;
+        check("add_rms_norm sum".into(), diff(&sum, &want_sum)?, 1e-6);
+        check("add_rms_norm norm".into(), diff(&h.expect("norm"), &want_h)?, 0.01);
+        let (plain, none) = kernels::add_rms_norm(&x, None, None, 1e-6)?;
+        check("add_rms_norm without delta or weight".into(), diff(&plain, &x)?, 0.0);
+        if none.is_some() {
+            return Err("add_rms_norm without a weight returned a norm".into());
+        }
+    }
+
     // silu_mul against candle's silu.
     {
         let gu = Tensor::randn(0f32, 2f32, (29, 2 * 8960), &dev)?.to_dtype(DType::BF16)?;

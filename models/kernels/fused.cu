@@ -3,7 +3,8 @@
 // Why our own kernels: with candle's ops a decoder layer was ~40 kernel launches (casts,
 // copies, a materialised mask and score matrix), so a short read was bound by launch
 // overhead (15 ms for one question on an H200) and a long prefill by the f32 score matrix.
-// Three kernels replace most of it:
+// Four kernels replace most of it:
+//   - add_rms_norm: residual add (f32 stream) and the next RMSNorm, one launch;
 //   - qkv_rope: bias + rotary embedding + split of the fused QKV projection, one launch;
 //   - silu_mul: the SwiGLU gate of the fused gate/up projection, one launch;
 //   - attention: flash-style attention (scores never leave registers) over keys that come
@@ -67,6 +68,42 @@ extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
         }
         dst[i0] = __float2bfloat16(x0);
         dst[i1] = __float2bfloat16(x1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// add_rms_norm: the residual stream stays f32 (so a read rounds like the candle-op path);
+// blocks hand back bf16 outputs. x_out = x + delta (delta bf16, nullable), and when w is
+// given, h = x_out / sqrt(mean(x_out^2) + eps) * w as bf16 (candle's rms_norm formula): the
+// next block's input. One block of threads per row.
+extern "C" __global__ void add_rms_norm(const float* __restrict__ x, const bf16* __restrict__ delta,
+                                        const float* __restrict__ w, float* __restrict__ x_out,
+                                        bf16* __restrict__ h, int hidden, float eps) {
+    __shared__ float warp_sums[32];
+    const long row = blockIdx.x;
+    const float* xr = x + row * hidden;
+    const bf16* dr = delta ? delta + row * hidden : nullptr;
+    float* xo = x_out + row * hidden;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const float v = xr[i] + (dr ? __bfloat162float(dr[i]) : 0.f);
+        xo[i] = v;
+        ss += v * v;
+    }
+    if (!w) return;
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
+    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? warp_sums[threadIdx.x] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+        if (threadIdx.x == 0) warp_sums[0] = v;
+    }
+    __syncthreads();
+    const float scale = rsqrtf(warp_sums[0] / hidden + eps);
+    bf16* hr = h + row * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        hr[i] = __float2bfloat16(xo[i] * scale * w[i]);
     }
 }
 

@@ -744,7 +744,7 @@ impl Transformer {
                 .collect();
             let (x, _) = self.fused_pass(&self.fused, &tokens, &positions, &flat, &keys, false)?;
             let idx = Tensor::new(last_rows.as_slice(), &self.device)?;
-            return Ok(x.index_select(&idx, 0)?.to_dtype(DType::F32)?);
+            return Ok(x.index_select(&idx, 0)?);
         }
         let mask = self.per_head(band_mask(&bounds, layout.kv, &self.device)?)?;
         let pos = Tensor::new(positions.as_slice(), &self.device)?;

@@ -139,6 +139,39 @@ pub fn qkv_rope(
     ))
 }
 
+/// `x + delta` for the f32 residual stream `x` `(M, hidden)` and a block's bf16 output
+/// `delta` (None: `x` itself), and with `weight` (f32, `(hidden)`) the RMS norm of that sum
+/// times `weight`, as bf16: the next block's input.
+pub fn add_rms_norm(
+    x: &Tensor,
+    delta: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    eps: f32,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let dev = cuda_device(x)?;
+    let (m, hidden) = x.dims2()?;
+    let func = dev.get_or_load_custom_func("add_rms_norm", MODULE, PTX)?;
+    let x_out = unsafe { dev.alloc::<f32>(m * hidden)? };
+    let h_out = unsafe { dev.alloc::<bf16>(if weight.is_some() { m * hidden } else { 1 })? };
+    let ptrs = (
+        address(x, DType::F32)?,
+        delta.map(|d| address(d, DType::BF16)).transpose()?.unwrap_or(0),
+        weight.map(|w| address(w, DType::F32)).transpose()?.unwrap_or(0),
+    );
+    let h_ptr = if weight.is_some() { h_out.device_ptr(&dev.cuda_stream()).0 } else { 0 };
+    let hidden32 = hidden as i32;
+    let mut b = func.builder();
+    b.arg(&ptrs.0).arg(&ptrs.1).arg(&ptrs.2).arg(&x_out).arg(&h_ptr).arg(&hidden32).arg(&eps);
+    let cfg = LaunchConfig {
+        grid_dim: (m as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    unsafe { b.launch(cfg) }.w()?;
+    let h = weight.is_some().then(|| tensor(h_out, &dev, (m, hidden)));
+    Ok((tensor(x_out, &dev, (m, hidden)), h))
+}
+
 /// `silu(gate) * up` for `gu` `(M, 2 I)` bf16 holding gate then up: `(M, I)` bf16.
 pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
     let dev = cuda_device(gu)?;

@@ -117,9 +117,14 @@ fn parallel_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> V
     if threads <= 1 {
         return items.into_iter().map(f).collect();
     }
+    // The first item runs alone: questions over one input share its long text, and once one
+    // of them has tokenized it the token cache serves the rest. Started together, every
+    // thread would tokenize the whole input once before any could reuse it.
+    let mut items = items.into_iter();
+    let mut out = Vec::with_capacity(items.len());
+    out.extend(items.next().map(&f));
     let per = items.len().div_ceil(threads);
     let mut chunks: Vec<Vec<T>> = Vec::with_capacity(threads);
-    let mut items = items.into_iter();
     loop {
         let chunk: Vec<T> = items.by_ref().take(per).collect();
         if chunk.is_empty() {
@@ -133,10 +138,12 @@ fn parallel_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> V
             .into_iter()
             .map(|chunk| scope.spawn(move || chunk.into_iter().map(f).collect::<Vec<R>>()))
             .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("a preparing thread panicked"))
-            .collect()
+        out.extend(
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("a preparing thread panicked")),
+        );
+        out
     })
 }
 

@@ -4,10 +4,12 @@
 //! Why a second path: built from candle's ops, a layer was ~40 kernel launches (casts to and
 //! from f32 around each matmul, copies that assemble keys, a mask and a score matrix per
 //! head), so a short read was bound by launch overhead and a long one by the f32 scores.
-//! Here a layer is 11 launches: RMSNorm, one QKV matmul, `qkv_rope`, `attention`, the
-//! output matmul, a residual add, RMSNorm, one gate/up matmul, `silu_mul`, the down matmul,
-//! a residual add. The residual stream stays in bf16 (as in Hugging Face's bf16 models), and
-//! keys are read where they lie (cached prefixes are never copied into a pass).
+//! Here a layer is 9 launches: residual add + RMSNorm, one QKV matmul, `qkv_rope`,
+//! `attention`, the output matmul, residual add + RMSNorm, one gate/up matmul, `silu_mul`,
+//! the down matmul. The residual stream stays f32 as on the candle-op path (a bf16 stream,
+//! as in Hugging Face's bf16 models, moved log-probabilities by up to 0.1 between a packed
+//! and a lone read of the same prompt), and keys are read where they lie (cached prefixes
+//! are never copied into a pass).
 //!
 //! Results differ from the candle-op path by bf16 rounding only; `forward_bench` on the GPU
 //! reports the largest log-probability difference between the two.
@@ -20,6 +22,7 @@ use crate::kernels::{self, Heads, KeySources, ATTENTION_HEAD_DIMS};
 
 /// One decoder block's weights, projections concatenated so each runs as one matmul.
 pub(super) struct FusedLayer {
+    /// f32, like `ffn_norm`.
     attn_norm: Tensor,
     /// `(hidden, (n_head + 2 n_kv_head) head_dim)`: `[Wq | Wk | Wv]` transposed.
     wqkv: Tensor,
@@ -69,14 +72,14 @@ impl FusedLayer {
             None
         };
         Ok(Self {
-            attn_norm: layer.attn_norm.to_dtype(DType::BF16)?,
+            attn_norm: layer.attn_norm.to_dtype(DType::F32)?,
             wqkv: Tensor::cat(
                 &[dense(&layer.wq)?, dense(&layer.wk)?, dense(&layer.wv)?],
                 1,
             )?,
             bqkv,
             wo: dense(&layer.wo)?,
-            ffn_norm: layer.ffn_norm.to_dtype(DType::BF16)?,
+            ffn_norm: layer.ffn_norm.to_dtype(DType::F32)?,
             wgu: Tensor::cat(&[dense(&layer.gate)?, dense(&layer.up)?], 1)?,
             down: dense(&layer.down)?,
         })
@@ -96,7 +99,7 @@ pub(super) struct PassKeys<'a> {
 impl Transformer {
     /// Runs `tokens` (at `positions`) through the fused layers. Row r sees the key columns in
     /// `[bounds[4r], bounds[4r+1])` and `[bounds[4r+2], bounds[4r+3])` of `keys`. Returns the
-    /// final hidden states `(rows, hidden)` bf16 and, with `keep_kv`, each layer's own keys
+    /// final hidden states `(rows, hidden)` f32 and, with `keep_kv`, each layer's own keys
     /// and values `(1, n_kv_head, rows, head_dim)`.
     pub(super) fn fused_pass(
         &self,
@@ -125,10 +128,16 @@ impl Transformer {
             keys.own_start,
             layers.len(),
         )?;
-        let mut x = self.embed.embedding(&ids)?.to_dtype(DType::BF16)?;
+        let mut x = self.embed.embedding(&ids)?;
+        // The last block's output, not yet added to the stream.
+        let mut delta: Option<Tensor> = None;
         let mut kv = Vec::with_capacity(if keep_kv { layers.len() } else { 0 });
+        let norm = |x: &Tensor, delta: Option<&Tensor>, w: &Tensor| -> Result<(Tensor, Tensor)> {
+            let (x, h) = kernels::add_rms_norm(x, delta, Some(w), self.eps)?;
+            Ok((x, h.expect("a weight gives a norm")))
+        };
         for (i, l) in layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &l.attn_norm, self.eps)?;
+            let (x1, h) = norm(&x, delta.as_ref(), &l.attn_norm)?;
             let qkv = h.matmul(&l.wqkv)?;
             let (q, k, v) = kernels::qkv_rope(
                 &qkv,
@@ -139,14 +148,15 @@ impl Transformer {
                 interleaved,
             )?;
             let a = kernels::attention(&q, (&k, &v), &sources, i, &bounds, heads)?;
-            x = (x + a.matmul(&l.wo)?)?;
-            let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, self.eps)?;
+            let (x2, h) = norm(&x1, Some(&a.matmul(&l.wo)?), &l.ffn_norm)?;
             let gate_up = h.matmul(&l.wgu)?;
-            x = (x + kernels::silu_mul(&gate_up)?.matmul(&l.down)?)?;
+            delta = Some(kernels::silu_mul(&gate_up)?.matmul(&l.down)?);
+            x = x2;
             if keep_kv {
                 kv.push((k, v));
             }
         }
+        let (x, _) = kernels::add_rms_norm(&x, delta.as_ref(), None, self.eps)?;
         debug_assert_eq!(x.dims2()?, (m, self.dims.hidden));
         Ok((x, kv))
     }
@@ -186,9 +196,13 @@ impl Transformer {
                 .collect::<Result<Vec<_>>>()?,
             None => own,
         };
-        // No rows (a prefill): an empty view, not an empty gather (see Transformer::forward_with).
+        // No rows (a prefill): an empty f32 view, since any kernel launched over zero
+        // elements (a gather, a cast) is an invalid argument on CUDA.
         let picked = match rows {
-            [] => x.narrow(0, 0, 0)?,
+            [] => {
+                let empty = self.out_norm.reshape((1, self.dims.hidden))?.narrow(0, 0, 0)?;
+                return Ok((empty, KvCache { layers, len: start_pos + n }));
+            }
             [r] => x.narrow(0, *r, 1)?,
             _ => {
                 let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
@@ -196,7 +210,7 @@ impl Transformer {
             }
         };
         Ok((
-            picked.to_dtype(DType::F32)?,
+            picked,
             KvCache {
                 layers,
                 len: start_pos + n,
