@@ -8,11 +8,12 @@
 #
 # Usage: scripts/gpu-bench.sh MODEL_NAME [FORMATS] [SERVER_FORMAT]
 #   MODEL_NAME     file stem under /tmp/gpu/models (q15)
-#   FORMATS        weight formats to compare with forward_bench (default "quantized bf16")
+#   FORMATS        weight formats to compare with forward_bench (default "quantized bf16";
+#                  "" runs none)
 #   SERVER_FORMAT  weights for the server (default: the format with the lowest single read)
 set -u
 name=${1:?model name}
-formats=${2:-quantized bf16}
+formats=${2-quantized bf16}
 out=${OUT:-/tmp/gpu/out}
 mkdir -p "$out"
 bin=/tmp/gpu/bin

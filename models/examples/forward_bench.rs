@@ -5,13 +5,15 @@
 //! WEIGHTS `quantized|f32|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights with candle's
 //! ops instead of the fused CUDA kernels), `tf32` to let f32 matmuls (attention) use TF32 on
 //! CUDA, `compare` to also load the model with candle's ops and report the largest
-//! log-probability difference from them (`candle_max_abs_diff`, over the single prompt and
-//! 4 of the packed questions).
+//! log-probability and probability differences from them (`candle_max_abs_diff`,
+//! `candle_max_prob_diff`, over the single prompt and 4 of the packed questions; the
+//! log-probabilities themselves go to stderr).
 //! Prints one JSON object:
 //! - `single_ms`: median read of a ~150-token prompt (one question, no cache);
 //! - `prefill_4k_ms`, `packed_64_ms`: a ~4k-token state prefilled once, then 64 questions'
-//!   suffixes in one packed pass; `packed_max_abs_diff`: largest log-probability difference
-//!   between a packed read and the lone read of the same full prompt (4 checked);
+//!   suffixes in one packed pass; `packed_max_abs_diff` / `packed_max_prob_diff`: largest
+//!   log-probability / probability difference between a packed read and the lone read of
+//!   the same full prompt (4 checked);
 //! - `prefill_long_ms`, `prefill_long_tokens`: a long state (`DECIDE_BENCH_LONG`, default
 //!   30000 tokens, capped by the context) prefilled in chunks: tokens/s against the roofline.
 use std::path::Path;
@@ -150,11 +152,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let packed = model.read_packed(&segments, &label_sets)?;
     let packed_64_ms = ms(t);
     let mut worst = 0f32;
+    let mut worst_p = 0f32;
     for i in [0, 1, count / 2, count - 1] {
         let alone = model.read(&prompts[i].0, &prompts[i].1)?;
         for (a, b) in alone.logprobs.iter().zip(&packed[i].logprobs) {
             worst = worst.max((a - b).abs());
+            worst_p = worst_p.max((a.exp() - b.exp()).abs());
         }
+        eprintln!("forward_bench: question {i}: lone {:?} packed {:?}", alone.logprobs, packed[i].logprobs);
     }
 
     // Long prefill, chunked.
@@ -183,10 +188,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             kernels: Kernels::Candle,
         };
         let reference = Model::load_with(Path::new(path), &device, &options)?;
-        let mut worst = 0f32;
+        let mut worst = (0f32, 0f32);
         let mut check = |a: &[f32], b: &[f32]| {
+            eprintln!("forward_bench: fused {a:?} candle {b:?}");
             for (x, y) in a.iter().zip(b) {
-                worst = worst.max((x - y).abs());
+                worst.0 = worst.0.max((x - y).abs());
+                worst.1 = worst.1.max((x.exp() - y.exp()).abs());
             }
         };
         check(
@@ -219,8 +226,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "questions": count,
             "per_decision_ms": (prefill_4k_ms + packed_64_ms) / count as f64,
             "packed_max_abs_diff": worst,
+            "packed_max_prob_diff": worst_p,
             "fused": model.transformer().is_fused(),
-            "candle_max_abs_diff": candle_max_abs_diff,
+            "candle_max_abs_diff": candle_max_abs_diff.map(|w| w.0),
+            "candle_max_prob_diff": candle_max_abs_diff.map(|w| w.1),
             "prefill_long_tokens": long_tokens.len(),
             "prefill_long_ms": prefill_long_ms,
             "prefill_long_tokens_per_s": long_tokens.len() as f64 / (prefill_long_ms / 1e3),

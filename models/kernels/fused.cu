@@ -138,9 +138,12 @@ extern "C" __global__ void silu_mul_bf16(const __nv_bfloat162* __restrict__ gu,
 // Output (M, H*D) bf16: the layout the output projection reads.
 //
 // A block is 4 warps, 64 query rows of one head; each warp owns 16 rows. Key tiles of 64
-// columns are staged in shared memory with cp.async (rows padded by 8 elements, so the
-// ldmatrix fragment loads are conflict-free); values load while the scores are computed.
-// Only tiles that meet the block's two column ranges are visited.
+// columns are staged in shared memory with cp.async, two stages deep so the next tile loads
+// while this one is computed (rows padded by 8 elements, so the ldmatrix fragment loads are
+// conflict-free). Only tiles that meet the block's two column ranges are visited, and only
+// tiles some row of a warp sees in part are masked element by element. Dynamic shared
+// memory: attention_smem_bytes<D>() (68 KiB for D = 128, above the default 48 KiB limit, so
+// the launcher raises the function's limit).
 //
 // Split over keys (grid.z = n_splits > 1, for few query rows over many keys, e.g. a question
 // over a long cached input): split z visits its share of the tiles and writes unnormalised
@@ -198,6 +201,12 @@ __device__ __forceinline__ bool sees(int col, const int b[4]) {
     return (col >= b[0] && col < b[1]) || (col >= b[2] && col < b[3]);
 }
 
+/// Shared memory of one attention block: two stages of (K tile, V tile).
+template <int D>
+constexpr int attention_smem_bytes() {
+    return 2 * 2 * ATT_BN * (D + 8) * (int)sizeof(bf16);
+}
+
 template <int D>
 __device__ __forceinline__ void attention_impl(
     const bf16* __restrict__ q, int q_stride, const bf16* __restrict__ k_own,
@@ -213,8 +222,10 @@ __device__ __forceinline__ void attention_impl(
     constexpr int OT = D / 8;       // n-tiles of the output
     constexpr int CHUNKS = D / 8;   // 16-byte pieces per key row
     constexpr int ROWS_PER_PASS = ATT_THREADS / CHUNKS;
-    __shared__ __align__(16) bf16 Ks[ATT_BN][STRIDE];
-    __shared__ __align__(16) bf16 Vs[ATT_BN][STRIDE];
+    constexpr int TILE = ATT_BN * STRIDE;  // elements of one K or V tile
+    // Two stages: the next tile loads while this one is computed.
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* const smem = reinterpret_cast<bf16*>(smem_raw);
     __shared__ int range[4];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -271,6 +282,7 @@ __device__ __forceinline__ void attention_impl(
     float o[OT][4];
 #pragma unroll
     for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    // Running maxima of the raw scores, and sums of exp2((s - max) * scale_log2).
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
     // Key tiles to visit: those meeting [range0, range1), then those meeting [range2, range3).
@@ -295,22 +307,23 @@ __device__ __forceinline__ void attention_impl(
     const int it_begin = (int)((long)tiles * z / n_splits);
     const int it_end = (int)((long)tiles * (z + 1) / n_splits);
 
+    // Stages tile `it` into buffer `stage` with cp.async (zeros where no source covers a
+    // column), as one commit group.
     const int part = tid % CHUNKS;
-    for (int it = it_begin; it < it_end; ++it) {
+    auto load = [&](int it, int stage) {
         const int col0 = (it < na ? ta0 + it : tb0 + it - na) * ATT_BN;
-
-        // Where each of this thread's key rows lies (null: no source, zeros).
-        const bf16* kp[ATT_BN / ROWS_PER_PASS];
-        const bf16* vp[ATT_BN / ROWS_PER_PASS];
+        bf16* const Kt = smem + stage * 2 * TILE;
+        bf16* const Vt = Kt + TILE;
 #pragma unroll
         for (int i = 0; i < ATT_BN / ROWS_PER_PASS; ++i) {
-            const int col = col0 + tid / CHUNKS + i * ROWS_PER_PASS;
-            kp[i] = nullptr;
-            vp[i] = nullptr;
+            const int j = tid / CHUNKS + i * ROWS_PER_PASS;
+            const int col = col0 + j;
+            const bf16* kp = nullptr;
+            const bf16* vp = nullptr;
             if (col >= own_start && col < own_start + M) {
                 const long off = ((long)kvh * M + (col - own_start)) * D + part * 8;
-                kp[i] = k_own + off;
-                vp[i] = v_own + off;
+                kp = k_own + off;
+                vp = v_own + off;
             } else {
                 int lo = 0, hi = n_prefix - 1, s = -1;
                 while (lo <= hi) {
@@ -326,27 +339,30 @@ __device__ __forceinline__ void attention_impl(
                     const int start = __ldg(prefix_start + s), len = __ldg(prefix_len + s);
                     if (col < start + len) {
                         const long off = ((long)kvh * len + (col - start)) * D + part * 8;
-                        kp[i] = reinterpret_cast<const bf16*>(__ldg(prefix_k + s)) + off;
-                        vp[i] = reinterpret_cast<const bf16*>(__ldg(prefix_v + s)) + off;
+                        kp = reinterpret_cast<const bf16*>(__ldg(prefix_k + s)) + off;
+                        vp = reinterpret_cast<const bf16*>(__ldg(prefix_v + s)) + off;
                     }
                 }
             }
-        }
-        // Keys, then values, as two groups: the scores need only the keys.
-#pragma unroll
-        for (int i = 0; i < ATT_BN / ROWS_PER_PASS; ++i) {
-            const int j = tid / CHUNKS + i * ROWS_PER_PASS;
-            cp_async16(&Ks[j][part * 8], kp[i] ? kp[i] : k_own, kp[i] != nullptr);
+            cp_async16(Kt + j * STRIDE + part * 8, kp ? kp : k_own, kp != nullptr);
+            cp_async16(Vt + j * STRIDE + part * 8, vp ? vp : v_own, vp != nullptr);
         }
         cp_async_commit();
-#pragma unroll
-        for (int i = 0; i < ATT_BN / ROWS_PER_PASS; ++i) {
-            const int j = tid / CHUNKS + i * ROWS_PER_PASS;
-            cp_async16(&Vs[j][part * 8], vp[i] ? vp[i] : v_own, vp[i] != nullptr);
+    };
+
+    if (it_begin < it_end) load(it_begin, 0);
+    for (int it = it_begin; it < it_end; ++it) {
+        const int stage = (it - it_begin) & 1;
+        if (it + 1 < it_end) {
+            load(it + 1, stage ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
-        cp_async_commit();
-        cp_async_wait<1>();
         __syncthreads();
+        const bf16* const Kt = smem + stage * 2 * TILE;
+        const bf16* const Vt = Kt + TILE;
+        const int col0 = (it < na ? ta0 + it : tb0 + it - na) * ATT_BN;
 
         // Scores S = Q K^T for this warp's 16 rows x 64 columns.
         float s[NT][4];
@@ -357,21 +373,29 @@ __device__ __forceinline__ void attention_impl(
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
                 uint32_t b[4];
-                ldmatrix_x4(b, &Ks[(j + (lane >> 4)) * 8 + (lane & 7)][kd * 16 + ((lane >> 3) & 1) * 8]);
+                ldmatrix_x4(b, Kt + ((j + (lane >> 4)) * 8 + (lane & 7)) * STRIDE + kd * 16 +
+                                   ((lane >> 3) & 1) * 8);
                 mma_bf16_16816(s[j], qa[kd], b[0], b[1]);
                 mma_bf16_16816(s[j + 1], qa[kd], b[2], b[3]);
             }
         }
 
-        // Mask, then the online softmax update (base 2, scale folded in).
+        // Mask (unless every row of the warp sees the whole tile), then the online softmax
+        // update in base 2 with the scale folded into one FMA per score.
+        const int col1 = col0 + ATT_BN;
+        const bool whole0 = (col0 >= s0[0] && col1 <= s0[1]) || (col0 >= s0[2] && col1 <= s0[3]);
+        const bool whole1 = (col0 >= s1[0] && col1 <= s1[1]) || (col0 >= s1[2] && col1 <= s1[3]);
+        const bool whole = __all_sync(0xffffffff, whole0 && whole1);
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const int col = col0 + j * 8 + 2 * tq + e;
-                s[j][e] = sees(col, s0) ? s[j][e] * scale_log2 : -INFINITY;
-                s[j][2 + e] = sees(col, s1) ? s[j][2 + e] * scale_log2 : -INFINITY;
+                if (!whole) {
+                    const int col = col0 + j * 8 + 2 * tq + e;
+                    if (!sees(col, s0)) s[j][e] = -INFINITY;
+                    if (!sees(col, s1)) s[j][2 + e] = -INFINITY;
+                }
                 mx0 = fmaxf(mx0, s[j][e]);
                 mx1 = fmaxf(mx1, s[j][2 + e]);
             }
@@ -382,32 +406,35 @@ __device__ __forceinline__ void attention_impl(
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
         const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
         // A row that has seen nothing yet keeps max -inf; subtract 0 then (all p are 0).
-        const float base0 = n0 == -INFINITY ? 0.f : n0;
-        const float base1 = n1 == -INFINITY ? 0.f : n1;
-        const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
+        const float base0 = n0 == -INFINITY ? 0.f : n0 * scale_log2;
+        const float base1 = n1 == -INFINITY ? 0.f : n1 * scale_log2;
+        // Rescale what was summed so far, unless no row of the warp found a new maximum
+        // (the usual case once a row has seen a few tiles).
+        if (!__all_sync(0xffffffff, n0 == m0 && n1 == m1)) {
+            const float alpha0 = exp2f(m0 * scale_log2 - base0);
+            const float alpha1 = exp2f(m1 * scale_log2 - base1);
+            l0 *= alpha0;
+            l1 *= alpha1;
+#pragma unroll
+            for (int n = 0; n < OT; ++n) {
+                o[n][0] *= alpha0;
+                o[n][1] *= alpha0;
+                o[n][2] *= alpha1;
+                o[n][3] *= alpha1;
+            }
+        }
         m0 = n0;
         m1 = n1;
-        l0 *= alpha0;
-        l1 *= alpha1;
-#pragma unroll
-        for (int n = 0; n < OT; ++n) {
-            o[n][0] *= alpha0;
-            o[n][1] *= alpha0;
-            o[n][2] *= alpha1;
-            o[n][3] *= alpha1;
-        }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-            s[j][0] = exp2f(s[j][0] - base0);
-            s[j][1] = exp2f(s[j][1] - base0);
-            s[j][2] = exp2f(s[j][2] - base1);
-            s[j][3] = exp2f(s[j][3] - base1);
+            s[j][0] = exp2f(fmaf(s[j][0], scale_log2, -base0));
+            s[j][1] = exp2f(fmaf(s[j][1], scale_log2, -base0));
+            s[j][2] = exp2f(fmaf(s[j][2], scale_log2, -base1));
+            s[j][3] = exp2f(fmaf(s[j][3], scale_log2, -base1));
             l0 += s[j][0] + s[j][1];
             l1 += s[j][2] + s[j][3];
         }
 
-        cp_async_wait<0>();
-        __syncthreads();
         // O += P V, P straight from the score registers (their layout is the A operand's).
 #pragma unroll
         for (int kk = 0; kk < ATT_BN / 16; ++kk) {
@@ -419,11 +446,13 @@ __device__ __forceinline__ void attention_impl(
 #pragma unroll
             for (int n = 0; n < OT; n += 2) {
                 uint32_t b[4];
-                ldmatrix_x4_trans(b, &Vs[kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][(n + (lane >> 4)) * 8]);
+                ldmatrix_x4_trans(b, Vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE +
+                                         (n + (lane >> 4)) * 8);
                 mma_bf16_16816(o[n], a, b[0], b[1]);
                 mma_bf16_16816(o[n + 1], a, b[2], b[3]);
             }
         }
+        // Everyone is done with this stage before the next iteration refills it.
         __syncthreads();
     }
 
@@ -432,7 +461,7 @@ __device__ __forceinline__ void attention_impl(
     l1 += __shfl_xor_sync(0xffffffff, l1, 1);
     l1 += __shfl_xor_sync(0xffffffff, l1, 2);
     if (n_splits > 1) {
-        // Unnormalised partials for attention_combine.
+        // Unnormalised partials for attention_combine; maxima in the scaled (base 2) units.
 #pragma unroll
         for (int n = 0; n < OT; ++n) {
             const int d = n * 8 + 2 * tq;
@@ -450,12 +479,12 @@ __device__ __forceinline__ void attention_impl(
         if (tq == 0) {
             if (r0 < M) {
                 float* ml = part_ml + (((long)z * M + r0) * H + h) * 2;
-                ml[0] = m0;
+                ml[0] = m0 * scale_log2;
                 ml[1] = l0;
             }
             if (r1 < M) {
                 float* ml = part_ml + (((long)z * M + r1) * H + h) * 2;
-                ml[0] = m1;
+                ml[0] = m1 * scale_log2;
                 ml[1] = l1;
             }
         }

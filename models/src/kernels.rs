@@ -5,10 +5,14 @@
 //! order, so an input dropped right after a launch is still valid when the kernel runs.
 
 use candle_core::backend::BackendStorage;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda_backend::{CudaDevice, CudaStorage, CudaStorageSlice, WrapErr};
+use candle_core::cuda_backend::{CudaDevice, CudaStorage, CudaStorageSlice, DeviceId, WrapErr};
 use candle_core::op::BackpropOp;
 use candle_core::{bail, DType, Device, Result, Shape, Storage, Tensor};
 use half::bf16;
@@ -29,6 +33,36 @@ fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
         other => bail!("fused kernels run on CUDA, got a tensor on {other:?}"),
     }
 }
+
+/// A kernel of the module, loaded once per device and thread: candle's
+/// `get_or_load_custom_func` looks the module up and asks the driver for the function on
+/// every call, ~100 times per forward pass here.
+fn function(dev: &CudaDevice, name: &'static str) -> Result<CudaFunction> {
+    thread_local! {
+        static LOADED: RefCell<HashMap<(DeviceId, &'static str), CudaFunction>> =
+            RefCell::new(HashMap::new());
+    }
+    if let Some(f) = LOADED.with(|l| l.borrow().get(&(dev.id(), name)).cloned()) {
+        return Ok(f);
+    }
+    let f = dev.get_or_load_custom_func(name, MODULE, PTX)?.into_cuda_function();
+    if let Some(&smem) = ATTENTION_SMEM.iter().find(|(n, _)| *n == name).map(|(_, b)| b) {
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )
+        .w()?;
+    }
+    LOADED.with(|l| l.borrow_mut().insert((dev.id(), name), f.clone()));
+    Ok(f)
+}
+
+/// The attention kernels and their dynamic shared memory: two stages of a 64-key K and V
+/// tile, rows padded by 8 (`attention_smem_bytes` in the .cu).
+const ATTENTION_SMEM: [(&str, usize); 2] = [
+    ("attention_bf16_d64", 2 * 2 * 64 * (64 + 8) * 2),
+    ("attention_bf16_d128", 2 * 2 * 64 * (128 + 8) * 2),
+];
 
 /// Device address of a contiguous tensor's first element, checking its dtype.
 fn address(t: &Tensor, dtype: DType) -> Result<u64> {
@@ -99,7 +133,8 @@ pub fn qkv_rope(
             positions.dims1()?
         );
     }
-    let func = dev.get_or_load_custom_func("qkv_rope_bf16", MODULE, PTX)?;
+    let func = function(&dev, "qkv_rope_bf16")?;
+    let stream = dev.cuda_stream();
     let q_out = unsafe { dev.alloc::<bf16>(m * h * d)? };
     let k_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
     let v_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
@@ -119,7 +154,7 @@ pub fn qkv_rope(
         d as i32,
         i32::from(interleaved),
     );
-    let mut b = func.builder();
+    let mut b = stream.launch_builder(&func);
     b.arg(&inputs.0)
         .arg(&inputs.1)
         .arg(&inputs.2)
@@ -150,7 +185,8 @@ pub fn add_rms_norm(
 ) -> Result<(Tensor, Option<Tensor>)> {
     let dev = cuda_device(x)?;
     let (m, hidden) = x.dims2()?;
-    let func = dev.get_or_load_custom_func("add_rms_norm", MODULE, PTX)?;
+    let func = function(&dev, "add_rms_norm")?;
+    let stream = dev.cuda_stream();
     let x_out = unsafe { dev.alloc::<f32>(m * hidden)? };
     let h_out = unsafe { dev.alloc::<bf16>(if weight.is_some() { m * hidden } else { 1 })? };
     let ptrs = (
@@ -160,7 +196,7 @@ pub fn add_rms_norm(
     );
     let h_ptr = if weight.is_some() { h_out.device_ptr(&dev.cuda_stream()).0 } else { 0 };
     let hidden32 = hidden as i32;
-    let mut b = func.builder();
+    let mut b = stream.launch_builder(&func);
     b.arg(&ptrs.0).arg(&ptrs.1).arg(&ptrs.2).arg(&x_out).arg(&h_ptr).arg(&hidden32).arg(&eps);
     let cfg = LaunchConfig {
         grid_dim: (m as u32, 1, 1),
@@ -180,11 +216,12 @@ pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
         bail!("silu_mul: {width} columns is not a multiple of 4");
     }
     let i = width / 2;
-    let func = dev.get_or_load_custom_func("silu_mul_bf16", MODULE, PTX)?;
+    let func = function(&dev, "silu_mul_bf16")?;
+    let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * i)? };
     let input = address(gu, DType::BF16)?;
     let (m32, i32_) = (m as i32, i as i32);
-    let mut b = func.builder();
+    let mut b = stream.launch_builder(&func);
     b.arg(&input).arg(&out).arg(&m32).arg(&i32_);
     unsafe { b.launch(elementwise(m * i / 2)) }.w()?;
     Ok(tensor(out, &dev, (m, i)))
@@ -263,7 +300,10 @@ pub fn attention(
     if !ATTENTION_HEAD_DIMS.contains(&d) {
         bail!("attention kernel: head width {d} is not built (only {ATTENTION_HEAD_DIMS:?})");
     }
-    let func = dev.get_or_load_custom_func(&format!("attention_bf16_d{d}"), MODULE, PTX)?;
+    let name = if d == 64 { "attention_bf16_d64" } else { "attention_bf16_d128" };
+    let func = function(&dev, name)?;
+    let smem = ATTENTION_SMEM.iter().find(|(n, _)| *n == name).map_or(0, |(_, b)| *b) as u32;
+    let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * h * d)? };
     let n = sources.n_prefix;
     let at = layer * n;
@@ -290,7 +330,7 @@ pub fn attention(
     let part_o = unsafe { dev.alloc::<f32>(if splits > 1 { splits * m * h * d } else { 1 })? };
     let part_ml = unsafe { dev.alloc::<f32>(if splits > 1 { splits * m * h * 2 } else { 1 })? };
     let splits32 = splits as i32;
-    let mut b = func.builder();
+    let mut b = stream.launch_builder(&func);
     b.arg(&ptrs.0)
         .arg(&ints.0)
         .arg(&ptrs.1)
@@ -311,13 +351,13 @@ pub fn attention(
     let cfg = LaunchConfig {
         grid_dim: (m.div_ceil(64) as u32, h as u32, splits as u32),
         block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: smem,
     };
     unsafe { b.launch(cfg) }.w()?;
     if splits > 1 {
-        let combine = dev.get_or_load_custom_func("attention_combine", MODULE, PTX)?;
+        let combine = function(&dev, "attention_combine")?;
         let (m32, h32, d32) = (m as i32, h as i32, d as i32);
-        let mut b = combine.builder();
+        let mut b = stream.launch_builder(&combine);
         b.arg(&part_o)
             .arg(&part_ml)
             .arg(&out)
@@ -330,17 +370,15 @@ pub fn attention(
     Ok(tensor(out, &dev, (m, h * d)))
 }
 
-/// How many parts to split the keys of an attention call into: enough blocks to fill the GPU
-/// (an H200 has 132 multiprocessors) when few query rows meet many keys, e.g. one question
-/// over a long cached input (12 blocks for 28k keys otherwise), while each part keeps at
-/// least 8 key tiles.
+/// How many parts to split the keys of an attention call into: enough blocks to keep every
+/// multiprocessor busy (an H200 has 132 and holds 3 of these blocks each) when few query
+/// rows meet many keys, e.g. one question over a long cached input (12 blocks for 28k keys
+/// otherwise), or 64 short questions over one 4.6k-token input (288 blocks), while each
+/// part keeps at least 8 key tiles.
 fn key_splits(blocks: usize, key_tiles: usize) -> usize {
-    const TARGET_BLOCKS: usize = 264;
-    if blocks >= TARGET_BLOCKS / 2 || key_tiles < 16 {
+    const RESIDENT_BLOCKS: usize = 3 * 132;
+    if blocks >= RESIDENT_BLOCKS || key_tiles < 16 {
         return 1;
     }
-    TARGET_BLOCKS
-        .div_ceil(blocks)
-        .min(key_tiles / 8)
-        .clamp(1, 64)
+    (2 * RESIDENT_BLOCKS).div_ceil(blocks).min(key_tiles / 8).clamp(1, 64)
 }

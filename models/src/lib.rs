@@ -191,6 +191,17 @@ impl Model {
             )?),
             None => None,
         };
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(cuda) = device {
+            // cudarc records and waits on CUDA events around every use of every buffer, so
+            // that buffers shared between streams stay ordered: driver calls per operand of
+            // every kernel, a large part of a short read's launch-bound time. Everything a
+            // model does runs on its device's one stream (candle issues all work there and
+            // refuses tensors of another device), which orders every use already, so the
+            // tracking is turned off before the weights are created.
+            // SAFETY: see above; no tensor of this device is used on another stream.
+            unsafe { cuda.disable_event_tracking() };
+        }
         let transformer =
             Transformer::load(&mut g, &arch, device, options.weights, options.kernels)?;
         let dims = transformer.dims().clone();
