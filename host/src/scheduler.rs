@@ -31,6 +31,11 @@ use crate::prefix_cache::{PrefixCache, BLOCK_TOKENS};
 /// more is read in several passes.
 pub const MAX_PASS_TOKENS: usize = 2048;
 
+/// [`MAX_PASS_TOKENS`] for a model on decide's fused CUDA kernels, which materialise no
+/// attention scores: every pass costs ~250 kernel launches whatever its size, so 64 questions
+/// over one input (~3k rows) read in one pass instead of two.
+pub const MAX_FUSED_PASS_TOKENS: usize = 4096;
+
 /// A lone prompt is read in a pass of its own, which also yields its KV for the prefix
 /// cache, only when at least this many of its tokens are not cached yet; shorter ones join
 /// the packed passes with other requests (more throughput, nothing stored).
@@ -221,8 +226,13 @@ fn read_batch(model: &Model, cache: &mut PrefixCache, batch: &[Job]) -> Vec<JobR
         .filter(|(_, (_, prefix))| prefix.is_some())
         .flat_map(|(j, (job, _))| (0..job.prompts.len()).map(move |p| (j, p)))
         .collect();
-    let heads = model.transformer().dims().n_head;
-    for pass in passes(&items, batch, &prefixes, heads) {
+    // A fused model holds no score matrix: no score budget (0 heads), larger passes.
+    let (max_rows, heads) = if model.transformer().is_fused() {
+        (MAX_FUSED_PASS_TOKENS, 0)
+    } else {
+        (MAX_PASS_TOKENS, model.transformer().dims().n_head)
+    };
+    for pass in passes(&items, batch, &prefixes, max_rows, heads) {
         let segments: Vec<Segment<'_>> = pass
             .iter()
             .map(|&(j, p)| {
@@ -330,13 +340,14 @@ fn job_prefix(
     }))
 }
 
-/// Groups `items` into passes of at most [`MAX_PASS_TOKENS`] rows whose attention scores
-/// (rows x key columns x heads) stay within the prefill budget; a single larger item gets a
-/// pass of its own.
+/// Groups `items` into passes of at most `max_rows` rows whose attention scores (rows x key
+/// columns x `heads`) stay within the prefill budget (`heads` 0: no score limit); a single
+/// larger item gets a pass of its own.
 fn passes(
     items: &[(usize, usize)],
     batch: &[Job],
     prefixes: &[Option<JobPrefix>],
+    max_rows: usize,
     heads: usize,
 ) -> Vec<Vec<(usize, usize)>> {
     let mut passes = Vec::new();
@@ -354,7 +365,7 @@ fn passes(
             }
         };
         let cols = prefix_cols + adds_prefix(&current);
-        let fits = rows + own <= MAX_PASS_TOKENS
+        let fits = rows + own <= max_rows
             && (rows + own) * (cols + rows + own) * heads <= PREFILL_SCORE_BUDGET;
         if !current.is_empty() && !fits {
             passes.push(std::mem::take(&mut current));
@@ -435,7 +446,7 @@ mod tests {
             })
             .collect();
         let items = [(0, 0), (0, 1), (0, 2), (1, 0)];
-        let grouped = passes(&items, &batch, &prefixes, 4);
+        let grouped = passes(&items, &batch, &prefixes, MAX_PASS_TOKENS, 4);
         assert_eq!(
             grouped,
             [vec![(0, 0)], vec![(0, 1)], vec![(0, 2), (1, 0)]],

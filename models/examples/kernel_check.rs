@@ -207,6 +207,15 @@ fn main() -> Res<()> {
         }
     }
 
+    // matmul_f32_out against the f32 matmul of the same bf16 values.
+    {
+        let x = Tensor::randn(0f32, 1f32, (5, 1536), &dev)?.to_dtype(DType::BF16)?;
+        let w = Tensor::randn(0f32, 0.5f32, (1536, 4099), &dev)?.to_dtype(DType::BF16)?;
+        let got = kernels::matmul_f32_out(&x, &w)?;
+        let want = x.to_dtype(DType::F32)?.matmul(&w.to_dtype(DType::F32)?)?;
+        check("matmul_f32_out".into(), diff(&got, &want)?, 1e-4);
+    }
+
     // silu_mul against candle's silu.
     {
         let gu = Tensor::randn(0f32, 2f32, (29, 2 * 8960), &dev)?.to_dtype(DType::BF16)?;

@@ -437,15 +437,25 @@ impl Transformer {
         // giving the same values as dequantizing the whole table (545 MB of f32 for Qwen's
         // 151,936 x 896) without holding it.
         let embed = Arc::new(embd_q);
-        // Tied embeddings (SmolLM2): the output head is the embedding matrix.
-        // The output head is never held in half precision: a half-precision matmul returns
-        // half-precision logits, and at logit magnitudes of 16-32 bf16 steps by 0.125, which
-        // moved answer probabilities by up to 0.025 (q15 on the H200). It runs on the few
-        // answer rows only, so f32 costs little time.
+        #[cfg(feature = "cuda")]
+        let use_fused = kernels == Kernels::Auto
+            && device.is_cuda()
+            && format == WeightFormat::BF16
+            && fused::supported(head_dim, DType::BF16);
+        #[cfg(not(feature = "cuda"))]
+        let _ = kernels;
+        #[cfg(not(feature = "cuda"))]
+        let use_fused = false;
+        // Logits must not be rounded to half precision: at logit magnitudes of 16-32 bf16
+        // steps by 0.125, which moved answer probabilities by up to 0.025 (q15 on the H200).
+        // The fused path keeps the head in bf16 and multiplies with f32 results
+        // (`kernels::matmul_f32_out`); candle's matmul returns its inputs' dtype, so there
+        // a half-precision head is held in f32 (it runs on the few answer rows only).
         let head_format = match format {
-            WeightFormat::BF16 | WeightFormat::F16 => WeightFormat::F32,
+            WeightFormat::BF16 | WeightFormat::F16 if !use_fused => WeightFormat::F32,
             other => other,
         };
+        // Tied embeddings (SmolLM2): the output head is the embedding matrix.
         let head = if g.has_tensor("output.weight") {
             let out = g.tensor("output.weight", device)?;
             let rows = out.shape().dims2().map_err(|e| g.err(e.to_string()))?.0;
@@ -461,13 +471,6 @@ impl Transformer {
         .map_err(|e| g.err(format!("cannot prepare the output head: {e}")))?;
         let out_norm = dense(g, "output_norm.weight")?;
 
-        #[cfg(feature = "cuda")]
-        let use_fused = kernels == Kernels::Auto
-            && device.is_cuda()
-            && format == WeightFormat::BF16
-            && fused::supported(head_dim, DType::BF16);
-        #[cfg(not(feature = "cuda"))]
-        let _ = kernels;
         #[cfg(feature = "cuda")]
         let mut fused_layers = Vec::new();
         let mut layers = Vec::with_capacity(n_layers);
@@ -810,6 +813,10 @@ impl Transformer {
     /// [`Transformer::head`] with a chosen arithmetic layout.
     pub fn head_with(&self, hidden: &Tensor, numerics: Numerics) -> Result<Tensor> {
         let h = candle_nn::ops::rms_norm(hidden, &self.out_norm, self.eps)?;
+        #[cfg(feature = "cuda")]
+        if let (false, Linear::Dense(w)) = (self.fused.is_empty(), &self.head) {
+            return Ok(crate::kernels::matmul_f32_out(&h.to_dtype(DType::BF16)?, w)?);
+        }
         Ok(self
             .head
             .forward(&h, numerics == Numerics::SplitInvariant)?)

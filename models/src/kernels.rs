@@ -8,6 +8,7 @@ use candle_core::backend::BackendStorage;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use candle_core::cuda_backend::cudarc::cublas::{result as cublas, sys as cublas_sys};
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
@@ -206,6 +207,55 @@ pub fn add_rms_norm(
     unsafe { b.launch(cfg) }.w()?;
     let h = weight.is_some().then(|| tensor(h_out, &dev, (m, hidden)));
     Ok((tensor(x_out, &dev, (m, hidden)), h))
+}
+
+/// `x @ w` for bf16 `x` `(R, K)` and bf16 `w` `(K, V)`, both contiguous, with f32 results
+/// `(R, V)` (cuBLAS GemmEx, f32 accumulation): the output head, whose logits must not be
+/// rounded to bf16, from weights held in bf16 (half the memory and reads of f32 weights).
+pub fn matmul_f32_out(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let dev = cuda_device(x)?;
+    let (r, k) = x.dims2()?;
+    let (k2, v) = w.dims2()?;
+    if k != k2 {
+        bail!("matmul_f32_out: ({r}, {k}) times ({k2}, {v})");
+    }
+    let out = unsafe { dev.alloc::<f32>(r * v)? };
+    if r == 0 {
+        return Ok(tensor(out, &dev, (r, v)));
+    }
+    let (xp, wp) = (address(x, DType::BF16)?, address(w, DType::BF16)?);
+    let stream = dev.cuda_stream();
+    let (op, _guard) = out.device_ptr(&stream);
+    let blas = dev.cublas_handle();
+    let (alpha, beta) = (1f32, 0f32);
+    // Column-major view: out^T (V x R) = w^T (V x K, w row-major with ld V) * x^T (K x R).
+    // SAFETY: the pointers are live device buffers of the stated sizes, on the handle's stream.
+    unsafe {
+        cublas::gemm_ex(
+            *blas.handle(),
+            cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+            cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+            v as i32,
+            r as i32,
+            k as i32,
+            (&alpha as *const f32).cast(),
+            wp as *const std::ffi::c_void,
+            cublas_sys::cudaDataType_t::CUDA_R_16BF,
+            v as i32,
+            xp as *const std::ffi::c_void,
+            cublas_sys::cudaDataType_t::CUDA_R_16BF,
+            k as i32,
+            (&beta as *const f32).cast(),
+            op as *mut std::ffi::c_void,
+            cublas_sys::cudaDataType_t::CUDA_R_32F,
+            v as i32,
+            cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| candle_core::Error::Msg(format!("cublasGemmEx: {e:?}")))?;
+    drop(_guard);
+    Ok(tensor(out, &dev, (r, v)))
 }
 
 /// `silu(gate) * up` for `gu` `(M, 2 I)` bf16 holding gate then up: `(M, I)` bf16.

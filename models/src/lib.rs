@@ -90,6 +90,10 @@ pub const PREFILL_SCORE_BUDGET: usize = 1 << 30;
 /// Most tokens in one prefill chunk, whatever the budget allows.
 pub const PREFILL_MAX_CHUNK: usize = 4096;
 
+/// [`PREFILL_MAX_CHUNK`] on decide's fused CUDA kernels: no scores are materialised and every
+/// chunk costs a pass's fixed launch overhead, so a 4.4k-token input prefills in one pass.
+pub const FUSED_PREFILL_MAX_CHUNK: usize = 8192;
+
 /// One chat message, as the renderer plugins produce them (`role` is `system`, `user` or
 /// `assistant`; the template decides what it accepts).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -538,7 +542,7 @@ impl Model {
             return Err(ModelError::EmptyPrompt);
         }
         let held = cache.map_or(0, KvCache::len);
-        let chunk = self.chunk_rows(held + tokens.len(), PREFILL_MAX_CHUNK);
+        let chunk = self.chunk_rows(held + tokens.len(), self.max_chunk());
         let head = tokens.len().saturating_sub(chunk);
         let (cache, mut passes) = if head > 0 {
             let filled = self.prefill(&tokens[..head], cache)?;
@@ -556,6 +560,16 @@ impl Model {
 
     /// Query rows per prefill chunk when the keys reach `keys` positions: as many as keep
     /// one chunk's attention scores within [`PREFILL_SCORE_BUDGET`], at most `max_chunk`.
+    /// Most rows of a prefill chunk for this model ([`FUSED_PREFILL_MAX_CHUNK`] on the fused
+    /// path, else [`PREFILL_MAX_CHUNK`]).
+    fn max_chunk(&self) -> usize {
+        if self.transformer.is_fused() {
+            FUSED_PREFILL_MAX_CHUNK
+        } else {
+            PREFILL_MAX_CHUNK
+        }
+    }
+
     /// On the fused path no scores are materialised: chunks are `max_chunk` rows.
     fn chunk_rows(&self, keys: usize, max_chunk: usize) -> usize {
         if self.transformer.is_fused() {
@@ -569,7 +583,7 @@ impl Model {
     /// chunk's attention scores stay within [`PREFILL_SCORE_BUDGET`]: a 32k-token state is
     /// prefilled in pieces instead of materialising a 32k x 32k score matrix per head.
     pub fn prefill(&self, tokens: &[u32], cache: Option<&KvCache>) -> Result<KvCache> {
-        self.prefill_in_chunks(tokens, cache, PREFILL_MAX_CHUNK)
+        self.prefill_in_chunks(tokens, cache, self.max_chunk())
     }
 
     /// [`Model::prefill`] with chunks of at most `max_chunk` tokens (tests use small chunks
