@@ -153,6 +153,7 @@ extern "C" __global__ void silu_mul_bf16(const __nv_bfloat162* __restrict__ gu,
 #define ATT_BM 64
 #define ATT_BN 64
 #define ATT_THREADS 128
+#define ATT_SMEM_PREFIXES 64
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1) {
@@ -227,12 +228,29 @@ __device__ __forceinline__ void attention_impl(
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* const smem = reinterpret_cast<bf16*>(smem_raw);
     __shared__ int range[4];
+    // The prefix table, in shared memory when it fits (read for every key row staged).
+    __shared__ unsigned long long s_pk[ATT_SMEM_PREFIXES], s_pv[ATT_SMEM_PREFIXES];
+    __shared__ int s_pstart[ATT_SMEM_PREFIXES], s_plen[ATT_SMEM_PREFIXES];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
     const int h = blockIdx.y;
     const int kvh = h / (H / KV);
     const int row0 = blockIdx.x * ATT_BM;
+
+    const bool table_in_smem = n_prefix <= ATT_SMEM_PREFIXES;
+    if (table_in_smem) {
+        for (int i = tid; i < n_prefix; i += ATT_THREADS) {
+            s_pk[i] = prefix_k[i];
+            s_pv[i] = prefix_v[i];
+            s_pstart[i] = prefix_start[i];
+            s_plen[i] = prefix_len[i];
+        }
+    }
+    const unsigned long long* pk = table_in_smem ? s_pk : prefix_k;
+    const unsigned long long* pv = table_in_smem ? s_pv : prefix_v;
+    const int* pstart = table_in_smem ? s_pstart : prefix_start;
+    const int* plen = table_in_smem ? s_plen : prefix_len;
 
     if (tid == 0) {
         range[0] = 0x7fffffff;
@@ -314,6 +332,22 @@ __device__ __forceinline__ void attention_impl(
         const int col0 = (it < na ? ta0 + it : tb0 + it - na) * ATT_BN;
         bf16* const Kt = smem + stage * 2 * TILE;
         bf16* const Vt = Kt + TILE;
+        // This thread's rows are increasing columns: find the prefix of the first by binary
+        // search (prefixes are sorted and side by side), then step forward from there.
+        int s = -1;
+        {
+            const int first = col0 + tid / CHUNKS;
+            int lo = 0, hi = n_prefix - 1;
+            while (lo <= hi) {
+                const int mid = (lo + hi) >> 1;
+                if (pstart[mid] <= first) {
+                    s = mid;
+                    lo = mid + 1;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+        }
 #pragma unroll
         for (int i = 0; i < ATT_BN / ROWS_PER_PASS; ++i) {
             const int j = tid / CHUNKS + i * ROWS_PER_PASS;
@@ -325,23 +359,11 @@ __device__ __forceinline__ void attention_impl(
                 kp = k_own + off;
                 vp = v_own + off;
             } else {
-                int lo = 0, hi = n_prefix - 1, s = -1;
-                while (lo <= hi) {
-                    const int mid = (lo + hi) >> 1;
-                    if (__ldg(prefix_start + mid) <= col) {
-                        s = mid;
-                        lo = mid + 1;
-                    } else {
-                        hi = mid - 1;
-                    }
-                }
-                if (s >= 0) {
-                    const int start = __ldg(prefix_start + s), len = __ldg(prefix_len + s);
-                    if (col < start + len) {
-                        const long off = ((long)kvh * len + (col - start)) * D + part * 8;
-                        kp = reinterpret_cast<const bf16*>(__ldg(prefix_k + s)) + off;
-                        vp = reinterpret_cast<const bf16*>(__ldg(prefix_v + s)) + off;
-                    }
+                while (s + 1 < n_prefix && pstart[s + 1] <= col) ++s;
+                if (s >= 0 && col < pstart[s] + plen[s]) {
+                    const long off = ((long)kvh * plen[s] + (col - pstart[s])) * D + part * 8;
+                    kp = reinterpret_cast<const bf16*>(pk[s]) + off;
+                    vp = reinterpret_cast<const bf16*>(pv[s]) + off;
                 }
             }
             cp_async16(Kt + j * STRIDE + part * 8, kp ? kp : k_own, kp != nullptr);
