@@ -114,6 +114,23 @@ fn attention_case(dev: &Device, c: &Case, timing: bool) -> Res<(f32, f32, Option
     Ok((dmax, mmax, secs))
 }
 
+/// Segments over three prefixes of odd lengths, and one without a prefix.
+fn packed(name: &'static str, heads: Heads) -> Case {
+    Case {
+        name,
+        heads,
+        prefixes: vec![70, 129, 5],
+        segments: vec![
+            (Some(0), 9),
+            (Some(1), 40),
+            (Some(1), 3),
+            (None, 66),
+            (Some(2), 1),
+            (Some(0), 20),
+        ],
+    }
+}
+
 fn main() -> Res<()> {
     let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
     let dev = Device::new_cuda(0)?;
@@ -261,32 +278,8 @@ fn main() -> Res<()> {
             prefixes: vec![300],
             segments: vec![(Some(0), 7)],
         },
-        Case {
-            name: "packed: 3 prefixes, 6 segments",
-            heads: q15,
-            prefixes: vec![70, 129, 5],
-            segments: vec![
-                (Some(0), 9),
-                (Some(1), 40),
-                (Some(1), 3),
-                (None, 66),
-                (Some(2), 1),
-                (Some(0), 20),
-            ],
-        },
-        Case {
-            name: "packed: 3 prefixes, 6 segments (d=64)",
-            heads: q05,
-            prefixes: vec![70, 129, 5],
-            segments: vec![
-                (Some(0), 9),
-                (Some(1), 40),
-                (Some(1), 3),
-                (None, 66),
-                (Some(2), 1),
-                (Some(0), 20),
-            ],
-        },
+        packed("packed: 3 prefixes, 6 segments", q15),
+        packed("packed: 3 prefixes, 6 segments (d=64)", q05),
         Case {
             name: "3 rows after 4000 cached (split)",
             heads: q15,
