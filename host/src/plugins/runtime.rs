@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
+    Trap,
+};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{
     Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView,
@@ -85,6 +88,17 @@ pub mod limits {
 const TICK: Duration = Duration::from_millis(10);
 /// How much of a plugin's stderr is kept per call (for failure messages and debug logs).
 const STDERR_CAPTURE: usize = 16 << 10;
+
+/// Instance slots (memories, tables) allocated once and reused: every plugin call instantiates
+/// its component in a fresh store, and with wasmtime's on-demand allocator each call mapped
+/// and unmapped its linear memory, costing more than the call itself for small plugins
+/// (`compile`, `apply`, `answer`) and contending for the process's memory map when every core
+/// renders prompts at once. A slot is reset between instances, so calls still share nothing;
+/// the memory cap stays with [`MemoryCap`]. Slots: wasmtime's defaults (1000 instances,
+/// memories and tables in use at once); a call beyond that fails like a trapped plugin.
+fn instance_pool() -> PoolingAllocationConfig {
+    PoolingAllocationConfig::default()
+}
 
 /// A wall clock and a monotonic clock that never move.
 ///
@@ -225,6 +239,7 @@ impl PluginRuntime {
         let mut wasm = Config::new();
         wasm.wasm_component_model(true);
         wasm.epoch_interruption(true);
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(instance_pool()));
         let engine =
             Engine::new(&wasm).map_err(|e| anyhow::anyhow!("creating the wasm engine: {e}"))?;
 
