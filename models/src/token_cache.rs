@@ -145,31 +145,50 @@ impl TokenCache {
     }
 
     /// The ids of `text` under `salt`: the stored ones on a hit, else `encode(text)` (run
-    /// without the lock held), stored for next time when it fits the budget.
+    /// without the lock held), stored for next time when it fits the budget. (The tokenizer
+    /// looks pieces up with [`TokenCache::get`] and [`TokenCache::insert`], to tokenize the
+    /// missing ones together.)
+    #[cfg(test)]
     pub fn get_or_encode<E>(
         &self,
         salt: u64,
         text: &str,
         encode: impl FnOnce(&str) -> Result<Vec<u32>, E>,
     ) -> Result<Arc<[u32]>, E> {
+        if let Some(ids) = self.get(salt, text) {
+            return Ok(ids);
+        }
+        let ids: Arc<[u32]> = encode(text)?.into();
+        self.insert(salt, text, ids.clone());
+        Ok(ids)
+    }
+
+    /// The stored ids of `text` under `salt`, counted as a hit; `None` is counted as a miss,
+    /// and the caller is expected to tokenize the text and [`TokenCache::insert`] it.
+    pub fn get(&self, salt: u64, text: &str) -> Option<Arc<[u32]>> {
         let key = (salt, hash_text(text));
-        {
-            let mut lru = self.lock();
-            let now = lru.tick();
-            if let Some(entry) = lru.map.get_mut(&key) {
-                if &*entry.text == text {
-                    let before = std::mem::replace(&mut entry.used, now);
-                    let ids = entry.ids.clone();
-                    lru.order.remove(&before);
-                    lru.order.insert(now, key);
-                    drop(lru);
-                    self.hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(ids);
-                }
+        let mut lru = self.lock();
+        let now = lru.tick();
+        if let Some(entry) = lru.map.get_mut(&key) {
+            if &*entry.text == text {
+                let before = std::mem::replace(&mut entry.used, now);
+                let ids = entry.ids.clone();
+                lru.order.remove(&before);
+                lru.order.insert(now, key);
+                drop(lru);
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return Some(ids);
             }
         }
+        drop(lru);
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let ids: Arc<[u32]> = encode(text)?.into();
+        None
+    }
+
+    /// Stores the ids of `text` under `salt` when they fit the budget, evicting the least
+    /// recently used entries to make room.
+    pub fn insert(&self, salt: u64, text: &str, ids: Arc<[u32]>) {
+        let key = (salt, hash_text(text));
         let bytes = entry_bytes(text, &ids);
         let mut lru = self.lock();
         if bytes <= lru.budget {
@@ -182,13 +201,12 @@ impl TokenCache {
                 key,
                 Entry {
                     text: text.into(),
-                    ids: ids.clone(),
+                    ids,
                     used,
                 },
             );
             lru.bytes += bytes;
         }
-        Ok(ids)
     }
 
     /// Hits, misses, entries and bytes held.

@@ -27,6 +27,8 @@
 //! [`TokenCache`] under the caller's salt: the same input asked about again, or with another
 //! question after it, is tokenized once.
 
+use std::sync::Arc;
+
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::unicode::NFC;
@@ -45,10 +47,20 @@ use crate::token_cache::{TokenCache, DEFAULT_BUDGET_BYTES};
 /// cache, in pieces of at least this size. Measured on a 100 KB input (`encode_timing` test):
 /// tokenizing costs ~0.3 µs per byte (30 ms), a hit ~3 µs per 1 KiB piece (0.3 ms in all),
 /// and pieces of 256 B to 16 KiB all hit in 0.15-0.5 ms. 1 KiB keeps the short template runs
-/// and questions out of the cache, bounds what another question over the same input
-/// re-tokenizes (the last piece of its run, ~0.3 ms), and keeps the fixed cost per entry
-/// small against its ~2 KiB of text and ids.
+/// out of the cache and the fixed cost per entry small against its ~2 KiB of text and ids;
+/// the end of a run, where questions over one input differ, is cut finer
+/// ([`TAIL_PIECE_BYTES`]).
 pub(crate) const CACHED_RUN_BYTES: usize = 1024;
+
+/// The size the last piece of a long run is cut again into ([`cache_pieces`]); the final
+/// piece, when shorter, is tokenized directly. Small enough that little of a shared input is
+/// tokenized again with each question; large enough that a text of short lines is not looked
+/// up line by line (a lookup costs ~0.2 µs plus hashing, tokenizing ~0.3 µs per byte).
+const TAIL_PIECE_BYTES: usize = 64;
+
+/// How many of a long run's last [`CACHED_RUN_BYTES`] pieces are cut again
+/// ([`cache_pieces`]).
+const TAIL_PIECES: usize = 2;
 
 /// Qwen2's pre-tokenizer regex: the one in its tokenizer.json, with the case-insensitive
 /// contraction group `(?i:'s|'t|...)` spelled out per letter (same as candle's conversion).
@@ -265,7 +277,7 @@ impl GgufTokenizer {
     }
 
     /// Appends the ids of `run` (plain text, as [`GgufTokenizer::encode_plain`]) to `out`: long
-    /// runs with a salt piece by piece through the cache, others directly.
+    /// runs with a salt piece by piece through the cache ([`cache_pieces`]), others directly.
     fn encode_run(&self, run: &str, salt: Option<u64>, out: &mut Vec<u32>) -> Result<()> {
         let salt = match salt {
             Some(salt) if run.len() >= CACHED_RUN_BYTES && self.cache.enabled() => salt,
@@ -274,22 +286,78 @@ impl GgufTokenizer {
                 return Ok(());
             }
         };
-        let size = if self.cuttable {
-            CACHED_RUN_BYTES
+        let pieces = if self.cuttable {
+            cache_pieces(run)
         } else {
-            usize::MAX
+            vec![run]
         };
-        for piece in pieces(run, size) {
-            if piece.len() < CACHED_RUN_BYTES {
-                out.extend(self.encode_plain(piece)?);
-            } else {
-                let ids = self
-                    .cache
-                    .get_or_encode(salt, piece, |text| self.encode_plain(text))?;
-                out.extend_from_slice(&ids);
-            }
+        let (last, cached) = match pieces.split_last() {
+            Some((last, rest)) if last.len() < TAIL_PIECE_BYTES => (Some(*last), rest),
+            _ => (None, &pieces[..]),
+        };
+        for ids in self.cached_ids(salt, cached)? {
+            out.extend_from_slice(&ids);
+        }
+        if let Some(last) = last {
+            out.extend(self.encode_plain(last)?);
         }
         Ok(())
+    }
+
+    /// The ids of every piece, from the cache or tokenized and stored. Pieces the cache does
+    /// not hold are tokenized on all cores when there are several (the first question over a
+    /// new input misses all of its ~1 KiB pieces; they tokenize independently).
+    fn cached_ids(&self, salt: u64, pieces: &[&str]) -> Result<Vec<Arc<[u32]>>> {
+        let found: Vec<Option<Arc<[u32]>>> =
+            pieces.iter().map(|p| self.cache.get(salt, p)).collect();
+        let missing: Vec<&str> = pieces
+            .iter()
+            .zip(&found)
+            .filter(|(_, ids)| ids.is_none())
+            .map(|(p, _)| *p)
+            .collect();
+        let mut encoded = self.encode_all(&missing)?.into_iter();
+        let mut out = Vec::with_capacity(pieces.len());
+        for (piece, ids) in pieces.iter().zip(found) {
+            out.push(match ids {
+                Some(ids) => ids,
+                None => {
+                    let ids: Arc<[u32]> = encoded.next().expect("one per missing piece").into();
+                    self.cache.insert(salt, piece, ids.clone());
+                    ids
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// [`GgufTokenizer::encode_plain`] of every text, in order, spread over the available
+    /// cores in contiguous chunks when there are several texts.
+    fn encode_all(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = cores.min(texts.len());
+        if threads <= 1 {
+            return texts.iter().map(|t| self.encode_plain(t)).collect();
+        }
+        let per = texts.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = texts
+                .chunks(per)
+                .map(|chunk| {
+                    scope.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|t| self.encode_plain(t))
+                            .collect::<Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            let mut out = Vec::with_capacity(texts.len());
+            for handle in handles {
+                out.extend(handle.join().expect("a tokenizing thread panicked")?);
+            }
+            Ok(out)
+        })
     }
 
     /// Text of `ids`, special tokens written out (so decode(encode(x)) == x).
@@ -353,6 +421,30 @@ fn pieces(text: &str, size: usize) -> impl Iterator<Item = &str> {
         rest = tail;
         Some(piece)
     })
+}
+
+/// The pieces a long run is looked up in: [`CACHED_RUN_BYTES`] pieces, the last
+/// [`TAIL_PIECES`] of them cut again into [`TAIL_PIECE_BYTES`] pieces.
+///
+/// A prompt's long run is typically an input followed by a question, and questions over one
+/// input differ only at the end of the run. Cut in 1 KiB pieces, every such question would
+/// tokenize anew the piece its question starts in: up to 1 KiB of the input's end with the
+/// question, ~0.3 ms, more than all the rest of preparing the prompt. Cut finer, the input's
+/// end is shared like the rest and what is tokenized anew is the question and the input's last
+/// line or two. The question starts in the last piece, or in the one before when a cut falls
+/// inside the question (its option lines); a question of more than ~1 KiB may start further
+/// back, and then that piece is tokenized anew as before. The small pieces go through the cache
+/// too, so a repeated question finds them. Cuts depend only on the text up to one character
+/// after them (see [`pieces`]), so the cuts of the shared beginning are the same in every
+/// prompt.
+fn cache_pieces(run: &str) -> Vec<&str> {
+    let mut out: Vec<&str> = pieces(run, CACHED_RUN_BYTES).collect();
+    let tail = out.split_off(out.len().saturating_sub(TAIL_PIECES));
+    out.extend(
+        tail.into_iter()
+            .flat_map(|piece| pieces(piece, TAIL_PIECE_BYTES)),
+    );
+    out
 }
 
 /// The first safe cut in `text` at or after byte `size` (see [`pieces`]).
@@ -643,6 +735,39 @@ mod tests {
                 hits + 1 >= after_first.misses && misses <= 1,
                 "{key}: {hits} hits, {misses} misses"
             );
+        }
+    }
+
+    #[test]
+    fn another_question_retokenizes_only_the_end_of_the_input() {
+        let tok = tokenizer("smol");
+        // Inputs that end at different places in their last 1 KiB piece.
+        for bytes in (17_000..19_000).step_by(100) {
+            let state = long_state(bytes);
+            let user = |q: &str| {
+                format!("Input:\n{state}\n\nQuestion: {q}\n\nOptions:\nA. yes\nB. no\n\nReply with one label: A, B.")
+            };
+            let (first, other) = (user("Is it about billing?"), user("Is it about shipping?"));
+            // The run the user message's content is in starts after `<|im_start|>`.
+            let runs = (format!("user\n{first}"), format!("user\n{other}"));
+            let (a, b) = (cache_pieces(&runs.0), cache_pieces(&runs.1));
+            assert_eq!(a.concat(), runs.0);
+            assert_eq!(b.concat(), runs.1);
+            let shared = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            let anew: usize = b[shared..].iter().map(|p| p.len()).sum();
+            let question = other.len() - other.find("\n\nQuestion").unwrap();
+            let longest_line = state.lines().map(str::len).max().unwrap();
+            assert!(
+                anew <= TAIL_PIECE_BYTES + longest_line + question,
+                "{bytes}: {anew} bytes tokenized anew for a {question}-byte question"
+            );
+            let Some(tok) = &tok else { continue };
+            tok.encode_parts(&chat(&first), Some(bytes as u64)).unwrap();
+            let before = tok.cache.stats();
+            let cached = tok.encode_parts(&chat(&other), Some(bytes as u64)).unwrap();
+            assert_eq!(cached, tok.encode_parts(&chat(&other), None).unwrap());
+            let after = tok.cache.stats();
+            assert!(after.hits - before.hits >= shared as u64, "{bytes}");
         }
     }
 
