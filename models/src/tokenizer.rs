@@ -334,6 +334,10 @@ impl GgufTokenizer {
     /// [`GgufTokenizer::encode_plain`] of every text, in order, spread over the available
     /// cores in contiguous chunks when there are several texts.
     fn encode_all(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        if texts.len() < 2 {
+            return texts.iter().map(|t| self.encode_plain(t)).collect();
+        }
+        // Asked only here: it reads the cgroup's CPU quota from files, ~10 µs.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = cores.min(texts.len());
         if threads <= 1 {
