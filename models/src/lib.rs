@@ -129,6 +129,9 @@ pub struct ModelInfo {
     pub vocab_size: usize,
     /// Longest prompt (in tokens) a read accepts.
     pub context_length: usize,
+    /// How the forward computes, e.g. `cuda bf16 fused` or `cpu f32`: reads differ by
+    /// rounding between these, so results fitted on scores (calibration) name it.
+    pub forward: String,
 }
 
 /// Choices made when loading a model.
@@ -231,6 +234,12 @@ impl Model {
             n_layers: dims.n_layers,
             vocab_size: dims.vocab_size,
             context_length: dims.context_length,
+            forward: format!(
+                "{} {}{}",
+                if device.is_cpu() { "cpu" } else { "cuda" },
+                format!("{:?}", options.weights).to_lowercase(),
+                if transformer.is_fused() { " fused" } else { "" }
+            ),
         };
         tracing::info!(
             model = %info.name, arch = %info.arch, layers = info.n_layers, vocab = info.vocab_size,

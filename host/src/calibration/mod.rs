@@ -184,6 +184,7 @@ pub fn run(
     let suffix = engine.model().answer_suffix();
     let key = Key {
         model_sha256,
+        forward: engine.model().info().forward.clone(),
         readout: if suffix.is_empty() {
             "direct".into()
         } else {
@@ -478,6 +479,7 @@ mod tests {
         let policy = registry.calibration("temperature").unwrap();
         let key = Key {
             model_sha256: String::new(),
+            forward: "cpu f32".into(),
             readout: "direct".into(),
             policy: "temperature".into(),
             policy_sha256: policy.sha256().into(),

@@ -1,7 +1,8 @@
 //! Saved calibration results: one small JSON file per deployment in the calibration directory,
 //! reused only when everything that could change the raw scores or the fit is unchanged.
 //!
-//! The key holds: the model file's sha256, the readout, the policy name and its component's
+//! The key holds: the model file's sha256, how the forward computes (device, weight format,
+//! kernels), the readout, the policy name and its component's
 //! sha256, the render version with the renderer's and question types' sha256, and the question
 //! file's sha256. The file is named `<policy>-<first 16 hex of the key's sha256>.json`, and the
 //! key is stored inside and compared field by field on load, so a changed component re-fits and a
@@ -22,6 +23,10 @@ use super::cv::PolicyReport;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Key {
     pub model_sha256: String,
+    /// How the model computes (device, weight format, kernels: [`decide_models::ModelInfo`]'s
+    /// `forward`): the same model reads with different rounding on each.
+    #[serde(default)]
+    pub forward: String,
     pub readout: String,
     pub policy: String,
     pub policy_sha256: String,
@@ -181,6 +186,7 @@ mod tests {
     fn key() -> Key {
         Key {
             model_sha256: "m".into(),
+            forward: "cpu f32".into(),
             readout: "direct".into(),
             policy: "temperature".into(),
             policy_sha256: "p".into(),
@@ -244,6 +250,7 @@ mod tests {
         assert_eq!((loaded, path), (saved(base.clone()), written));
         let changes: Vec<fn(&mut Key)> = vec![
             |k| k.model_sha256 = "m2".into(),
+            |k| k.forward = "cuda bf16 fused".into(),
             |k| k.readout = "two-stage".into(),
             |k| k.policy = "bias-temperature".into(),
             |k| k.policy_sha256 = "p2".into(),
