@@ -159,7 +159,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             worst = worst.max((a - b).abs());
             worst_p = worst_p.max((a.exp() - b.exp()).abs());
         }
-        eprintln!("forward_bench: question {i}: lone {:?} packed {:?}", alone.logprobs, packed[i].logprobs);
+        eprintln!(
+            "forward_bench: question {i}: lone {:?} packed {:?}",
+            alone.logprobs, packed[i].logprobs
+        );
     }
 
     // Long prefill, chunked.

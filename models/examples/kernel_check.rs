@@ -216,9 +216,17 @@ fn main() -> Res<()> {
         let want_sum = (&x + delta.to_dtype(DType::F32)?)?;
         let want_h = candle_nn::ops::rms_norm(&want_sum, &w, 1e-6)?;
         check("add_rms_norm sum".into(), diff(&sum, &want_sum)?, 1e-6);
-        check("add_rms_norm norm".into(), diff(&h.expect("norm"), &want_h)?, 0.01);
+        check(
+            "add_rms_norm norm".into(),
+            diff(&h.expect("norm"), &want_h)?,
+            0.01,
+        );
         let (plain, none) = kernels::add_rms_norm(&x, None, None, 1e-6)?;
-        check("add_rms_norm without delta or weight".into(), diff(&plain, &x)?, 0.0);
+        check(
+            "add_rms_norm without delta or weight".into(),
+            diff(&plain, &x)?,
+            0.0,
+        );
         if none.is_some() {
             return Err("add_rms_norm without a weight returned a norm".into());
         }

@@ -815,7 +815,10 @@ impl Transformer {
         let h = candle_nn::ops::rms_norm(hidden, &self.out_norm, self.eps)?;
         #[cfg(feature = "cuda")]
         if let (false, Linear::Dense(w)) = (self.fused.is_empty(), &self.head) {
-            return Ok(crate::kernels::matmul_f32_out(&h.to_dtype(DType::BF16)?, w)?);
+            return Ok(crate::kernels::matmul_f32_out(
+                &h.to_dtype(DType::BF16)?,
+                w,
+            )?);
         }
         Ok(self
             .head

@@ -46,8 +46,14 @@ fn function(dev: &CudaDevice, name: &'static str) -> Result<CudaFunction> {
     if let Some(f) = LOADED.with(|l| l.borrow().get(&(dev.id(), name)).cloned()) {
         return Ok(f);
     }
-    let f = dev.get_or_load_custom_func(name, MODULE, PTX)?.into_cuda_function();
-    if let Some(&smem) = ATTENTION_SMEM.iter().find(|(n, _)| *n == name).map(|(_, b)| b) {
+    let f = dev
+        .get_or_load_custom_func(name, MODULE, PTX)?
+        .into_cuda_function();
+    if let Some(&smem) = ATTENTION_SMEM
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| b)
+    {
         f.set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             smem as i32,
@@ -192,13 +198,29 @@ pub fn add_rms_norm(
     let h_out = unsafe { dev.alloc::<bf16>(if weight.is_some() { m * hidden } else { 1 })? };
     let ptrs = (
         address(x, DType::F32)?,
-        delta.map(|d| address(d, DType::BF16)).transpose()?.unwrap_or(0),
-        weight.map(|w| address(w, DType::F32)).transpose()?.unwrap_or(0),
+        delta
+            .map(|d| address(d, DType::BF16))
+            .transpose()?
+            .unwrap_or(0),
+        weight
+            .map(|w| address(w, DType::F32))
+            .transpose()?
+            .unwrap_or(0),
     );
-    let h_ptr = if weight.is_some() { h_out.device_ptr(&dev.cuda_stream()).0 } else { 0 };
+    let h_ptr = if weight.is_some() {
+        h_out.device_ptr(&dev.cuda_stream()).0
+    } else {
+        0
+    };
     let hidden32 = hidden as i32;
     let mut b = stream.launch_builder(&func);
-    b.arg(&ptrs.0).arg(&ptrs.1).arg(&ptrs.2).arg(&x_out).arg(&h_ptr).arg(&hidden32).arg(&eps);
+    b.arg(&ptrs.0)
+        .arg(&ptrs.1)
+        .arg(&ptrs.2)
+        .arg(&x_out)
+        .arg(&h_ptr)
+        .arg(&hidden32)
+        .arg(&eps);
     let cfg = LaunchConfig {
         grid_dim: (m as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
@@ -350,9 +372,16 @@ pub fn attention(
     if !ATTENTION_HEAD_DIMS.contains(&d) {
         bail!("attention kernel: head width {d} is not built (only {ATTENTION_HEAD_DIMS:?})");
     }
-    let name = if d == 64 { "attention_bf16_d64" } else { "attention_bf16_d128" };
+    let name = if d == 64 {
+        "attention_bf16_d64"
+    } else {
+        "attention_bf16_d128"
+    };
     let func = function(&dev, name)?;
-    let smem = ATTENTION_SMEM.iter().find(|(n, _)| *n == name).map_or(0, |(_, b)| *b) as u32;
+    let smem = ATTENTION_SMEM
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, b)| *b) as u32;
     let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * h * d)? };
     let n = sources.n_prefix;
@@ -430,5 +459,8 @@ fn key_splits(blocks: usize, key_tiles: usize) -> usize {
     if blocks >= RESIDENT_BLOCKS || key_tiles < 16 {
         return 1;
     }
-    (2 * RESIDENT_BLOCKS).div_ceil(blocks).min(key_tiles / 8).clamp(1, 64)
+    (2 * RESIDENT_BLOCKS)
+        .div_ceil(blocks)
+        .min(key_tiles / 8)
+        .clamp(1, 64)
 }

@@ -201,8 +201,17 @@ impl Transformer {
         // elements (a gather, a cast) is an invalid argument on CUDA.
         let picked = match rows {
             [] => {
-                let empty = self.out_norm.reshape((1, self.dims.hidden))?.narrow(0, 0, 0)?;
-                return Ok((empty, KvCache { layers, len: start_pos + n }));
+                let empty = self
+                    .out_norm
+                    .reshape((1, self.dims.hidden))?
+                    .narrow(0, 0, 0)?;
+                return Ok((
+                    empty,
+                    KvCache {
+                        layers,
+                        len: start_pos + n,
+                    },
+                ));
             }
             [r] => x.narrow(0, *r, 1)?,
             _ => {
