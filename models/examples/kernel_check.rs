@@ -369,7 +369,6 @@ fn main() -> Res<()> {
             secs.unwrap_or(0.0) * 1e3
         ));
     }
-    drop(check);
     report.extend(timings);
     if let Some(p) = json_path {
         std::fs::write(&p, format!("[{}]\n", report.join(",\n")))?;
