@@ -340,14 +340,11 @@ impl Engine {
                 ),
             });
         }
-        // One plugin call per question (~50 us each): on all cores for many questions. The
-        // first invalid question, in order, fails the request.
-        let questions: Vec<(usize, &Question)> = request.questions.iter().enumerate().collect();
-        rounds::parallel_map(questions, |(index, question)| {
-            self.compile_one(index, question, &request.readout)
-        })
-        .into_iter()
-        .collect()
+        let mut planned = Vec::with_capacity(request.questions.len());
+        for (index, question) in request.questions.iter().enumerate() {
+            planned.push(self.compile_one(index, question, &request.readout)?);
+        }
+        Ok(planned)
     }
 
     fn compile_one(
@@ -489,14 +486,16 @@ impl Engine {
         decided.timings.prepare = (read_at - compiled_at).saturating_sub(decided.timings.model);
         self.metrics
             .record_token_cache(&self.model.token_cache_stats());
-        // Two plugin calls per question (calibration, answer): on all cores for many.
-        decided.outcomes = rounds::parallel_map(reads, |read| match read {
-            Err(refusal) => Outcome::Refusal(refusal),
-            Ok((planned, read)) => {
-                let question = &request.questions[planned.index];
-                self.answer_one(question, planned, read, &calibration, &applied)
-            }
-        });
+        for read in reads {
+            let outcome = match read {
+                Err(refusal) => Outcome::Refusal(refusal),
+                Ok((planned, read)) => {
+                    let question = &request.questions[planned.index];
+                    self.answer_one(question, planned, read, &calibration, &applied)
+                }
+            };
+            decided.outcomes.push(outcome);
+        }
         decided.timings.answer = read_at.elapsed();
         self.metrics.record_request(&decided, started.elapsed());
         Ok(decided)

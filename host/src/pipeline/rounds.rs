@@ -111,7 +111,7 @@ impl Engine {
 
 /// `items.map(f)` in order, spread over the available cores in contiguous chunks (inline
 /// when there are too few items for threads to pay).
-pub(super) fn parallel_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+fn parallel_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = cores.min(items.len() / 4);
     if threads <= 1 {
