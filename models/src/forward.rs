@@ -441,7 +441,7 @@ impl Transformer {
         let use_fused = kernels == Kernels::Auto
             && device.is_cuda()
             && format == WeightFormat::BF16
-            && fused::supported(head_dim, DType::BF16);
+            && crate::kernels::attention_supports(head_dim);
         #[cfg(not(feature = "cuda"))]
         let _ = kernels;
         #[cfg(not(feature = "cuda"))]

@@ -24,8 +24,20 @@ const MODULE: &str = "decide_fused";
 /// Threads per block of the elementwise kernels.
 const THREADS: u32 = 256;
 
-/// Head widths the attention kernel is built for.
-pub const ATTENTION_HEAD_DIMS: &[usize] = &[64, 128];
+/// The attention kernels, by the head width each is built for.
+const ATTENTION_KERNELS: [(usize, &str); 2] =
+    [(64, "attention_bf16_d64"), (128, "attention_bf16_d128")];
+
+/// Whether an attention kernel is built for heads `dim` wide.
+pub fn attention_supports(dim: usize) -> bool {
+    ATTENTION_KERNELS.iter().any(|&(d, _)| d == dim)
+}
+
+/// Dynamic shared memory of the attention kernel for heads `dim` wide: two stages of a
+/// 64-key K and V tile, rows padded by 8 (`attention_smem_bytes` in the .cu).
+fn attention_smem(dim: usize) -> usize {
+    2 * 2 * 64 * (dim + 8) * 2
+}
 
 /// The CUDA device of a tensor.
 fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
@@ -37,8 +49,9 @@ fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
 
 /// A kernel of the module, loaded once per device and thread: candle's
 /// `get_or_load_custom_func` looks the module up and asks the driver for the function on
-/// every call, ~100 times per forward pass here.
-fn function(dev: &CudaDevice, name: &'static str) -> Result<CudaFunction> {
+/// every call, ~100 times per forward pass here. `smem`: dynamic shared memory the kernel is
+/// allowed (0: the default limit).
+fn function(dev: &CudaDevice, name: &'static str, smem: usize) -> Result<CudaFunction> {
     thread_local! {
         static LOADED: RefCell<HashMap<(DeviceId, &'static str), CudaFunction>> =
             RefCell::new(HashMap::new());
@@ -49,11 +62,7 @@ fn function(dev: &CudaDevice, name: &'static str) -> Result<CudaFunction> {
     let f = dev
         .get_or_load_custom_func(name, MODULE, PTX)?
         .into_cuda_function();
-    if let Some(&smem) = ATTENTION_SMEM
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, b)| b)
-    {
+    if smem > 0 {
         f.set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             smem as i32,
@@ -63,13 +72,6 @@ fn function(dev: &CudaDevice, name: &'static str) -> Result<CudaFunction> {
     LOADED.with(|l| l.borrow_mut().insert((dev.id(), name), f.clone()));
     Ok(f)
 }
-
-/// The attention kernels and their dynamic shared memory: two stages of a 64-key K and V
-/// tile, rows padded by 8 (`attention_smem_bytes` in the .cu).
-const ATTENTION_SMEM: [(&str, usize); 2] = [
-    ("attention_bf16_d64", 2 * 2 * 64 * (64 + 8) * 2),
-    ("attention_bf16_d128", 2 * 2 * 64 * (128 + 8) * 2),
-];
 
 /// Device address of a contiguous tensor's first element, checking its dtype.
 fn address(t: &Tensor, dtype: DType) -> Result<u64> {
@@ -140,7 +142,7 @@ pub fn qkv_rope(
             positions.dims1()?
         );
     }
-    let func = function(&dev, "qkv_rope_bf16")?;
+    let func = function(&dev, "qkv_rope_bf16", 0)?;
     let stream = dev.cuda_stream();
     let q_out = unsafe { dev.alloc::<bf16>(m * h * d)? };
     let k_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
@@ -192,7 +194,7 @@ pub fn add_rms_norm(
 ) -> Result<(Tensor, Option<Tensor>)> {
     let dev = cuda_device(x)?;
     let (m, hidden) = x.dims2()?;
-    let func = function(&dev, "add_rms_norm")?;
+    let func = function(&dev, "add_rms_norm", 0)?;
     let stream = dev.cuda_stream();
     let x_out = unsafe { dev.alloc::<f32>(m * hidden)? };
     let h_out = unsafe { dev.alloc::<bf16>(if weight.is_some() { m * hidden } else { 1 })? };
@@ -288,7 +290,7 @@ pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
         bail!("silu_mul: {width} columns is not a multiple of 4");
     }
     let i = width / 2;
-    let func = function(&dev, "silu_mul_bf16")?;
+    let func = function(&dev, "silu_mul_bf16", 0)?;
     let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * i)? };
     let input = address(gu, DType::BF16)?;
@@ -369,19 +371,11 @@ pub fn attention(
     let dev = cuda_device(q)?;
     let Heads { q: h, kv, dim: d } = heads;
     let m = q.dim(0)?;
-    if !ATTENTION_HEAD_DIMS.contains(&d) {
-        bail!("attention kernel: head width {d} is not built (only {ATTENTION_HEAD_DIMS:?})");
-    }
-    let name = if d == 64 {
-        "attention_bf16_d64"
-    } else {
-        "attention_bf16_d128"
+    let Some(&(_, name)) = ATTENTION_KERNELS.iter().find(|&&(dim, _)| dim == d) else {
+        bail!("attention kernel: head width {d} is not built (only {ATTENTION_KERNELS:?})");
     };
-    let func = function(&dev, name)?;
-    let smem = ATTENTION_SMEM
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, b)| *b) as u32;
+    let smem = attention_smem(d);
+    let func = function(&dev, name, smem)?;
     let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * h * d)? };
     let n = sources.n_prefix;
@@ -430,11 +424,11 @@ pub fn attention(
     let cfg = LaunchConfig {
         grid_dim: (m.div_ceil(64) as u32, h as u32, splits as u32),
         block_dim: (128, 1, 1),
-        shared_mem_bytes: smem,
+        shared_mem_bytes: smem as u32,
     };
     unsafe { b.launch(cfg) }.w()?;
     if splits > 1 {
-        let combine = function(&dev, "attention_combine")?;
+        let combine = function(&dev, "attention_combine", 0)?;
         let (m32, h32, d32) = (m as i32, h as i32, d as i32);
         let mut b = stream.launch_builder(&combine);
         b.arg(&part_o)

@@ -19,7 +19,7 @@ use candle_core::{DType, Tensor};
 
 use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
 use crate::error::{ModelError, Result};
-use crate::kernels::{self, Heads, KeySources, ATTENTION_HEAD_DIMS};
+use crate::kernels::{self, Heads, KeySources};
 
 /// One decoder block's weights, projections concatenated so each runs as one matmul.
 pub(super) struct FusedLayer {
@@ -34,11 +34,6 @@ pub(super) struct FusedLayer {
     /// `(hidden, 2 ffn)`: `[Wgate | Wup]` transposed.
     wgu: Tensor,
     down: Tensor,
-}
-
-/// Whether a model of this head width and weight dtype can run fused.
-pub(super) fn supported(head_dim: usize, dtype: DType) -> bool {
-    dtype == DType::BF16 && ATTENTION_HEAD_DIMS.contains(&head_dim)
 }
 
 impl FusedLayer {
