@@ -329,45 +329,24 @@ fn main() -> Res<()> {
             flops / secs / 1e12
         ));
     }
-    {
+    // Timing: short suffixes over one long cached prefix (many questions over one input; one
+    // question over a long input, which the key split serves).
+    let over_prefix = [
+        ("64 x 24 rows over 4608 cached", "64x24 over 4608", 4608, 64, 24),
+        ("3 rows over 28256 cached", "3 over 28256", 28_256, 1, 3),
+    ];
+    for (label, key, prefix, count, rows) in over_prefix {
         let c = Case {
             name: "timing",
             heads: q15,
-            prefixes: vec![4608],
-            segments: (0..64).map(|_| (Some(0), 24)).collect(),
+            prefixes: vec![prefix],
+            segments: (0..count).map(|_| (Some(0), rows)).collect(),
         };
         let (d, m, secs) = attention_case(&dev, &c, true)?;
-        check(
-            "attention 64 x 24 rows over 4608 cached".into(),
-            (d, m),
-            0.02,
-        );
-        println!(
-            "  64 x 24 rows over 4608 cached: {:.3} ms",
-            secs.unwrap_or(0.0) * 1e3
-        );
-        timings.push(format!(
-            r#"{{"case":"64x24 over 4608","ms":{}}}"#,
-            secs.unwrap_or(0.0) * 1e3
-        ));
-    }
-    {
-        let c = Case {
-            name: "timing",
-            heads: q15,
-            prefixes: vec![28_256],
-            segments: vec![(Some(0), 3)],
-        };
-        let (d, m, secs) = attention_case(&dev, &c, true)?;
-        check("attention 3 rows over 28256 cached".into(), (d, m), 0.02);
-        println!(
-            "  3 rows over 28256 cached: {:.3} ms",
-            secs.unwrap_or(0.0) * 1e3
-        );
-        timings.push(format!(
-            r#"{{"case":"3 over 28256","ms":{}}}"#,
-            secs.unwrap_or(0.0) * 1e3
-        ));
+        let ms = secs.unwrap_or(0.0) * 1e3;
+        check(format!("attention {label}"), (d, m), 0.02);
+        println!("  {label}: {ms:.3} ms");
+        timings.push(format!(r#"{{"case":"{key}","ms":{ms}}}"#));
     }
     report.extend(timings);
     if let Some(p) = json_path {
