@@ -235,11 +235,12 @@ impl Model {
             vocab_size: dims.vocab_size,
             context_length: dims.context_length,
             forward: format!(
-                "{} {}{}",
+                "{} {:?}{}",
                 if device.is_cpu() { "cpu" } else { "cuda" },
-                format!("{:?}", options.weights).to_lowercase(),
+                options.weights,
                 if transformer.is_fused() { " fused" } else { "" }
-            ),
+            )
+            .to_lowercase(),
         };
         tracing::info!(
             model = %info.name, arch = %info.arch, layers = info.n_layers, vocab = info.vocab_size,
