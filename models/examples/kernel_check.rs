@@ -332,7 +332,13 @@ fn main() -> Res<()> {
     // Timing: short suffixes over one long cached prefix (many questions over one input; one
     // question over a long input, which the key split serves).
     let over_prefix = [
-        ("64 x 24 rows over 4608 cached", "64x24 over 4608", 4608, 64, 24),
+        (
+            "64 x 24 rows over 4608 cached",
+            "64x24 over 4608",
+            4608,
+            64,
+            24,
+        ),
         ("3 rows over 28256 cached", "3 over 28256", 28_256, 1, 3),
     ];
     for (label, key, prefix, count, rows) in over_prefix {
