@@ -9,7 +9,14 @@
 //! `candle_max_prob_diff`, over the single prompt and 4 of the packed questions; the
 //! log-probabilities themselves go to stderr).
 //! Prints one JSON object:
-//! - `single_ms`: median read of a ~150-token prompt (one question, no cache);
+//! - `single_ms`: median read of a ~1.5k-token prompt (one question, no cache);
+//! - `short`: one short question read like the server's single-question requests (its
+//!   chat-template header from a cache, the rest in a packed pass): `total_ms` (median
+//!   read), `pass_enqueue_ms` (until the packed forward returns, nothing waited on),
+//!   `head_enqueue_ms` (+ the head), `synced_ms` (+ waiting for the GPU). Enqueue close to
+//!   synced means the host, not the GPU, bounds a short read. `replay_max_abs_diff`: the
+//!   largest log-probability difference of later reads (CUDA graph replays on the fused
+//!   path) from the first (eager); `lone_max_abs_diff`: of the first from a lone read;
 //! - `prefill_4k_ms`, `packed_64_ms`: a ~4k-token state prefilled once, then 64 questions'
 //!   suffixes in one packed pass; `packed_max_abs_diff` / `packed_max_prob_diff`: largest
 //!   log-probability / probability difference between a packed read and the lone read of
@@ -55,6 +62,74 @@ fn sync(device: &Device) -> Result<(), Box<dyn std::error::Error>> {
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
+}
+
+type Asked = (Vec<u32>, Vec<u32>);
+
+/// The `short` figures (see the module doc): medians over 50 reads after 5 warm-ups.
+fn short_read(
+    model: &Model,
+    device: &Device,
+    ask: &dyn Fn(&str, usize) -> Result<Asked, Box<dyn std::error::Error>>,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let state =
+        "I was charged twice for my subscription this month. Please refund the extra charge.";
+    let (tokens, ids) = ask(state, 0)?;
+    let header = 16.min(tokens.len() - 1);
+    let prefix = model.prefill(&tokens[..header], None)?;
+    let segments = [Segment {
+        prefix: Some(&prefix),
+        tokens: &tokens[header..],
+    }];
+    let labels = [ids.as_slice()];
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (mut total, mut pass, mut head, mut synced) = (vec![], vec![], vec![], vec![]);
+    // The first read runs eagerly; later ones may replay a CUDA graph: they must agree.
+    let first = model.read_packed(&segments, &labels)?.remove(0);
+    let lone = model.read(&tokens, &ids)?;
+    let mut replay_diff = 0f32;
+    for i in 0..55 {
+        sync(device)?;
+        let t = Instant::now();
+        let read = model.read_packed(&segments, &labels)?.remove(0);
+        let read_ms = ms(t);
+        for (a, b) in first.logprobs.iter().zip(&read.logprobs) {
+            replay_diff = replay_diff.max((a - b).abs());
+        }
+        sync(device)?;
+        let t = Instant::now();
+        let hidden = model.transformer().forward_packed(&segments)?;
+        let pass_ms = ms(t);
+        let logits = model.transformer().head(&hidden)?;
+        let head_ms = ms(t);
+        sync(device)?;
+        let synced_ms = ms(t);
+        drop(logits);
+        if i >= 5 {
+            total.push(read_ms);
+            pass.push(pass_ms);
+            head.push(head_ms);
+            synced.push(synced_ms);
+        }
+    }
+    Ok(serde_json::json!({
+        "tokens": tokens.len(),
+        "cached_tokens": header,
+        "total_ms": median(total),
+        "pass_enqueue_ms": median(pass),
+        "head_enqueue_ms": median(head),
+        "synced_ms": median(synced),
+        "replay_max_abs_diff": replay_diff,
+        "lone_max_abs_diff": first
+            .logprobs
+            .iter()
+            .zip(&lone.logprobs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max),
+    }))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -105,6 +180,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         single.push(ms(t));
     }
     single.sort_by(f64::total_cmp);
+
+    step("short read");
+    let short_read = short_read(&model, &device, &ask)?;
 
     // 64 questions over a ~4k state (`DECIDE_BENCH_STATE`): prefill once, one packed pass.
     let state_tokens = std::env::var("DECIDE_BENCH_STATE")
@@ -222,6 +300,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "load_s": load_s,
             "single_tokens": tokens.len(),
             "single_ms": {"min": single[0], "p50": single[single.len() / 2], "max": single[single.len() - 1]},
+            "short": short_read,
             "prefix_tokens": shared,
             "prefill_4k_ms": prefill_4k_ms,
             "packed_64_ms": packed_64_ms,

@@ -11,6 +11,9 @@ use decide_models::kernels::{self, Heads, KeySources};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// The attention kernel's block shapes (query rows per block).
+const BLOCK_ROWS: [usize; 2] = [64, 128];
+
 /// Largest |a - b| and largest |b|.
 fn diff(a: &Tensor, b: &Tensor) -> Res<(f32, f32)> {
     let a = a.to_dtype(DType::F32)?.flatten_all()?;
@@ -29,7 +32,13 @@ struct Case {
     segments: Vec<(Option<usize>, usize)>,
 }
 
-fn attention_case(dev: &Device, c: &Case, timing: bool) -> Res<(f32, f32, Option<f64>)> {
+/// Runs a case on the kernel with `rows` query rows per block (64 or 128).
+fn attention_case(
+    dev: &Device,
+    c: &Case,
+    rows: usize,
+    timing: bool,
+) -> Res<(f32, f32, Option<f64>)> {
     let Heads { q: h, kv, dim: d } = c.heads;
     let m: usize = c.segments.iter().map(|s| s.1).sum();
     let rand = |shape: &[usize], scale: f64| -> Res<Tensor> {
@@ -64,7 +73,8 @@ fn attention_case(dev: &Device, c: &Case, timing: bool) -> Res<(f32, f32, Option
     let prefixes: Vec<&[(Tensor, Tensor)]> = prefix_kv.iter().map(|p| p.as_slice()).collect();
     let sources = KeySources::new(dev, &prefixes, &cols, own_start, 1)?;
     let bounds_t = Tensor::new(bounds.as_slice(), dev)?;
-    let got = kernels::attention(&q, (&k, &v), &sources, 0, &bounds_t, c.heads)?;
+    let run = || kernels::attention(&q, (&k, &v), &sources, 0, &bounds_t, c.heads, rows);
+    let got = run()?;
 
     // Reference: every key column side by side, a dense mask, f32 softmax.
     let mut ks: Vec<Tensor> = prefix_kv.iter().map(|p| p[0].0.clone()).collect();
@@ -103,8 +113,7 @@ fn attention_case(dev: &Device, c: &Case, timing: bool) -> Res<(f32, f32, Option
         got.to_device(&Device::Cpu)?;
         let t0 = std::time::Instant::now();
         for _ in 0..runs {
-            let o = kernels::attention(&q, (&k, &v), &sources, 0, &bounds_t, c.heads)?;
-            drop(o);
+            drop(run()?);
         }
         dev.synchronize()?;
         Some(t0.elapsed().as_secs_f64() / runs as f64)
@@ -302,57 +311,64 @@ fn main() -> Res<()> {
         },
     ];
     for c in &cases {
-        let r = attention_case(&dev, c, false)?;
-        check(format!("attention: {}", c.name), (r.0, r.1), 0.02);
+        for rows in BLOCK_ROWS {
+            let r = attention_case(&dev, c, rows, false)?;
+            check(
+                format!("attention ({rows}-row blocks): {}", c.name),
+                (r.0, r.1),
+                0.02,
+            );
+        }
     }
 
-    // Timing: causal prefill of n rows, and 64 short suffixes over one long prefix.
-    for n in [2048usize, 4096, 8192] {
-        let c = Case {
-            name: "timing",
-            heads: q15,
-            prefixes: vec![],
-            segments: vec![(None, n)],
-        };
-        let (d, m, secs) = attention_case(&dev, &c, true)?;
-        let secs = secs.unwrap_or(0.0);
+    // Timing: causal prefill of n rows, short suffixes over one long cached prefix (many
+    // questions over one input; one question over a long input, which the key split
+    // serves), on both block shapes.
+    let causal = [2048usize, 4096, 8192].map(|n| {
         let flops = 2.0 * (n * n) as f64 * 128.0 * 12.0; // causal half of 4 n^2 d h
-        check(format!("attention causal {n} rows"), (d, m), 0.02);
-        println!(
-            "  {n} rows causal: {:.3} ms, {:.1} TFLOP/s",
-            secs * 1e3,
-            flops / secs / 1e12
-        );
-        timings.push(format!(
-            r#"{{"case":"causal {n}","ms":{},"tflops":{}}}"#,
-            secs * 1e3,
-            flops / secs / 1e12
-        ));
-    }
-    // Timing: short suffixes over one long cached prefix (many questions over one input; one
-    // question over a long input, which the key split serves).
+        (format!("causal {n}"), vec![], vec![(None, n)], flops)
+    });
     let over_prefix = [
+        (4352usize, 64usize, 47usize),
+        (4608, 64, 24),
+        (28_256, 1, 3),
+    ]
+    .map(|(prefix, count, rows)| {
+        let flops = 4.0 * (count * rows * prefix) as f64 * 128.0 * 12.0;
         (
-            "64 x 24 rows over 4608 cached",
-            "64x24 over 4608",
-            4608,
-            64,
-            24,
-        ),
-        ("3 rows over 28256 cached", "3 over 28256", 28_256, 1, 3),
-    ];
-    for (label, key, prefix, count, rows) in over_prefix {
+            format!("{count}x{rows} over {prefix}"),
+            vec![prefix],
+            (0..count).map(|_| (Some(0), rows)).collect(),
+            flops,
+        )
+    });
+    // Later chunks of a long prefill: causal rows after the chunks before them.
+    let chunks = [(8192usize, 8192usize), (3683, 24_576)].map(|(n, prefix)| {
+        let flops = (4.0 * (n * prefix) as f64 + 2.0 * (n * n) as f64) * 128.0 * 12.0;
+        (
+            format!("causal {n} after {prefix}"),
+            vec![prefix],
+            vec![(Some(0), n)],
+            flops,
+        )
+    });
+    for (key, prefixes, segments, flops) in causal.into_iter().chain(chunks).chain(over_prefix) {
         let c = Case {
             name: "timing",
             heads: q15,
-            prefixes: vec![prefix],
-            segments: (0..count).map(|_| (Some(0), rows)).collect(),
+            prefixes,
+            segments,
         };
-        let (d, m, secs) = attention_case(&dev, &c, true)?;
-        let ms = secs.unwrap_or(0.0) * 1e3;
-        check(format!("attention {label}"), (d, m), 0.02);
-        println!("  {label}: {ms:.3} ms");
-        timings.push(format!(r#"{{"case":"{key}","ms":{ms}}}"#));
+        for rows in BLOCK_ROWS {
+            let (d, m, secs) = attention_case(&dev, &c, rows, true)?;
+            let ms = secs.unwrap_or(0.0) * 1e3;
+            let tflops = flops / (ms / 1e3) / 1e12;
+            check(format!("attention {key} ({rows}-row blocks)"), (d, m), 0.02);
+            println!("  {key}, {rows}-row blocks: {ms:.3} ms, {tflops:.1} TFLOP/s");
+            timings.push(format!(
+                r#"{{"case":"{key}","block_rows":{rows},"ms":{ms},"tflops":{tflops}}}"#
+            ));
+        }
     }
     report.extend(timings);
     if let Some(p) = json_path {

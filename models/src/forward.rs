@@ -31,6 +31,8 @@ use crate::gguf::Gguf;
 
 #[cfg(feature = "cuda")]
 mod fused;
+#[cfg(feature = "cuda")]
+mod graphs;
 
 /// Attention runs over a key/value length padded with masked zeros to a multiple of this.
 ///
@@ -350,6 +352,9 @@ pub struct Transformer {
     /// The blocks run with the fused CUDA kernels ([`Kernels::Auto`] on a CUDA device).
     #[cfg(feature = "cuda")]
     fused: Vec<fused::FusedLayer>,
+    /// CUDA graphs of short fused passes.
+    #[cfg(feature = "cuda")]
+    graphs: graphs::PassGraphs,
     out_norm: Tensor,
     head: Linear,
     cos: Tensor,
@@ -506,6 +511,8 @@ impl Transformer {
             layers,
             #[cfg(feature = "cuda")]
             fused: fused_layers,
+            #[cfg(feature = "cuda")]
+            graphs: graphs::PassGraphs::default(),
             out_norm,
             head,
             cos,
@@ -749,6 +756,13 @@ impl Transformer {
                 prefixes: prefixes.iter().map(|c| c.layers.as_slice()).collect(),
                 cols: layout.prefix_cols.clone(),
                 own_start: layout.row_pieces[0].2,
+                // Many short segments over cached prefixes: 128-row attention blocks load
+                // each shared prefix tile for twice the rows (kernels::attention).
+                block_rows: if m > 128 && !prefixes.is_empty() {
+                    128
+                } else {
+                    64
+                },
             };
             let flat: Vec<u32> = (0..m)
                 .flat_map(|r| bounds.iter().map(move |b| b[r]))

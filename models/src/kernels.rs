@@ -8,6 +8,7 @@ use candle_core::backend::BackendStorage;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use candle_core::cuda_backend::cudarc;
 use candle_core::cuda_backend::cudarc::cublas::{result as cublas, sys as cublas_sys};
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{
@@ -24,19 +25,40 @@ const MODULE: &str = "decide_fused";
 /// Threads per block of the elementwise kernels.
 const THREADS: u32 = 256;
 
-/// The attention kernels, by the head width each is built for.
-const ATTENTION_KERNELS: [(usize, &str); 2] =
-    [(64, "attention_bf16_d64"), (128, "attention_bf16_d128")];
+/// The attention kernels, by head width and query rows per block: 64-row blocks hold each
+/// warp's queries in registers; 128-row blocks feed every key and value fragment to two row
+/// groups (half the shared-memory traffic per multiply) but are fewer, and only two fit on a
+/// multiprocessor (three of the 64-row ones).
+const ATTENTION_KERNELS: [(usize, usize, &str); 4] = [
+    (64, 64, "attention_bf16_d64"),
+    (128, 64, "attention_bf16_d128"),
+    (64, 128, "attention_bf16_d64_m128"),
+    (128, 128, "attention_bf16_d128_m128"),
+];
 
 /// Whether an attention kernel is built for heads `dim` wide.
 pub fn attention_supports(dim: usize) -> bool {
-    ATTENTION_KERNELS.iter().any(|&(d, _)| d == dim)
+    ATTENTION_KERNELS.iter().any(|&(d, _, _)| d == dim)
 }
 
-/// Dynamic shared memory of the attention kernel for heads `dim` wide: two stages of a
-/// 64-key K and V tile, rows padded by 8 (`attention_smem_bytes` in the .cu).
-fn attention_smem(dim: usize) -> usize {
-    2 * 2 * 64 * (dim + 8) * 2
+/// Dynamic shared memory of the attention kernel for heads `dim` wide and `rows` query rows
+/// per block: two stages of a 64-key K and V tile, and the block's queries when they are
+/// not held in registers (128 rows), rows padded by 8 (`attention_smem_bytes` in the .cu).
+fn attention_smem(dim: usize, rows: usize) -> usize {
+    (2 * 2 * 64 + if rows > 64 { rows } else { 0 }) * (dim + 8) * 2
+}
+
+/// Multiprocessors of an H200 (the GPU the block counts below were measured on).
+const MULTIPROCESSORS: usize = 132;
+
+/// Blocks of an attention kernel with `rows` query rows that fit on one multiprocessor at
+/// once (by registers and shared memory, for head width 128).
+fn resident_blocks(rows: usize) -> usize {
+    if rows > 64 {
+        2
+    } else {
+        3
+    }
 }
 
 /// The CUDA device of a tensor.
@@ -301,6 +323,31 @@ pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
     Ok(tensor(out, &dev, (m, i)))
 }
 
+/// The log-softmax of f32 `logits` `(rows, vocab)` over each row, read at the flat indices
+/// `idx` (`row * vocab + id`): `(idx.len())` f32, in one launch (`label_logprobs`).
+pub fn label_logprobs(logits: &Tensor, idx: &[u32]) -> Result<Tensor> {
+    let dev = cuda_device(logits)?;
+    let (rows, vocab) = logits.dims2()?;
+    if idx.iter().any(|&i| i as usize >= rows * vocab) {
+        bail!("label index outside the ({rows}, {vocab}) logits");
+    }
+    let func = function(&dev, "label_logprobs", 0)?;
+    let stream = dev.cuda_stream();
+    let idx_d = stream.clone_htod(idx).w()?;
+    let out = unsafe { dev.alloc::<f32>(idx.len())? };
+    let logits = address(logits, DType::F32)?;
+    let (v, n) = (vocab as i32, idx.len() as i32);
+    let mut b = stream.launch_builder(&func);
+    b.arg(&logits).arg(&idx_d).arg(&out).arg(&v).arg(&n);
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (1024, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(tensor(out, &dev, idx.len()))
+}
+
 /// The keys of one attention call: cached prefixes side by side, then the pass's own rows.
 /// The per-layer address tables are uploaded once per pass ([`KeySources::new`]).
 pub struct KeySources {
@@ -327,6 +374,50 @@ impl KeySources {
         let Device::Cuda(dev) = dev else {
             bail!("fused kernels run on CUDA");
         };
+        let (k_table, v_table, starts, lens) = Self::tables(prefixes, cols, layers)?;
+        let stream = dev.cuda_stream();
+        Ok(Self {
+            k_table: stream.clone_htod(&k_table).w()?,
+            v_table: stream.clone_htod(&v_table).w()?,
+            starts: stream.clone_htod(&starts).w()?,
+            lens: stream.clone_htod(&lens).w()?,
+            n_prefix: prefixes.len(),
+            own_start,
+        })
+    }
+
+    /// Writes the tables of other prefixes of the same count and layers (so a captured
+    /// graph that reads these buffers can replay over them).
+    pub fn write(
+        &mut self,
+        prefixes: &[&[(Tensor, Tensor)]],
+        cols: &[(usize, usize)],
+    ) -> Result<()> {
+        if prefixes.len() != self.n_prefix {
+            bail!(
+                "{} prefixes, the tables hold {}",
+                prefixes.len(),
+                self.n_prefix
+            );
+        }
+        let layers = self.k_table.len() / self.n_prefix.max(1);
+        let (k_table, v_table, starts, lens) = Self::tables(prefixes, cols, layers)?;
+        let stream = self.k_table.stream().clone();
+        stream.memcpy_htod(&k_table, &mut self.k_table).w()?;
+        stream.memcpy_htod(&v_table, &mut self.v_table).w()?;
+        stream.memcpy_htod(&starts, &mut self.starts).w()?;
+        stream.memcpy_htod(&lens, &mut self.lens).w()?;
+        Ok(())
+    }
+
+    /// Per layer then prefix, the K and V addresses; per prefix, first column and length.
+    /// Never empty (a zero-length copy is an invalid argument).
+    #[allow(clippy::type_complexity)]
+    fn tables(
+        prefixes: &[&[(Tensor, Tensor)]],
+        cols: &[(usize, usize)],
+        layers: usize,
+    ) -> Result<(Vec<u64>, Vec<u64>, Vec<i32>, Vec<i32>)> {
         let n = prefixes.len();
         let mut k_table = Vec::with_capacity(layers * n.max(1));
         let mut v_table = Vec::with_capacity(layers * n.max(1));
@@ -337,29 +428,40 @@ impl KeySources {
                 v_table.push(address(v, DType::BF16)?);
             }
         }
-        // Never upload an empty table (a zero-length copy is an invalid argument).
         k_table.resize(k_table.len().max(1), 0);
         v_table.resize(v_table.len().max(1), 0);
         let mut starts: Vec<i32> = cols.iter().map(|&(c, _)| c as i32).collect();
         let mut lens: Vec<i32> = cols.iter().map(|&(_, l)| l as i32).collect();
         starts.resize(starts.len().max(1), 0);
         lens.resize(lens.len().max(1), 0);
-        let stream = dev.cuda_stream();
-        Ok(Self {
-            k_table: stream.clone_htod(&k_table).w()?,
-            v_table: stream.clone_htod(&v_table).w()?,
-            starts: stream.clone_htod(&starts).w()?,
-            lens: stream.clone_htod(&lens).w()?,
-            n_prefix: n,
-            own_start,
-        })
+        Ok((k_table, v_table, starts, lens))
     }
+}
+
+/// Overwrites the elements of a contiguous u32 CUDA tensor with `values` (same count), in
+/// stream order.
+pub fn write_u32(t: &Tensor, values: &[u32]) -> Result<()> {
+    if t.elem_count() != values.len() {
+        bail!("{} values for a tensor of {}", values.len(), t.elem_count());
+    }
+    let dev = cuda_device(t)?;
+    let dst = address(t, DType::U32)?;
+    let stream = dev.cuda_stream();
+    // Safety: `dst` is the start of `values.len()` u32 elements owned by `t`, alive here;
+    // the copy is ordered on candle's stream like every use of `t`.
+    unsafe { cudarc::driver::result::memcpy_htod_async(dst, values, stream.cu_stream()) }.w()?;
+    Ok(())
 }
 
 /// Attention of queries `q` `(M, heads.q, dim)` over `sources`' prefixes at `layer` plus the
 /// pass's own keys and values `(1, kv, M, dim)`; row r sees the key columns in
 /// `[b[4r], b[4r+1])` and `[b[4r+2], b[4r+3])` of `bounds` (i32, `(M, 4)`). Returns
 /// `(M, heads.q * dim)` bf16.
+///
+/// `rows`: query rows per block, 64 or 128 ([`ATTENTION_KERNELS`]). 128 halves how often a
+/// shared cached prefix is loaded, which made 64 questions of 47 rows over a 4.4k-token
+/// input 1.8x faster on the H200 (`kernel_check`); causal prefill runs faster on 64 (166
+/// vs 150 TFLOP/s at 8k rows, 181 vs 163 for a chunk after 8k cached).
 pub fn attention(
     q: &Tensor,
     (k, v): (&Tensor, &Tensor),
@@ -367,14 +469,18 @@ pub fn attention(
     layer: usize,
     bounds: &Tensor,
     heads: Heads,
+    rows: usize,
 ) -> Result<Tensor> {
     let dev = cuda_device(q)?;
     let Heads { q: h, kv, dim: d } = heads;
     let m = q.dim(0)?;
-    let Some(&(_, name)) = ATTENTION_KERNELS.iter().find(|&&(dim, _)| dim == d) else {
-        bail!("attention kernel: head width {d} is not built (only {ATTENTION_KERNELS:?})");
+    let Some(&(_, _, name)) = ATTENTION_KERNELS
+        .iter()
+        .find(|&&(dim, r, _)| dim == d && r == rows)
+    else {
+        bail!("attention kernel: head width {d}, {rows} rows per block is not built (only {ATTENTION_KERNELS:?})");
     };
-    let smem = attention_smem(d);
+    let smem = attention_smem(d, rows);
     let func = function(&dev, name, smem)?;
     let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * h * d)? };
@@ -397,7 +503,9 @@ pub fn attention(
         kv as i32,
     );
     let scale_log2 = (1.0 / (d as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
-    let splits = key_splits(m.div_ceil(64) * h, (sources.own_start + m).div_ceil(64));
+    let blocks = m.div_ceil(rows) * h;
+    let key_tiles = (sources.own_start + m).div_ceil(64);
+    let splits = key_splits(blocks, resident_blocks(rows), key_tiles, m * h);
     // Workspaces for the partials of a split call (one element when unused: never a null
     // argument, never an empty allocation).
     let part_o = unsafe { dev.alloc::<f32>(if splits > 1 { splits * m * h * d } else { 1 })? };
@@ -422,7 +530,7 @@ pub fn attention(
         .arg(&scale_log2);
     b.arg(&splits32).arg(&part_o).arg(&part_ml);
     let cfg = LaunchConfig {
-        grid_dim: (m.div_ceil(64) as u32, h as u32, splits as u32),
+        grid_dim: (m.div_ceil(rows) as u32, h as u32, splits as u32),
         block_dim: (128, 1, 1),
         shared_mem_bytes: smem as u32,
     };
@@ -443,18 +551,24 @@ pub fn attention(
     Ok(tensor(out, &dev, (m, h * d)))
 }
 
-/// How many parts to split the keys of an attention call into: enough blocks to keep every
-/// multiprocessor busy (an H200 has 132 and holds 3 of these blocks each) when few query
-/// rows meet many keys, e.g. one question over a long cached input (12 blocks for 28k keys
-/// otherwise), or 64 short questions over one 4.6k-token input (288 blocks), while each
-/// part keeps at least 8 key tiles.
-fn key_splits(blocks: usize, key_tiles: usize) -> usize {
-    const RESIDENT_BLOCKS: usize = 3 * 132;
-    if blocks >= RESIDENT_BLOCKS || key_tiles < 16 {
+/// How many parts to split the keys of an attention call into, when few blocks meet many
+/// keys: one question over a long cached input (12 blocks for 28k keys otherwise), or 64
+/// short questions over one 4k-token input (~560 blocks, 1.4 waves of `per_sm` blocks on
+/// every multiprocessor, the second mostly idle). Picks the split with the least estimated
+/// time: waves of blocks times key tiles per split, plus the f32 partials of each extra
+/// split, written and merged (estimated: a 64x64 tile takes a block ~5 µs; 3k rows x 12
+/// heads of 128 partials take ~15 µs to write and read back, so ~1 tile per 12k row-heads).
+/// Each part keeps at least 8 key tiles.
+fn key_splits(blocks: usize, per_sm: usize, key_tiles: usize, row_heads: usize) -> usize {
+    let resident = per_sm * MULTIPROCESSORS;
+    if blocks >= 4 * resident || key_tiles < 16 {
         return 1;
     }
-    (2 * RESIDENT_BLOCKS)
-        .div_ceil(blocks)
-        .min(key_tiles / 8)
-        .clamp(1, 64)
+    let cost = |s: usize| {
+        let waves = (blocks * s).div_ceil(resident);
+        (waves * key_tiles.div_ceil(s)) as f64 + (s - 1) as f64 * row_heads as f64 / 12_000.0
+    };
+    (1..=(key_tiles / 8).min(64))
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+        .unwrap_or(1)
 }

@@ -36,9 +36,7 @@ pub(crate) fn read_labels(logits: &Tensor, label_ids: &[u32]) -> Result<Readout>
             option_mass: 0.0,
         });
     }
-    let logp = candle_nn::ops::log_softmax(&logits.to_dtype(candle_core::DType::F32)?, D::Minus1)?;
-    let ids = Tensor::new(label_ids, logits.device())?;
-    let logprobs = logp.index_select(&ids, 0)?.to_vec1::<f32>()?;
+    let logprobs = gather_log_softmax(&logits.reshape((1, vocab))?, label_ids)?;
     let option_mass = logprobs.iter().map(|l| l.exp()).sum();
     Ok(Readout {
         logprobs,
@@ -77,13 +75,7 @@ pub(crate) fn read_labels_rows(logits: &Tensor, label_ids: &[&[u32]]) -> Result<
             })
             .collect());
     }
-    let logp = candle_nn::ops::log_softmax(&logits.to_dtype(candle_core::DType::F32)?, D::Minus1)?;
-    let idx = Tensor::new(flat.as_slice(), logits.device())?;
-    let mut gathered = logp
-        .flatten_all()?
-        .index_select(&idx, 0)?
-        .to_vec1::<f32>()?
-        .into_iter();
+    let mut gathered = gather_log_softmax(logits, &flat)?.into_iter();
     Ok(label_ids
         .iter()
         .map(|ids| {
@@ -95,6 +87,24 @@ pub(crate) fn read_labels_rows(logits: &Tensor, label_ids: &[&[u32]]) -> Result<
             }
         })
         .collect())
+}
+
+/// The log-softmax of `logits` `(rows, vocab)` over each row, at the flat indices `flat`
+/// (`row * vocab + id`). On CUDA one fused kernel; elsewhere candle's ops.
+fn gather_log_softmax(logits: &Tensor, flat: &[u32]) -> Result<Vec<f32>> {
+    #[cfg(feature = "cuda")]
+    if logits.device().is_cuda()
+        && logits.dtype() == candle_core::DType::F32
+        && logits.is_contiguous()
+    {
+        return Ok(crate::kernels::label_logprobs(logits, flat)?.to_vec1::<f32>()?);
+    }
+    let logp = candle_nn::ops::log_softmax(&logits.to_dtype(candle_core::DType::F32)?, D::Minus1)?;
+    let idx = Tensor::new(flat, logits.device())?;
+    Ok(logp
+        .flatten_all()?
+        .index_select(&idx, 0)?
+        .to_vec1::<f32>()?)
 }
 
 #[cfg(test)]

@@ -90,6 +90,60 @@ pub(super) struct PassKeys<'a> {
     pub cols: Vec<(usize, usize)>,
     /// First key column of the pass's own rows.
     pub own_start: usize,
+    /// Query rows per attention block: 128 for many short segments over cached prefixes,
+    /// 64 for causal prefill and short reads (see [`kernels::attention`]).
+    pub block_rows: usize,
+}
+
+/// A pass's inputs on the device: token ids, positions and row bounds (u32), and the
+/// address tables of the cached keys it reads.
+pub(super) struct PassInputs {
+    pub ids: Tensor,
+    pub positions: Tensor,
+    pub bounds: Tensor,
+    pub sources: KeySources,
+    /// Query rows per attention block ([`kernels::attention`]).
+    pub block_rows: usize,
+}
+
+impl PassInputs {
+    pub(super) fn upload(
+        t: &Transformer,
+        tokens: &[u32],
+        positions: &[u32],
+        bounds: &[u32],
+        keys: &PassKeys<'_>,
+    ) -> Result<Self> {
+        let dev = &t.device;
+        Ok(Self {
+            block_rows: keys.block_rows,
+            ids: Tensor::new(tokens, dev)?,
+            positions: Tensor::new(positions, dev)?,
+            bounds: Tensor::new(bounds, dev)?,
+            sources: KeySources::new(
+                dev,
+                &keys.prefixes,
+                &keys.cols,
+                keys.own_start,
+                t.dims.n_layers,
+            )?,
+        })
+    }
+
+    /// Writes new values of the same sizes into these buffers (for a graph's replay).
+    pub(super) fn write(
+        &mut self,
+        tokens: &[u32],
+        positions: &[u32],
+        bounds: &[u32],
+        keys: &PassKeys<'_>,
+    ) -> Result<()> {
+        kernels::write_u32(&self.ids, tokens)?;
+        kernels::write_u32(&self.positions, positions)?;
+        kernels::write_u32(&self.bounds, bounds)?;
+        self.sources.write(&keys.prefixes, &keys.cols)?;
+        Ok(())
+    }
 }
 
 impl Transformer {
@@ -97,6 +151,10 @@ impl Transformer {
     /// `[bounds[4r], bounds[4r+1])` and `[bounds[4r+2], bounds[4r+3])` of `keys`. Returns the
     /// final hidden states `(rows, hidden)` f32 and, with `keep_kv`, each layer's own keys
     /// and values `(1, n_kv_head, rows, head_dim)`.
+    ///
+    /// A short pass without `keep_kv` may replay a CUDA graph ([`super::graphs`]); its
+    /// hidden states then live in the graph's output buffer, which the next replay
+    /// overwrites: use them (on the stream) before the next pass.
     pub(super) fn fused_pass(
         &self,
         layers: &[FusedLayer],
@@ -106,25 +164,33 @@ impl Transformer {
         keys: &PassKeys<'_>,
         keep_kv: bool,
     ) -> Result<(Tensor, Vec<(Tensor, Tensor)>)> {
-        let dev = &self.device;
-        let m = tokens.len();
+        if !keep_kv {
+            if let Some(x) = self
+                .graphs
+                .run(self, layers, tokens, positions, bounds, keys)?
+            {
+                return Ok((x, Vec::new()));
+            }
+        }
+        let inputs = PassInputs::upload(self, tokens, positions, bounds, keys)?;
+        self.fused_layers(layers, &inputs, keep_kv)
+    }
+
+    /// The launches of [`Transformer::fused_pass`] over uploaded inputs.
+    pub(super) fn fused_layers(
+        &self,
+        layers: &[FusedLayer],
+        inputs: &PassInputs,
+        keep_kv: bool,
+    ) -> Result<(Tensor, Vec<(Tensor, Tensor)>)> {
+        let m = inputs.ids.dim(0)?;
         let heads = Heads {
             q: self.dims.n_head,
             kv: self.dims.n_kv_head,
             dim: self.dims.head_dim,
         };
         let interleaved = self.rope == RopeStyle::Interleaved;
-        let ids = Tensor::new(tokens, dev)?;
-        let pos = Tensor::new(positions, dev)?;
-        let bounds = Tensor::new(bounds, dev)?;
-        let sources = KeySources::new(
-            dev,
-            &keys.prefixes,
-            &keys.cols,
-            keys.own_start,
-            layers.len(),
-        )?;
-        let mut x = self.embed.embedding(&ids)?;
+        let mut x = self.embed.embedding(&inputs.ids)?;
         // The last block's output, not yet added to the stream.
         let mut delta: Option<Tensor> = None;
         let mut kv = Vec::with_capacity(if keep_kv { layers.len() } else { 0 });
@@ -139,11 +205,19 @@ impl Transformer {
                 &qkv,
                 l.bqkv.as_ref(),
                 (&self.cos, &self.sin),
-                &pos,
+                &inputs.positions,
                 heads,
                 interleaved,
             )?;
-            let a = kernels::attention(&q, (&k, &v), &sources, i, &bounds, heads)?;
+            let a = kernels::attention(
+                &q,
+                (&k, &v),
+                &inputs.sources,
+                i,
+                &inputs.bounds,
+                heads,
+                inputs.block_rows,
+            )?;
             let (x2, h) = norm(&x1, Some(&a.matmul(&l.wo)?), &l.ffn_norm)?;
             let gate_up = h.matmul(&l.wgu)?;
             delta = Some(kernels::silu_mul(&gate_up)?.matmul(&l.down)?);
@@ -179,6 +253,7 @@ impl Transformer {
             prefixes: cache.map(|c| c.layers.as_slice()).into_iter().collect(),
             cols: cache.map(|c| (0, c.len)).into_iter().collect(),
             own_start: held,
+            block_rows: 64,
         };
         let (x, own) = self.fused_pass(&self.fused, tokens, &positions, &bounds, &keys, true)?;
         let layers = match cache {
