@@ -64,13 +64,16 @@ fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
 
+/// A rendered question: its tokens and its label ids.
 type Asked = (Vec<u32>, Vec<u32>);
+/// Renders question `i` about a state.
+type Ask<'a> = dyn Fn(&str, usize) -> Result<Asked, Box<dyn std::error::Error>> + 'a;
 
 /// The `short` figures (see the module doc): medians over 50 reads after 5 warm-ups.
 fn short_read(
     model: &Model,
     device: &Device,
-    ask: &dyn Fn(&str, usize) -> Result<Asked, Box<dyn std::error::Error>>,
+    ask: &Ask<'_>,
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let state =
         "I was charged twice for my subscription this month. Please refund the extra charge.";
