@@ -7,12 +7,9 @@
 //! largest magnitude; exits 1 when a difference exceeds bf16 tolerance.
 
 use candle_core::{DType, Device, IndexOp, Tensor};
-use decide_models::kernels::{self, Heads, KeySources};
+use decide_models::kernels::{self, AttentionBlock, Heads, KeySources};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// The attention kernel's block shapes (query rows per block).
-const BLOCK_ROWS: [usize; 2] = [64, 128];
 
 /// Largest |a - b| and largest |b|.
 fn diff(a: &Tensor, b: &Tensor) -> Res<(f32, f32)> {
@@ -32,11 +29,11 @@ struct Case {
     segments: Vec<(Option<usize>, usize)>,
 }
 
-/// Runs a case on the kernel with `rows` query rows per block (64 or 128).
+/// Runs a case on the kernel with blocks of shape `block`.
 fn attention_case(
     dev: &Device,
     c: &Case,
-    rows: usize,
+    block: AttentionBlock,
     timing: bool,
 ) -> Res<(f32, f32, Option<f64>)> {
     let Heads { q: h, kv, dim: d } = c.heads;
@@ -73,7 +70,7 @@ fn attention_case(
     let prefixes: Vec<&[(Tensor, Tensor)]> = prefix_kv.iter().map(|p| p.as_slice()).collect();
     let sources = KeySources::new(dev, &prefixes, &cols, own_start, 1)?;
     let bounds_t = Tensor::new(bounds.as_slice(), dev)?;
-    let run = || kernels::attention(&q, (&k, &v), &sources, 0, &bounds_t, c.heads, rows);
+    let run = || kernels::attention(&q, (&k, &v), &sources, 0, &bounds_t, c.heads, block);
     let got = run()?;
 
     // Reference: every key column side by side, a dense mask, f32 softmax.
@@ -311,10 +308,10 @@ fn main() -> Res<()> {
         },
     ];
     for c in &cases {
-        for rows in BLOCK_ROWS {
-            let r = attention_case(&dev, c, rows, false)?;
+        for block in AttentionBlock::ALL {
+            let r = attention_case(&dev, c, block, false)?;
             check(
-                format!("attention ({rows}-row blocks): {}", c.name),
+                format!("attention ({block:?}): {}", c.name),
                 (r.0, r.1),
                 0.02,
             );
@@ -359,14 +356,14 @@ fn main() -> Res<()> {
             prefixes,
             segments,
         };
-        for rows in BLOCK_ROWS {
-            let (d, m, secs) = attention_case(&dev, &c, rows, true)?;
+        for block in AttentionBlock::ALL {
+            let (d, m, secs) = attention_case(&dev, &c, block, true)?;
             let ms = secs.unwrap_or(0.0) * 1e3;
             let tflops = flops / (ms / 1e3) / 1e12;
-            check(format!("attention {key} ({rows}-row blocks)"), (d, m), 0.02);
-            println!("  {key}, {rows}-row blocks: {ms:.3} ms, {tflops:.1} TFLOP/s");
+            check(format!("attention {key} ({block:?})"), (d, m), 0.02);
+            println!("  {key}, {block:?}: {ms:.3} ms, {tflops:.1} TFLOP/s");
             timings.push(format!(
-                r#"{{"case":"{key}","block_rows":{rows},"ms":{ms},"tflops":{tflops}}}"#
+                r#"{{"case":"{key}","block":"{block:?}","ms":{ms},"tflops":{tflops}}}"#
             ));
         }
     }

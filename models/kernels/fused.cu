@@ -137,24 +137,23 @@ extern "C" __global__ void silu_mul_bf16(const __nv_bfloat162* __restrict__ gu,
 // Row r sees the columns in [bounds[4r], bounds[4r+1]) and [bounds[4r+2], bounds[4r+3]).
 // Output (M, H*D) bf16: the layout the output projection reads.
 //
-// A block is 4 warps over 64 * MT query rows of one head; each warp owns MT groups of 16
-// rows. MT = 1 keeps the warp's queries in registers. MT = 2 (128-row blocks) stages them in
-// shared memory instead and reloads their fragments per key tile: every K and V fragment a
-// warp loads from shared memory then feeds two row groups, which halves the shared-memory
-// traffic per multiply (the bound of the MT = 1 kernel on long prefills), at the cost of
-// fewer blocks (use it when there are many rows). Key tiles of 64 columns are staged in
-// shared memory with cp.async, two stages deep so the next tile loads while this one is
-// computed (rows padded by 8 elements, so the ldmatrix fragment loads are conflict-free).
-// Only tiles that meet the block's two column ranges are visited, and only tiles some row of
-// a warp sees in part are masked element by element. Dynamic shared memory:
-// attention_smem_bytes<D, MT>(), above the default 48 KiB limit (the launcher raises it).
+// A block is 4 warps over 64 query rows of one head; each warp owns 16 rows. Key tiles of
+// BN columns are staged in shared memory with cp.async, two stages deep so the next tile
+// loads while this one is computed (rows padded by 8 elements, so the ldmatrix fragment loads
+// are conflict-free). The warp's queries are held in registers, or (QS) staged in shared
+// memory and reloaded per tile: with 32-key tiles that frees enough registers and shared
+// memory for four blocks per multiprocessor instead of three, which the latency-bound loop
+// needs (ncu on the H200: ~0.6 eligible warps per scheduler with three). Only tiles that
+// meet the block's two column ranges are visited, and only tiles some row of a warp sees in
+// part are masked element by element. Dynamic shared memory:
+// attention_smem_bytes<D, BN, QS>(), above the default 48 KiB limit (the launcher raises it).
 //
 // Split over keys (grid.z = n_splits > 1, for few query rows over many keys, e.g. a question
 // over a long cached input): split z visits its share of the tiles and writes unnormalised
 // f32 partials (part_o (n_splits, M, H, D); part_ml (n_splits, M, H, 2) = running max and
 // sum), which attention_combine merges.
 
-#define ATT_BN 64
+#define ATT_BM 64
 #define ATT_THREADS 128
 #define ATT_SMEM_PREFIXES 64
 
@@ -205,14 +204,14 @@ __device__ __forceinline__ bool sees(int col, const int* b) {
     return (col >= b[0] && col < b[1]) || (col >= b[2] && col < b[3]);
 }
 
-/// Shared memory of one attention block: two stages of (K tile, V tile), and with MT > 1 the
-/// block's queries.
-template <int D, int MT>
+/// Shared memory of one attention block: two stages of (K tile, V tile) of BN keys, and with
+/// QS the block's queries.
+template <int D, int BN, bool QS>
 constexpr int attention_smem_bytes() {
-    return (2 * 2 * ATT_BN + (MT > 1 ? 64 * MT : 0)) * (D + 8) * (int)sizeof(bf16);
+    return (2 * 2 * BN + (QS ? ATT_BM : 0)) * (D + 8) * (int)sizeof(bf16);
 }
 
-template <int D, int MT>
+template <int D, int BN, bool QS>
 __device__ __forceinline__ void attention_impl(
     const bf16* __restrict__ q, int q_stride, const bf16* __restrict__ k_own,
     const bf16* __restrict__ v_own, int own_start, int M,
@@ -221,20 +220,19 @@ __device__ __forceinline__ void attention_impl(
     const int* __restrict__ prefix_len, int n_prefix, const int* __restrict__ bounds,
     bf16* __restrict__ out, int H, int KV, float scale_log2, int n_splits,
     float* __restrict__ part_o, float* __restrict__ part_ml) {
-    constexpr int BM = 64 * MT;     // query rows of a block
     constexpr int STRIDE = D + 8;
     constexpr int KSTEPS = D / 16;  // k-steps of Q K^T
-    constexpr int NT = ATT_BN / 8;  // n-tiles of a score tile
+    constexpr int NT = BN / 8;      // n-tiles of a score tile
     constexpr int OT = D / 8;       // n-tiles of the output
     constexpr int CHUNKS = D / 8;   // 16-byte pieces per key row
     constexpr int ROWS_PER_PASS = ATT_THREADS / CHUNKS;
-    constexpr int TILE = ATT_BN * STRIDE;  // elements of one K or V tile
+    constexpr int TILE = BN * STRIDE;  // elements of one K or V tile
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* const smem = reinterpret_cast<bf16*>(smem_raw);
-    bf16* const q_smem = smem + 4 * TILE;  // MT > 1: (BM, STRIDE)
+    bf16* const q_smem = smem + 4 * TILE;  // QS: (ATT_BM, STRIDE)
     __shared__ int range[4];
     // Each row's bounds, read when a tile is masked element by element.
-    __shared__ int s_bounds[BM * 4];
+    __shared__ int s_bounds[ATT_BM * 4];
     // The prefix table, in shared memory when it fits (read for every key row staged).
     __shared__ unsigned long long s_pk[ATT_SMEM_PREFIXES], s_pv[ATT_SMEM_PREFIXES];
     __shared__ int s_pstart[ATT_SMEM_PREFIXES], s_plen[ATT_SMEM_PREFIXES];
@@ -245,8 +243,10 @@ __device__ __forceinline__ void attention_impl(
     const int kvh = h / (H / KV);
     // Last rows first: in a causal pass they see the most keys, so the longest blocks start
     // first and the short ones fill the tail.
-    const int row0 = (gridDim.x - 1 - blockIdx.x) * BM;
-    const int wrow = warp * 16 * MT;  // the warp's first row in the block
+    const int row0 = (gridDim.x - 1 - blockIdx.x) * ATT_BM;
+    const int wrow = warp * 16;  // the warp's first row in the block
+    // This thread's two rows.
+    const int r0 = row0 + wrow + g, r1 = r0 + 8;
 
     const bool table_in_smem = n_prefix <= ATT_SMEM_PREFIXES;
     if (table_in_smem) {
@@ -269,11 +269,11 @@ __device__ __forceinline__ void attention_impl(
         range[3] = 0;
     }
     // Rows past M see nothing.
-    for (int i = tid; i < BM * 4; i += ATT_THREADS) {
+    for (int i = tid; i < ATT_BM * 4; i += ATT_THREADS) {
         s_bounds[i] = row0 + i / 4 < M ? bounds[4 * row0 + i] : 0;
     }
     __syncthreads();
-    for (int r = tid; r < BM; r += ATT_THREADS) {
+    for (int r = tid; r < ATT_BM; r += ATT_THREADS) {
         const int* b = s_bounds + 4 * r;
         if (b[1] > b[0]) {
             atomicMin(&range[0], b[0]);
@@ -290,18 +290,19 @@ __device__ __forceinline__ void attention_impl(
     // through its second ([lo1, hi1)): a tile inside either needs no mask. (Rows past M
     // are never written, so they do not count.)
     int lo0 = 0, hi0 = 0x7fffffff, lo1 = 0, hi1 = 0x7fffffff;
-    for (int r = wrow; r < wrow + 16 * MT && row0 + r < M; ++r) {
+    for (int r = wrow; r < wrow + 16 && row0 + r < M; ++r) {
         const int* b = s_bounds + 4 * r;
         lo0 = max(lo0, b[0]);
         hi0 = min(hi0, b[1]);
         lo1 = max(lo1, b[2]);
         hi1 = min(hi1, b[3]);
     }
+    const int* const b0 = s_bounds + 4 * (wrow + g);  // row r0's bounds
+    const int* const b1 = b0 + 4 * 8;                  // row r1's
 
-    // MT = 1: the warp's query fragments, held for the whole kernel.
-    uint32_t qreg[MT == 1 ? KSTEPS : 1][4];
-    if constexpr (MT == 1) {
-        const int r0 = row0 + wrow + g, r1 = r0 + 8;
+    // !QS: the warp's query fragments, held for the whole kernel.
+    uint32_t qreg[QS ? 1 : KSTEPS][4];
+    if constexpr (!QS) {
         const uint32_t* q0 = reinterpret_cast<const uint32_t*>(q + (long)r0 * q_stride + h * D);
         const uint32_t* q1 = reinterpret_cast<const uint32_t*>(q + (long)r1 * q_stride + h * D);
 #pragma unroll
@@ -314,30 +315,21 @@ __device__ __forceinline__ void attention_impl(
         }
     }
 
-    float o[MT][OT][4];
+    float o[OT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int n = 0; n < OT; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
-    }
-    // Per row group, rows g and g + 8: running maxima of the raw scores, and sums of
-    // exp2((s - max) * scale_log2).
-    float m_run[MT][2], l_run[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        m_run[mt][0] = m_run[mt][1] = -INFINITY;
-        l_run[mt][0] = l_run[mt][1] = 0.f;
-    }
+    for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    // Running maxima of the raw scores, and sums of exp2((s - max) * scale_log2).
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
     // Key tiles to visit: those meeting [range0, range1), then those meeting [range2, range3).
     int ta0 = 0, ta1 = 0, tb0 = 0, tb1 = 0;
     if (range[1] > range[0]) {
-        ta0 = range[0] / ATT_BN;
-        ta1 = (range[1] + ATT_BN - 1) / ATT_BN;
+        ta0 = range[0] / BN;
+        ta1 = (range[1] + BN - 1) / BN;
     }
     if (range[3] > range[2]) {
-        tb0 = range[2] / ATT_BN;
-        tb1 = (range[3] + ATT_BN - 1) / ATT_BN;
+        tb0 = range[2] / BN;
+        tb1 = (range[3] + BN - 1) / BN;
         if (ta1 > ta0 && tb0 <= ta1 && ta0 <= tb1) {
             // The bands share or touch a tile: visit their union once.
             ta0 = min(ta0, tb0);
@@ -352,11 +344,11 @@ __device__ __forceinline__ void attention_impl(
     const int it_end = (int)((long)tiles * (z + 1) / n_splits);
 
     const int part = tid % CHUNKS;
-    if constexpr (MT > 1) {
+    if constexpr (QS) {
         // The block's queries, one commit group ahead of the first key tile.
         if (it_begin < it_end) {
 #pragma unroll
-            for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
+            for (int i = 0; i < ATT_BM / ROWS_PER_PASS; ++i) {
                 const int j = tid / CHUNKS + i * ROWS_PER_PASS;
                 const bool valid = row0 + j < M;
                 const bf16* src = q + (long)(valid ? row0 + j : 0) * q_stride + h * D + part * 8;
@@ -369,7 +361,7 @@ __device__ __forceinline__ void attention_impl(
     // Stages tile `it` into buffer `stage` with cp.async (zeros where no source covers a
     // column), as one commit group.
     auto load = [&](int it, int stage) {
-        const int col0 = (it < na ? ta0 + it : tb0 + it - na) * ATT_BN;
+        const int col0 = (it < na ? ta0 + it : tb0 + it - na) * BN;
         bf16* const Kt = smem + stage * 2 * TILE;
         bf16* const Vt = Kt + TILE;
         // This thread's rows are increasing columns: find the prefix of the first by binary
@@ -389,7 +381,7 @@ __device__ __forceinline__ void attention_impl(
             }
         }
 #pragma unroll
-        for (int i = 0; i < ATT_BN / ROWS_PER_PASS; ++i) {
+        for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
             const int j = tid / CHUNKS + i * ROWS_PER_PASS;
             const int col = col0 + j;
             const bf16* kp = nullptr;
@@ -424,216 +416,181 @@ __device__ __forceinline__ void attention_impl(
         __syncthreads();
         const bf16* const Kt = smem + stage * 2 * TILE;
         const bf16* const Vt = Kt + TILE;
-        const int col0 = (it < na ? ta0 + it : tb0 + it - na) * ATT_BN;
+        const int col0 = (it < na ? ta0 + it : tb0 + it - na) * BN;
 
-        // Scores S = Q K^T for this warp's 16 * MT rows x 64 columns: each K fragment feeds
-        // every row group.
-        float s[MT][NT][4];
+        // Scores S = Q K^T for this warp's 16 rows x BN columns.
+        float s[NT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
-        }
+        for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
         for (int kd = 0; kd < KSTEPS; ++kd) {
-            uint32_t qa[MT][4];
+            uint32_t qa[4];
+            if constexpr (QS) {
+                ldmatrix_x4(qa, q_smem + (wrow + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE +
+                                    kd * 16 + (lane >> 4) * 8);
+            } else {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                if constexpr (MT == 1) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) qa[mt][e] = qreg[kd][e];
-                } else {
-                    ldmatrix_x4(qa[mt], q_smem +
-                                            (wrow + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) *
-                                                STRIDE +
-                                            kd * 16 + (lane >> 4) * 8);
-                }
+                for (int e = 0; e < 4; ++e) qa[e] = qreg[kd][e];
             }
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
                 uint32_t b[4];
                 ldmatrix_x4(b, Kt + ((j + (lane >> 4)) * 8 + (lane & 7)) * STRIDE + kd * 16 +
                                    ((lane >> 3) & 1) * 8);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    mma_bf16_16816(s[mt][j], qa[mt], b[0], b[1]);
-                    mma_bf16_16816(s[mt][j + 1], qa[mt], b[2], b[3]);
-                }
+                mma_bf16_16816(s[j], qa, b[0], b[1]);
+                mma_bf16_16816(s[j + 1], qa, b[2], b[3]);
             }
         }
 
         // Mask (unless every row of the warp sees the whole tile), then the online softmax
         // update in base 2 with the scale folded into one FMA per score.
-        const int col1 = col0 + ATT_BN;
+        const int col1 = col0 + BN;
         const bool whole = (col0 >= lo0 && col1 <= hi0) || (col0 >= lo1 && col1 <= hi1);
-        float base[MT][2], n_max[MT][2];
-        bool changed = false;
+        float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            const int* b0 = s_bounds + 4 * (wrow + mt * 16 + g);
-            const int* b1 = b0 + 4 * 8;
-            float mx0 = -INFINITY, mx1 = -INFINITY;
+        for (int j = 0; j < NT; ++j) {
 #pragma unroll
-            for (int j = 0; j < NT; ++j) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    if (!whole) {
-                        const int col = col0 + j * 8 + 2 * tq + e;
-                        if (!sees(col, b0)) s[mt][j][e] = -INFINITY;
-                        if (!sees(col, b1)) s[mt][j][2 + e] = -INFINITY;
-                    }
-                    mx0 = fmaxf(mx0, s[mt][j][e]);
-                    mx1 = fmaxf(mx1, s[mt][j][2 + e]);
+            for (int e = 0; e < 2; ++e) {
+                if (!whole) {
+                    const int col = col0 + j * 8 + 2 * tq + e;
+                    if (!sees(col, b0)) s[j][e] = -INFINITY;
+                    if (!sees(col, b1)) s[j][2 + e] = -INFINITY;
                 }
+                mx0 = fmaxf(mx0, s[j][e]);
+                mx1 = fmaxf(mx1, s[j][2 + e]);
             }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
-            const float n0 = fmaxf(m_run[mt][0], mx0), n1 = fmaxf(m_run[mt][1], mx1);
-            changed |= n0 != m_run[mt][0] || n1 != m_run[mt][1];
-            n_max[mt][0] = n0;
-            n_max[mt][1] = n1;
-            // A row that has seen nothing yet keeps max -inf; subtract 0 then (all p are 0).
-            base[mt][0] = n0 == -INFINITY ? 0.f : n0 * scale_log2;
-            base[mt][1] = n1 == -INFINITY ? 0.f : n1 * scale_log2;
         }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        // A row that has seen nothing yet keeps max -inf; subtract 0 then (all p are 0).
+        const float base0 = n0 == -INFINITY ? 0.f : n0 * scale_log2;
+        const float base1 = n1 == -INFINITY ? 0.f : n1 * scale_log2;
         // Rescale what was summed so far, unless no row of the warp found a new maximum
         // (the usual case once a row has seen a few tiles).
-        if (__any_sync(0xffffffff, changed)) {
+        if (!__all_sync(0xffffffff, n0 == m0 && n1 == m1)) {
+            const float alpha0 = exp2f(m0 * scale_log2 - base0);
+            const float alpha1 = exp2f(m1 * scale_log2 - base1);
+            l0 *= alpha0;
+            l1 *= alpha1;
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const float alpha0 = exp2f(m_run[mt][0] * scale_log2 - base[mt][0]);
-                const float alpha1 = exp2f(m_run[mt][1] * scale_log2 - base[mt][1]);
-                l_run[mt][0] *= alpha0;
-                l_run[mt][1] *= alpha1;
-#pragma unroll
-                for (int n = 0; n < OT; ++n) {
-                    o[mt][n][0] *= alpha0;
-                    o[mt][n][1] *= alpha0;
-                    o[mt][n][2] *= alpha1;
-                    o[mt][n][3] *= alpha1;
-                }
+            for (int n = 0; n < OT; ++n) {
+                o[n][0] *= alpha0;
+                o[n][1] *= alpha0;
+                o[n][2] *= alpha1;
+                o[n][3] *= alpha1;
             }
         }
+        m0 = n0;
+        m1 = n1;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            m_run[mt][0] = n_max[mt][0];
-            m_run[mt][1] = n_max[mt][1];
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                s[mt][j][0] = exp2f(fmaf(s[mt][j][0], scale_log2, -base[mt][0]));
-                s[mt][j][1] = exp2f(fmaf(s[mt][j][1], scale_log2, -base[mt][0]));
-                s[mt][j][2] = exp2f(fmaf(s[mt][j][2], scale_log2, -base[mt][1]));
-                s[mt][j][3] = exp2f(fmaf(s[mt][j][3], scale_log2, -base[mt][1]));
-                l_run[mt][0] += s[mt][j][0] + s[mt][j][1];
-                l_run[mt][1] += s[mt][j][2] + s[mt][j][3];
-            }
+        for (int j = 0; j < NT; ++j) {
+            s[j][0] = exp2f(fmaf(s[j][0], scale_log2, -base0));
+            s[j][1] = exp2f(fmaf(s[j][1], scale_log2, -base0));
+            s[j][2] = exp2f(fmaf(s[j][2], scale_log2, -base1));
+            s[j][3] = exp2f(fmaf(s[j][3], scale_log2, -base1));
+            l0 += s[j][0] + s[j][1];
+            l1 += s[j][2] + s[j][3];
         }
 
-        // O += P V, P straight from the score registers (their layout is the A operand's):
-        // each V fragment feeds every row group.
+        // O += P V, P straight from the score registers (their layout is the A operand's).
 #pragma unroll
-        for (int kk = 0; kk < ATT_BN / 16; ++kk) {
-            uint32_t a[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-            }
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            uint32_t a[4];
+            a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
             for (int n = 0; n < OT; n += 2) {
                 uint32_t b[4];
                 ldmatrix_x4_trans(b, Vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE +
                                          (n + (lane >> 4)) * 8);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    mma_bf16_16816(o[mt][n], a[mt], b[0], b[1]);
-                    mma_bf16_16816(o[mt][n + 1], a[mt], b[2], b[3]);
-                }
+                mma_bf16_16816(o[n], a, b[0], b[1]);
+                mma_bf16_16816(o[n + 1], a, b[2], b[3]);
             }
         }
         // Everyone is done with this stage before the next iteration refills it.
         __syncthreads();
     }
 
-    const long out_stride = (long)H * D;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        const int r0 = row0 + wrow + mt * 16 + g, r1 = r0 + 8;
-        float l0 = l_run[mt][0], l1 = l_run[mt][1];
-        l0 += __shfl_xor_sync(0xffffffff, l0, 1);
-        l0 += __shfl_xor_sync(0xffffffff, l0, 2);
-        l1 += __shfl_xor_sync(0xffffffff, l1, 1);
-        l1 += __shfl_xor_sync(0xffffffff, l1, 2);
-        if (n_splits > 1) {
-            // Unnormalised partials for attention_combine; maxima in the scaled (base 2) units.
-#pragma unroll
-            for (int n = 0; n < OT; ++n) {
-                const int d = n * 8 + 2 * tq;
-                if (r0 < M) {
-                    float* po = part_o + (((long)z * M + r0) * H + h) * D + d;
-                    po[0] = o[mt][n][0];
-                    po[1] = o[mt][n][1];
-                }
-                if (r1 < M) {
-                    float* po = part_o + (((long)z * M + r1) * H + h) * D + d;
-                    po[0] = o[mt][n][2];
-                    po[1] = o[mt][n][3];
-                }
-            }
-            if (tq == 0) {
-                if (r0 < M) {
-                    float* ml = part_ml + (((long)z * M + r0) * H + h) * 2;
-                    ml[0] = m_run[mt][0] * scale_log2;
-                    ml[1] = l0;
-                }
-                if (r1 < M) {
-                    float* ml = part_ml + (((long)z * M + r1) * H + h) * 2;
-                    ml[0] = m_run[mt][1] * scale_log2;
-                    ml[1] = l1;
-                }
-            }
-            continue;
-        }
-        const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-        const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    if (n_splits > 1) {
+        // Unnormalised partials for attention_combine; maxima in the scaled (base 2) units.
 #pragma unroll
         for (int n = 0; n < OT; ++n) {
-            const int d = h * D + n * 8 + 2 * tq;
+            const int d = n * 8 + 2 * tq;
             if (r0 < M) {
-                *reinterpret_cast<uint32_t*>(out + r0 * out_stride + d) =
-                    pack_bf16(o[mt][n][0] * inv0, o[mt][n][1] * inv0);
+                float* po = part_o + (((long)z * M + r0) * H + h) * D + d;
+                po[0] = o[n][0];
+                po[1] = o[n][1];
             }
             if (r1 < M) {
-                *reinterpret_cast<uint32_t*>(out + r1 * out_stride + d) =
-                    pack_bf16(o[mt][n][2] * inv1, o[mt][n][3] * inv1);
+                float* po = part_o + (((long)z * M + r1) * H + h) * D + d;
+                po[0] = o[n][2];
+                po[1] = o[n][3];
             }
+        }
+        if (tq == 0) {
+            if (r0 < M) {
+                float* ml = part_ml + (((long)z * M + r0) * H + h) * 2;
+                ml[0] = m0 * scale_log2;
+                ml[1] = l0;
+            }
+            if (r1 < M) {
+                float* ml = part_ml + (((long)z * M + r1) * H + h) * 2;
+                ml[0] = m1 * scale_log2;
+                ml[1] = l1;
+            }
+        }
+        return;
+    }
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+    const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const long out_stride = (long)H * D;
+#pragma unroll
+    for (int n = 0; n < OT; ++n) {
+        const int d = h * D + n * 8 + 2 * tq;
+        if (r0 < M) {
+            *reinterpret_cast<uint32_t*>(out + r0 * out_stride + d) =
+                pack_bf16(o[n][0] * inv0, o[n][1] * inv0);
+        }
+        if (r1 < M) {
+            *reinterpret_cast<uint32_t*>(out + r1 * out_stride + d) =
+                pack_bf16(o[n][2] * inv1, o[n][3] * inv1);
         }
     }
 }
 
-// attention_bf16_d{D}: 64-row blocks; attention_bf16_d{D}_m128: 128-row blocks (MT = 2).
-#define ATTENTION_KERNEL(D, MT, SUFFIX)                                                         \
-    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attention_bf16_d##D##SUFFIX(      \
-        const bf16* __restrict__ q, int q_stride, const bf16* __restrict__ k_own,               \
-        const bf16* __restrict__ v_own, int own_start, int M,                                   \
-        const unsigned long long* __restrict__ prefix_k,                                        \
-        const unsigned long long* __restrict__ prefix_v, const int* __restrict__ prefix_start,  \
-        const int* __restrict__ prefix_len, int n_prefix, const int* __restrict__ bounds,       \
-        bf16* __restrict__ out, int H, int KV, float scale_log2, int n_splits,                  \
-        float* __restrict__ part_o, float* __restrict__ part_ml) {                              \
-        attention_impl<D, MT>(q, q_stride, k_own, v_own, own_start, M, prefix_k, prefix_v,      \
-                              prefix_start, prefix_len, n_prefix, bounds, out, H, KV,           \
-                              scale_log2, n_splits, part_o, part_ml);                           \
+// MIN_BLOCKS: blocks per multiprocessor the registers must allow (shared memory allows as
+// many). attention_bf16_d{D}: queries in registers, 64-key tiles (three blocks fit on a
+// multiprocessor); attention_bf16_d{D}_k32: queries in shared memory, 32-key tiles (fewer
+// registers and less shared memory, so four fit).
+#define ATTENTION_KERNEL(D, BN, QS, MIN_BLOCKS, SUFFIX)                                         \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS, MIN_BLOCKS)                       \
+        attention_bf16_d##D##SUFFIX(                                                            \
+            const bf16* __restrict__ q, int q_stride, const bf16* __restrict__ k_own,           \
+            const bf16* __restrict__ v_own, int own_start, int M,                               \
+            const unsigned long long* __restrict__ prefix_k,                                    \
+            const unsigned long long* __restrict__ prefix_v,                                    \
+            const int* __restrict__ prefix_start, const int* __restrict__ prefix_len,           \
+            int n_prefix, const int* __restrict__ bounds, bf16* __restrict__ out, int H,        \
+            int KV, float scale_log2, int n_splits, float* __restrict__ part_o,                 \
+            float* __restrict__ part_ml) {                                                      \
+        attention_impl<D, BN, QS>(q, q_stride, k_own, v_own, own_start, M, prefix_k, prefix_v,  \
+                                  prefix_start, prefix_len, n_prefix, bounds, out, H, KV,       \
+                                  scale_log2, n_splits, part_o, part_ml);                       \
     }
 
-ATTENTION_KERNEL(64, 1, )
-ATTENTION_KERNEL(128, 1, )
-ATTENTION_KERNEL(64, 2, _m128)
-ATTENTION_KERNEL(128, 2, _m128)
+ATTENTION_KERNEL(64, 64, false, 3, )
+ATTENTION_KERNEL(128, 64, false, 3, )
+ATTENTION_KERNEL(64, 32, true, 4, _k32)
+ATTENTION_KERNEL(128, 32, true, 4, _k32)
 
 // Merges the n_splits partials of a split attention call into out (M, H*D) bf16.
 extern "C" __global__ void attention_combine(const float* __restrict__ part_o,

@@ -756,13 +756,7 @@ impl Transformer {
                 prefixes: prefixes.iter().map(|c| c.layers.as_slice()).collect(),
                 cols: layout.prefix_cols.clone(),
                 own_start: layout.row_pieces[0].2,
-                // Many short segments over cached prefixes: 128-row attention blocks load
-                // each shared prefix tile for twice the rows (kernels::attention).
-                block_rows: if m > 128 && !prefixes.is_empty() {
-                    128
-                } else {
-                    64
-                },
+                block: crate::kernels::AttentionBlock::Keys32,
             };
             let flat: Vec<u32> = (0..m)
                 .flat_map(|r| bounds.iter().map(move |b| b[r]))

@@ -25,41 +25,74 @@ const MODULE: &str = "decide_fused";
 /// Threads per block of the elementwise kernels.
 const THREADS: u32 = 256;
 
-/// The attention kernels, by head width and query rows per block: 64-row blocks hold each
-/// warp's queries in registers; 128-row blocks feed every key and value fragment to two row
-/// groups (half the shared-memory traffic per multiply) but are fewer, and only two fit on a
-/// multiprocessor (three of the 64-row ones).
-const ATTENTION_KERNELS: [(usize, usize, &str); 4] = [
-    (64, 64, "attention_bf16_d64"),
-    (128, 64, "attention_bf16_d128"),
-    (64, 128, "attention_bf16_d64_m128"),
-    (128, 128, "attention_bf16_d128_m128"),
-];
+/// The attention kernel's block shapes (`ATTENTION_KERNEL` in the .cu): both are 64 query
+/// rows of one head. Why two: which is faster depends on the pass (`kernel_check` times both
+/// on every shape).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttentionBlock {
+    /// Queries in registers, 64-key tiles; three blocks fit on a multiprocessor. A little
+    /// faster on long causal passes (H200: 8k rows after 8k cached 186 vs 178 TFLOP/s, 4k
+    /// rows 136 vs 123; runs vary by ~10%).
+    Keys64,
+    /// Queries in shared memory, 32-key tiles; fewer registers and less shared memory, so
+    /// four fit. Much faster on short segments over cached keys (H200: 64 questions of 47
+    /// rows over 4.4k cached keys 0.64 vs 1.16 ms, one question of 3 rows over 28k cached
+    /// keys 0.08 vs 0.12 ms).
+    Keys32,
+}
+
+impl AttentionBlock {
+    /// Both shapes, for measuring them.
+    pub const ALL: [AttentionBlock; 2] = [Self::Keys64, Self::Keys32];
+
+    /// Query rows per block.
+    const ROWS: usize = 64;
+
+    fn key_tile(self) -> usize {
+        match self {
+            Self::Keys64 => 64,
+            Self::Keys32 => 32,
+        }
+    }
+
+    /// Blocks that fit on one multiprocessor at once (`MIN_BLOCKS` in the .cu).
+    fn per_multiprocessor(self) -> usize {
+        match self {
+            Self::Keys64 => 3,
+            Self::Keys32 => 4,
+        }
+    }
+
+    /// Dynamic shared memory for heads `dim` wide: two stages of a K and a V tile, and the
+    /// block's queries when they are not held in registers, rows padded by 8
+    /// (`attention_smem_bytes` in the .cu).
+    fn shared_memory(self, dim: usize) -> usize {
+        let queries = match self {
+            Self::Keys64 => 0,
+            Self::Keys32 => Self::ROWS,
+        };
+        (2 * 2 * self.key_tile() + queries) * (dim + 8) * 2
+    }
+
+    /// The kernel for heads `dim` wide, if built.
+    fn kernel(self, dim: usize) -> Option<&'static str> {
+        Some(match (dim, self) {
+            (64, Self::Keys64) => "attention_bf16_d64",
+            (128, Self::Keys64) => "attention_bf16_d128",
+            (64, Self::Keys32) => "attention_bf16_d64_k32",
+            (128, Self::Keys32) => "attention_bf16_d128_k32",
+            _ => return None,
+        })
+    }
+}
 
 /// Whether an attention kernel is built for heads `dim` wide.
 pub fn attention_supports(dim: usize) -> bool {
-    ATTENTION_KERNELS.iter().any(|&(d, _, _)| d == dim)
+    AttentionBlock::Keys64.kernel(dim).is_some()
 }
 
-/// Dynamic shared memory of the attention kernel for heads `dim` wide and `rows` query rows
-/// per block: two stages of a 64-key K and V tile, and the block's queries when they are
-/// not held in registers (128 rows), rows padded by 8 (`attention_smem_bytes` in the .cu).
-fn attention_smem(dim: usize, rows: usize) -> usize {
-    (2 * 2 * 64 + if rows > 64 { rows } else { 0 }) * (dim + 8) * 2
-}
-
-/// Multiprocessors of an H200 (the GPU the block counts below were measured on).
+/// Multiprocessors of an H200 (the GPU the block counts were measured on).
 const MULTIPROCESSORS: usize = 132;
-
-/// Blocks of an attention kernel with `rows` query rows that fit on one multiprocessor at
-/// once (by registers and shared memory, for head width 128).
-fn resident_blocks(rows: usize) -> usize {
-    if rows > 64 {
-        2
-    } else {
-        3
-    }
-}
 
 /// The CUDA device of a tensor.
 fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
@@ -458,10 +491,7 @@ pub fn write_u32(t: &Tensor, values: &[u32]) -> Result<()> {
 /// `[b[4r], b[4r+1])` and `[b[4r+2], b[4r+3])` of `bounds` (i32, `(M, 4)`). Returns
 /// `(M, heads.q * dim)` bf16.
 ///
-/// `rows`: query rows per block, 64 or 128 ([`ATTENTION_KERNELS`]). 128 halves how often a
-/// shared cached prefix is loaded, which made 64 questions of 47 rows over a 4.4k-token
-/// input 1.8x faster on the H200 (`kernel_check`); causal prefill runs faster on 64 (166
-/// vs 150 TFLOP/s at 8k rows, 181 vs 163 for a chunk after 8k cached).
+/// `block`: the block shape ([`AttentionBlock`]).
 pub fn attention(
     q: &Tensor,
     (k, v): (&Tensor, &Tensor),
@@ -469,18 +499,15 @@ pub fn attention(
     layer: usize,
     bounds: &Tensor,
     heads: Heads,
-    rows: usize,
+    block: AttentionBlock,
 ) -> Result<Tensor> {
     let dev = cuda_device(q)?;
     let Heads { q: h, kv, dim: d } = heads;
     let m = q.dim(0)?;
-    let Some(&(_, _, name)) = ATTENTION_KERNELS
-        .iter()
-        .find(|&&(dim, r, _)| dim == d && r == rows)
-    else {
-        bail!("attention kernel: head width {d}, {rows} rows per block is not built (only {ATTENTION_KERNELS:?})");
+    let Some(name) = block.kernel(d) else {
+        bail!("attention kernel: head width {d} is not built (64 and 128 are)");
     };
-    let smem = attention_smem(d, rows);
+    let smem = block.shared_memory(d);
     let func = function(&dev, name, smem)?;
     let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * h * d)? };
@@ -503,9 +530,10 @@ pub fn attention(
         kv as i32,
     );
     let scale_log2 = (1.0 / (d as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
+    let rows = AttentionBlock::ROWS;
     let blocks = m.div_ceil(rows) * h;
     let key_tiles = (sources.own_start + m).div_ceil(64);
-    let splits = key_splits(blocks, resident_blocks(rows), key_tiles, m * h);
+    let splits = key_splits(blocks, block.per_multiprocessor(), key_tiles, m * h);
     // Workspaces for the partials of a split call (one element when unused: never a null
     // argument, never an empty allocation).
     let part_o = unsafe { dev.alloc::<f32>(if splits > 1 { splits * m * h * d } else { 1 })? };

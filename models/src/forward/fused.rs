@@ -19,7 +19,7 @@ use candle_core::{DType, Tensor};
 
 use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
 use crate::error::{ModelError, Result};
-use crate::kernels::{self, Heads, KeySources};
+use crate::kernels::{self, AttentionBlock, Heads, KeySources};
 
 /// One decoder block's weights, projections concatenated so each runs as one matmul.
 pub(super) struct FusedLayer {
@@ -90,9 +90,8 @@ pub(super) struct PassKeys<'a> {
     pub cols: Vec<(usize, usize)>,
     /// First key column of the pass's own rows.
     pub own_start: usize,
-    /// Query rows per attention block: 128 for many short segments over cached prefixes,
-    /// 64 for causal prefill and short reads (see [`kernels::attention`]).
-    pub block_rows: usize,
+    /// The attention's block shape (see [`AttentionBlock`]).
+    pub block: AttentionBlock,
 }
 
 /// A pass's inputs on the device: token ids, positions and row bounds (u32), and the
@@ -102,8 +101,8 @@ pub(super) struct PassInputs {
     pub positions: Tensor,
     pub bounds: Tensor,
     pub sources: KeySources,
-    /// Query rows per attention block ([`kernels::attention`]).
-    pub block_rows: usize,
+    /// The attention's block shape.
+    pub block: AttentionBlock,
 }
 
 impl PassInputs {
@@ -116,7 +115,7 @@ impl PassInputs {
     ) -> Result<Self> {
         let dev = &t.device;
         Ok(Self {
-            block_rows: keys.block_rows,
+            block: keys.block,
             ids: Tensor::new(tokens, dev)?,
             positions: Tensor::new(positions, dev)?,
             bounds: Tensor::new(bounds, dev)?,
@@ -216,7 +215,7 @@ impl Transformer {
                 i,
                 &inputs.bounds,
                 heads,
-                inputs.block_rows,
+                inputs.block,
             )?;
             let (x2, h) = norm(&x1, Some(&a.matmul(&l.wo)?), &l.ffn_norm)?;
             let gate_up = h.matmul(&l.wgu)?;
@@ -253,7 +252,12 @@ impl Transformer {
             prefixes: cache.map(|c| c.layers.as_slice()).into_iter().collect(),
             cols: cache.map(|c| (0, c.len)).into_iter().collect(),
             own_start: held,
-            block_rows: 64,
+            // Long causal passes (prefill chunks) run faster on 64-key tiles.
+            block: if n > 1024 {
+                AttentionBlock::Keys64
+            } else {
+                AttentionBlock::Keys32
+            },
         };
         let (x, own) = self.fused_pass(&self.fused, tokens, &positions, &bounds, &keys, true)?;
         let layers = match cache {

@@ -25,6 +25,7 @@ use candle_core::{DType, Device, Tensor};
 use super::fused::{FusedLayer, PassInputs, PassKeys};
 use super::Transformer;
 use crate::error::{ModelError, Result};
+use crate::kernels::AttentionBlock;
 
 /// Passes of more rows run eagerly: there the GPU's work outweighs the launches.
 pub(super) const MAX_ROWS: usize = 512;
@@ -41,7 +42,7 @@ struct GraphKey {
     rows: usize,
     prefixes: usize,
     own_start: usize,
-    block_rows: usize,
+    block: AttentionBlock,
 }
 
 /// A captured pass: the graph, the input buffers it reads, the output it writes.
@@ -94,7 +95,7 @@ impl PassGraphs {
             rows,
             prefixes: keys.prefixes.len(),
             own_start: keys.own_start,
-            block_rows: keys.block_rows,
+            block: keys.block,
         };
         let mut graphs = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if graphs.disabled {
