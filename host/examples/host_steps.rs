@@ -1,0 +1,372 @@
+//! Where the host's time per question goes: plugin calls, prompt preparation (renderer, chat
+//! template, tokenization, label ids) and whole requests through the pipeline.
+//!
+//!     cargo run --release -p decide --example host_steps -- .models/smol.gguf [--reps 30] [--decide]
+//!
+//! Prints medians over `--reps` repetitions (µs unless marked ms). The states and questions are
+//! those of bench/bench.py: `single` asks one question over a short state, `multi` 64 questions
+//! over a ~3000-word support log (~4.6k Qwen tokens). `cold` uses a tenant salt no earlier
+//! repetition used (token cache and prefix cache empty for it), `warm` repeats one salt.
+//!
+//! - `plugin calls`: each plugin entry point the pipeline calls, one call at a time.
+//! - `prepare`: what `Engine::decide` counts as prepare, step by step, on this thread: the
+//!   renderer plugin call, `Model::render_cached` (chat template + tokenization), `label_ids`.
+//! - `decide` (with `--decide`; needs a model fast enough on CPU, e.g. smol): whole requests
+//!   through `Engine::decide`, its own `Server-Timing` steps (compile, prepare, model, answer).
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use decide::calibration::CalibrationState;
+use decide::config::{Cli, Command};
+use decide::pipeline::{DecisionRequest, Question, StepTimes, TemperatureSource};
+use decide::plugins::CompiledQuestion;
+use decide::readout;
+use decide_models::ChatMessage;
+
+const TOPICS: [&str; 8] = [
+    "billing",
+    "shipping",
+    "login",
+    "refunds",
+    "performance",
+    "security",
+    "pricing",
+    "support",
+];
+
+/// bench.py's `long_state(words)`.
+fn long_state(words: usize) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut count = 0;
+    let mut i = 0;
+    while count < words {
+        let topic = TOPICS[i % TOPICS.len()];
+        let line = format!(
+            "Entry {i}: customer {} wrote about {topic}; the agent replied that the {topic} team would follow up within {} days and logged reference {}.",
+            i * 7 % 1000,
+            i % 5 + 1,
+            i * 31 % 9973
+        );
+        count += line.split_whitespace().count();
+        lines.push(line);
+        i += 1;
+    }
+    lines.join("\n")
+}
+
+/// bench.py's `question(i)`: (plugin, question JSON without name).
+fn question(i: usize) -> (String, String) {
+    let topic = TOPICS[i % TOPICS.len()];
+    match i % 3 {
+        0 => (
+            "openai-predicate".into(),
+            serde_json::json!({"type": "predicate", "instructions": format!("The log mentions {topic} issue number {i}.")}).to_string(),
+        ),
+        1 => (
+            "openai-choice".into(),
+            serde_json::json!({"type": "choice", "instructions": format!("Which team handles question {i}?"),
+                "choices": TOPICS[..4].iter().map(|t| serde_json::json!({"value": t})).collect::<Vec<_>>()}).to_string(),
+        ),
+        _ => (
+            "openai-score".into(),
+            serde_json::json!({"type": "score", "instructions": format!("How urgent is item {i}?"),
+                "levels": [{"label": "low"}, {"label": "medium"}, {"label": "high"}]}).to_string(),
+        ),
+    }
+}
+
+const SHORT_STATE: &str =
+    "I was charged twice for my subscription this month. Please refund the extra charge.";
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[v.len() / 2]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Median µs of `reps` runs of `f`.
+fn time_us(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                us(t.elapsed())
+            })
+            .collect(),
+    )
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let model_path = args
+        .iter()
+        .find(|a| !a.starts_with("--") && a.ends_with(".gguf"))
+        .cloned()
+        .unwrap_or_else(|| ".models/smol.gguf".into());
+    let reps: usize = args
+        .iter()
+        .position(|a| a == "--reps")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(30);
+    let run_decide = args.iter().any(|a| a == "--decide");
+
+    // Weights stay quantized unless asked: only the `--decide` figures run the model.
+    let weights = args
+        .iter()
+        .position(|a| a == "--weights")
+        .and_then(|i| args.get(i + 1))
+        .map_or(if run_decide { "auto" } else { "quantized" }, |w| {
+            w.as_str()
+        });
+    let cli = Cli::parse_from([
+        "decide",
+        "serve",
+        "--model",
+        &model_path,
+        "--weights",
+        weights,
+    ]);
+    let Command::Serve(config) = cli.command else {
+        unreachable!()
+    };
+    let metrics = std::sync::Arc::new(decide::metrics::Metrics::default());
+    let (mut engine, served) = decide::server::load_engine(&config, metrics, &|_| {})?;
+    // As a calibrated server: the calibration's parameters are known, no per-request call.
+    let calibration = engine.plugins().calibration("temperature").unwrap();
+    engine.set_calibration(CalibrationState {
+        policy: "temperature".into(),
+        plugin_sha256: calibration.sha256().to_string(),
+        params: vec![1.0],
+        temperature: 1.0,
+        source: TemperatureSource::Calibrated,
+    });
+    let plugins = engine.plugins().clone();
+    let renderer = plugins.renderer("direct-options").unwrap();
+    let long = long_state(3000);
+    let model = engine.model();
+    println!(
+        "model {served} ({model_path}); long state {} bytes, {} tokens; {reps} reps; {} cores",
+        long.len(),
+        model.tokenize(&long)?.len(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+
+    // `--loop WHAT`: run one step for 5 s (for `perf record`).
+    if let Some(what) = args
+        .iter()
+        .position(|a| a == "--loop")
+        .and_then(|i| args.get(i + 1))
+    {
+        let c = plugins
+            .question_type("openai-choice")
+            .unwrap()
+            .compile(&question(1).1)
+            .unwrap();
+        let labels: Vec<String> = ["A", "B", "C", "D"].map(String::from).to_vec();
+        let state = if what.ends_with("long") {
+            long.as_str()
+        } else {
+            SHORT_STATE
+        };
+        let messages: Vec<ChatMessage> = renderer
+            .render(state, &c, &labels)?
+            .into_iter()
+            .map(|m| ChatMessage {
+                role: m.role,
+                content: m.content,
+            })
+            .collect();
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut n = 0u64;
+        while Instant::now() < until {
+            match what.as_str() {
+                "template-short" | "template-long" => {
+                    model.render_cached(&messages, 7)?;
+                }
+                "render-short" | "render-long" => {
+                    renderer.render(state, &c, &labels)?;
+                }
+                "tokenize-tiny" => {
+                    model.tokenize("\n")?;
+                }
+                "tokenize-line" => {
+                    model.tokenize("<|im_start|>system\nYou are a careful classifier. Read the input, then answer.<|im_end|>\n")?;
+                }
+                "labels" => {
+                    let prompt = model.render_cached(&messages, 7)?;
+                    let t = Instant::now();
+                    model.label_ids(&prompt, &labels)?;
+                    let _ = t;
+                }
+                "compile" => {
+                    plugins
+                        .question_type("openai-choice")
+                        .unwrap()
+                        .compile(&question(1).1)?;
+                }
+                other => anyhow::bail!("unknown --loop {other}"),
+            }
+            n += 1;
+        }
+        println!("{what}: {:.1} µs per iteration", 5e6 / n as f64);
+        return Ok(());
+    }
+
+    // Plugin calls.
+    println!("== plugin calls (median µs per call)");
+    let questions: Vec<(String, String)> = (0..3).map(question).collect();
+    for (plugin, json) in &questions {
+        let qt = plugins.question_type(plugin).unwrap();
+        let compile = time_us(reps, || {
+            qt.compile(json).unwrap();
+        });
+        let n = qt.compile(json).unwrap().options.len();
+        let probs = vec![1.0 / n as f64; n];
+        let answer = time_us(reps, || {
+            qt.answer(json, &probs).unwrap();
+        });
+        println!("{plugin:18} compile {compile:7.1}  answer {answer:7.1}");
+    }
+    let compiled: CompiledQuestion = plugins
+        .question_type("openai-choice")
+        .unwrap()
+        .compile(&questions[1].1)
+        .unwrap();
+    let labels: Vec<String> = ["A", "B", "C", "D"].map(String::from).to_vec();
+    for (name, state) in [("short", SHORT_STATE), ("long", long.as_str())] {
+        let t = time_us(reps, || {
+            renderer.render(state, &compiled, &labels).unwrap();
+        });
+        println!("direct-options     render ({name} state) {t:7.1}");
+    }
+    let scores = vec![-0.5, -1.5, -2.5, -3.5];
+    let t = time_us(reps, || {
+        calibration.apply(&scores, &[1.0]).unwrap();
+    });
+    println!("temperature        apply {t:7.1}");
+
+    // Prepare, step by step.
+    println!("== prepare per question (median µs): render plugin / template+tokens / label ids");
+    let mut salt = 1u64 << 40;
+    for (name, state, count) in [("single", SHORT_STATE, 1), ("multi", long.as_str(), 64)] {
+        let asks: Vec<(CompiledQuestion, Vec<String>)> = (0..count)
+            .map(|i| {
+                let (plugin, json) = question(i);
+                let c = plugins
+                    .question_type(&plugin)
+                    .unwrap()
+                    .compile(&json)
+                    .unwrap();
+                let plan = readout::plan(&Default::default(), c.options.len(), engine.label_sets())
+                    .unwrap();
+                let ask = plan.asks(&c).remove(0);
+                (ask.question, ask.labels)
+            })
+            .collect();
+        for warm in [false, true] {
+            let (mut r, mut t, mut l, mut first) = (vec![], vec![], vec![], vec![]);
+            for rep in 0..reps.max(3) {
+                if !warm || rep == 0 {
+                    salt += 1;
+                }
+                for (i, (q, labels)) in asks.iter().enumerate() {
+                    let t0 = Instant::now();
+                    let messages = renderer.render(state, q, labels).unwrap();
+                    let messages: Vec<ChatMessage> = messages
+                        .into_iter()
+                        .map(|m| ChatMessage {
+                            role: m.role,
+                            content: m.content,
+                        })
+                        .collect();
+                    let t1 = Instant::now();
+                    let prompt = model.render_cached(&messages, salt).unwrap();
+                    let t2 = Instant::now();
+                    model.label_ids(&prompt, labels).unwrap();
+                    let t3 = Instant::now();
+                    if i == 0 {
+                        first.push(us(t2 - t1));
+                    } else {
+                        r.push(us(t1 - t0));
+                        t.push(us(t2 - t1));
+                        l.push(us(t3 - t2));
+                    }
+                    if count == 1 {
+                        r.push(us(t1 - t0));
+                        t.push(us(t2 - t1));
+                        l.push(us(t3 - t2));
+                    }
+                }
+            }
+            println!(
+                "{name:6} {:4}: render {:7.1}  template+tokens {:7.1} (first question {:8.1})  label ids {:6.1}",
+                if warm { "warm" } else { "cold" },
+                median(r),
+                median(t),
+                median(first),
+                median(l)
+            );
+        }
+    }
+
+    if run_decide {
+        println!("== Engine::decide (median ms of the Server-Timing steps)");
+        let request = |state: &str, count: usize, salt: u64| DecisionRequest {
+            state: state.to_string(),
+            questions: (0..count)
+                .map(|i| {
+                    let (plugin, json) = question(i);
+                    Question {
+                        loc: decide::loc!["questions", i],
+                        plugin,
+                        json,
+                    }
+                })
+                .collect(),
+            temperature: None,
+            cache_salt: salt,
+            readout: Default::default(),
+        };
+        for (name, state, count, cold, n) in [
+            ("single", SHORT_STATE, 1, false, reps),
+            ("multi64 cold", long.as_str(), 64, true, (reps / 5).max(3)),
+            ("multi64 warm", long.as_str(), 64, false, (reps / 5).max(3)),
+        ] {
+            let mut steps: Vec<StepTimes> = Vec::new();
+            let mut totals = Vec::new();
+            salt += 1;
+            engine.decide(&request(state, count, salt))?;
+            for _ in 0..n {
+                if cold {
+                    salt += 1;
+                }
+                let t = Instant::now();
+                let decided = engine.decide(&request(state, count, salt))?;
+                totals.push(t.elapsed().as_secs_f64() * 1e3);
+                steps.push(decided.timings);
+            }
+            let ms = |f: fn(&StepTimes) -> Duration| {
+                median(steps.iter().map(|s| f(s).as_secs_f64() * 1e3).collect())
+            };
+            println!(
+                "{name:13} compile {:6.2}  prepare {:6.2}  model {:8.2}  answer {:6.2}  total {:8.2}",
+                ms(|s| s.compile),
+                ms(|s| s.prepare),
+                ms(|s| s.model),
+                ms(|s| s.answer),
+                median(totals)
+            );
+        }
+    }
+    Ok(())
+}
