@@ -5,6 +5,7 @@
 #   forward.jsonl   forward_bench per weight format (choose the format by measurement)
 #   server.log      the server's log, with the startup calibration lines (#6)
 #   bench.json      bench/bench.py's report against the server on the chosen format
+#   gpu-memory.txt  device memory the server holds at the end
 #
 # Usage: scripts/gpu-bench.sh MODEL_NAME [FORMATS] [SERVER_FORMAT]
 #   MODEL_NAME     file stem under /tmp/gpu/models (q15)
@@ -56,6 +57,8 @@ except Exception as e: print(e, getattr(e, 'read', lambda: b'')().decode())" "$1
 fetch /health >"$out/health.json"
 timeout ${BENCH_TIMEOUT:-300} python3 bench/bench.py --url http://127.0.0.1:8125 --report "$out/bench.json" ${BENCH_ARGS:-}
 fetch /metrics >"$out/metrics.txt"
+# Device memory the server holds after the benchmark (weights, prefix cache, CUDA graphs).
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$out/gpu-memory.txt" 2>&1
 kill $server
 wait $server 2>/dev/null
 grep -E "calibration|ready|weight" "$out/server.log" | tail -20
