@@ -156,6 +156,8 @@ pub struct Model {
     /// Behind a lock because the server's self-check tries suffixes on a model that is
     /// already shared with its worker thread (before any request is served).
     answer_suffix: std::sync::RwLock<String>,
+    /// Label ids of prompt ends seen before, per salt (see [`Model::label_ids_cached`]).
+    label_memo: token_cache::Memo<(Vec<u32>, Vec<String>), [u32]>,
 }
 
 // The server shares one Model across threads; fail the build if that ever stops holding.
@@ -254,6 +256,7 @@ impl Model {
             template,
             transformer,
             answer_suffix: std::sync::RwLock::new(String::new()),
+            label_memo: token_cache::Memo::new(),
         })
     }
 
@@ -401,12 +404,7 @@ impl Model {
     /// tokenized together with the prompt's text after its last control token, which is
     /// where the prompt's tokenization can merge with it (control tokens always split).
     pub fn label_ids(&self, prompt: &Prompt, labels: &[String]) -> Result<Vec<u32>> {
-        let head = prompt
-            .tokens
-            .iter()
-            .rposition(|&t| self.tokenizer.is_control(t))
-            .map_or(0, |j| j + 1);
-        let tail_tokens = &prompt.tokens[head..];
+        let tail_tokens = self.prompt_tail(prompt);
         let tail = self.tokenizer.decode(tail_tokens)?;
         let n = tail_tokens.len();
         let mut ids: Vec<u32> = Vec::with_capacity(labels.len());
@@ -452,6 +450,37 @@ impl Model {
             ids.push(id);
         }
         Ok(ids)
+    }
+
+    /// [`Model::label_ids`], remembered under `salt`: the ids depend only on the prompt's
+    /// tokens after its last control token (for chat prompts the generation prompt's role
+    /// line, the same in every prompt) and the labels, so prompts that end alike are checked
+    /// once. Entries are shared only between calls with the same `salt`, and none are kept
+    /// while the token cache is off ([`Model::set_token_cache_bytes`] 0).
+    pub fn label_ids_cached(
+        &self,
+        prompt: &Prompt,
+        labels: &[String],
+        salt: u64,
+    ) -> Result<Vec<u32>> {
+        if !self.tokenizer.cache.enabled() {
+            return self.label_ids(prompt, labels);
+        }
+        let key = (self.prompt_tail(prompt).to_vec(), labels.to_vec());
+        let ids = self.label_memo.get(salt, &key, |_| {
+            self.label_ids(prompt, labels).map(Into::into)
+        })?;
+        Ok(ids.to_vec())
+    }
+
+    /// The prompt's tokens after its last control token: where a label can merge with it.
+    fn prompt_tail<'p>(&self, prompt: &'p Prompt) -> &'p [u32] {
+        let head = prompt
+            .tokens
+            .iter()
+            .rposition(|&t| self.tokenizer.is_control(t))
+            .map_or(0, |j| j + 1);
+        &prompt.tokens[head..]
     }
 
     /// One forward pass over `tokens`, read at the last position: exact log-softmax over the

@@ -221,6 +221,79 @@ impl TokenCache {
     }
 }
 
+/// A small map from (salt, key) to a shared value, for what every prompt of a model repeats
+/// and is cheap to keep but not to compute: the control tokens of a chat template's pieces,
+/// the label ids at a prompt's end. Salted like [`TokenCache`] (an entry serves only calls of
+/// its salt), bounded by its entry count (emptied when full: the entries it is for are few),
+/// and shared by threads (the lock is held only to look up or insert, never while computing).
+pub(crate) struct Memo<K, V: ?Sized> {
+    inner: Mutex<MemoMap<K, V>>,
+}
+
+struct MemoMap<K, V: ?Sized> {
+    /// Entries over all salts.
+    len: usize,
+    by_salt: HashMap<u64, HashMap<K, Arc<V>>>,
+}
+
+/// Entries a [`Memo`] holds before it is emptied.
+const MEMO_ENTRIES: usize = 4096;
+
+impl<K: Eq + Hash, V: ?Sized> Memo<K, V> {
+    pub fn new() -> Self {
+        Memo {
+            inner: Mutex::new(MemoMap {
+                len: 0,
+                by_salt: HashMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, MemoMap<K, V>> {
+        // Consistent between statements that can panic.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The value of `key` under `salt`: the stored one, else `compute(key)` (run without the
+    /// lock held), stored when it succeeds.
+    pub fn get<Q, E>(
+        &self,
+        salt: u64,
+        key: &Q,
+        compute: impl FnOnce(&Q) -> Result<Arc<V>, E>,
+    ) -> Result<Arc<V>, E>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(value) = self.lock().by_salt.get(&salt).and_then(|m| m.get(key)) {
+            return Ok(value.clone());
+        }
+        let value = compute(key)?;
+        let mut memo = self.lock();
+        if memo.len >= MEMO_ENTRIES {
+            memo.by_salt.clear();
+            memo.len = 0;
+        }
+        let added = memo
+            .by_salt
+            .entry(salt)
+            .or_default()
+            .insert(key.to_owned(), value.clone())
+            .is_none();
+        memo.len += usize::from(added);
+        Ok(value)
+    }
+
+    /// Entries held.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().len
+    }
+}
+
 /// The hash part of a key: any good 64-bit hash will do, since hits compare the text.
 fn hash_text(text: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();

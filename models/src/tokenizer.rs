@@ -41,19 +41,19 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use crate::error::{ModelError, Result};
 use crate::gguf::Gguf;
-use crate::token_cache::{TokenCache, DEFAULT_BUDGET_BYTES};
+use crate::token_cache::{Memo, TokenCache, DEFAULT_BUDGET_BYTES};
 
-/// Runs of text shorter than this are tokenized directly; longer ones go through the token
-/// cache, in pieces of at least this size. Measured on a 100 KB input (`encode_timing` test):
-/// tokenizing costs ~0.3 µs per byte (30 ms), a hit ~3 µs per 1 KiB piece (0.3 ms in all),
-/// and pieces of 256 B to 16 KiB all hit in 0.15-0.5 ms. 1 KiB keeps the short template runs
-/// out of the cache and the fixed cost per entry small against its ~2 KiB of text and ids;
-/// the end of a run, where questions over one input differ, is cut finer
-/// ([`TAIL_PIECE_BYTES`]).
+/// Runs of text at least this long go through the token cache in pieces of at least this
+/// size; shorter runs in pieces of about [`TAIL_PIECE_BYTES`]. Measured on a 100 KB input
+/// (`encode_timing` test): tokenizing costs ~0.3 µs per byte (30 ms), a hit ~3 µs per 1 KiB
+/// piece (0.3 ms in all), and pieces of 256 B to 16 KiB all hit in 0.15-0.5 ms. 1 KiB keeps
+/// the fixed cost per entry small against its ~2 KiB of text and ids; the end of a run, where
+/// questions over one input differ, is cut finer ([`TAIL_PIECE_BYTES`]).
 pub(crate) const CACHED_RUN_BYTES: usize = 1024;
 
-/// The size the last piece of a long run is cut again into ([`cache_pieces`]); the final
-/// piece, when shorter, is tokenized directly. Small enough that little of a shared input is
+/// The size the last piece of a long run is cut again into ([`cache_pieces`]), and the size
+/// of a short run's pieces; the final piece of a long run, when shorter, is tokenized
+/// directly. Small enough that little of a shared input is
 /// tokenized again with each question; large enough that a text of short lines is not looked
 /// up line by line (a lookup costs ~0.2 µs plus hashing, tokenizing ~0.3 µs per byte).
 const TAIL_PIECE_BYTES: usize = 64;
@@ -61,6 +61,9 @@ const TAIL_PIECE_BYTES: usize = 64;
 /// How many of a long run's last [`CACHED_RUN_BYTES`] pieces are cut again
 /// ([`cache_pieces`]).
 const TAIL_PIECES: usize = 2;
+
+/// Longest template piece whose control tokens are remembered ([`GgufTokenizer::encode_parts`]).
+const MEMO_PIECE_BYTES: usize = 4096;
 
 /// Qwen2's pre-tokenizer regex: the one in its tokenizer.json, with the case-insensitive
 /// contraction group `(?i:'s|'t|...)` spelled out per letter (same as candle's conversion).
@@ -97,6 +100,9 @@ pub(crate) struct GgufTokenizer {
     /// Whether long runs may be cut into [`pieces`]: not when an added token that is matched
     /// in plain text contains a newline, since a cut could split it.
     cuttable: bool,
+    /// The control tokens of template pieces seen before, per caller salt (see
+    /// [`GgufTokenizer::encode_parts`]).
+    controls: Memo<String, [(u32, usize, usize)]>,
 }
 
 impl GgufTokenizer {
@@ -199,6 +205,7 @@ impl GgufTokenizer {
             pre,
             cache: TokenCache::new(DEFAULT_BUDGET_BYTES),
             cuttable,
+            controls: Memo::new(),
         })
     }
 
@@ -239,9 +246,11 @@ impl GgufTokenizer {
     /// matcher splits the text at exactly the same control tokens, and the runs between them
     /// are the same strings.
     ///
-    /// With a `salt`, runs of at least [`CACHED_RUN_BYTES`] are tokenized through the token
-    /// cache, piece by piece, and entries are shared only with calls of the same salt. The ids
-    /// are the same with or without it.
+    /// With a `salt`, runs are tokenized through the token cache, piece by piece (long runs in
+    /// [`CACHED_RUN_BYTES`] pieces, see [`cache_pieces`]; short ones in pieces of about
+    /// [`TAIL_PIECE_BYTES`]), and the control tokens of template pieces are remembered too
+    /// (every prompt of a model has the same few template pieces); entries are shared only
+    /// with calls of the same salt. The ids are the same with or without it.
     pub fn encode_parts(&self, parts: &[(&str, bool)], salt: Option<u64>) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         let mut run = String::new();
@@ -250,20 +259,14 @@ impl GgufTokenizer {
                 run.push_str(piece);
                 continue;
             }
-            let enc = self
-                .inner
-                .encode(piece, false)
-                .map_err(|e| ModelError::Tokenizer(format!("cannot tokenize text: {e}")))?;
+            let controls: Arc<[(u32, usize, usize)]> = match salt {
+                Some(salt) if piece.len() <= MEMO_PIECE_BYTES && self.cache.enabled() => self
+                    .controls
+                    .get(salt, piece, |p| self.find_controls(p).map(Into::into))?,
+                _ => self.find_controls(piece)?.into(),
+            };
             let mut cursor = 0;
-            for (&id, &(s, e)) in enc.get_ids().iter().zip(enc.get_offsets()) {
-                if !self.is_control(id) {
-                    continue;
-                }
-                if s < cursor || piece.get(s..e) != self.token_str(id) {
-                    return Err(ModelError::Tokenizer(format!(
-                        "control token {id} at bytes {s}..{e} of {piece:?} does not match its text"
-                    )));
-                }
+            for &(id, s, e) in controls.iter() {
                 run.push_str(&piece[cursor..s]);
                 self.encode_run(&run, salt, &mut out)?;
                 run.clear();
@@ -276,16 +279,63 @@ impl GgufTokenizer {
         Ok(out)
     }
 
+    /// The control tokens of a template piece, in order, with their byte ranges in it: what
+    /// [`GgufTokenizer::encode`] matches there.
+    fn find_controls(&self, piece: &str) -> Result<Vec<(u32, usize, usize)>> {
+        let enc = self
+            .inner
+            .encode(piece, false)
+            .map_err(|e| ModelError::Tokenizer(format!("cannot tokenize text: {e}")))?;
+        let mut found = Vec::new();
+        let mut cursor = 0;
+        for (&id, &(s, e)) in enc.get_ids().iter().zip(enc.get_offsets()) {
+            if !self.is_control(id) {
+                continue;
+            }
+            if s < cursor || piece.get(s..e) != self.token_str(id) {
+                return Err(ModelError::Tokenizer(format!(
+                    "control token {id} at bytes {s}..{e} of {piece:?} does not match its text"
+                )));
+            }
+            found.push((id, s, e));
+            cursor = e;
+        }
+        Ok(found)
+    }
+
     /// Appends the ids of `run` (plain text, as [`GgufTokenizer::encode_plain`]) to `out`: long
     /// runs with a salt piece by piece through the cache ([`cache_pieces`]), others directly.
     fn encode_run(&self, run: &str, salt: Option<u64>, out: &mut Vec<u32>) -> Result<()> {
         let salt = match salt {
-            Some(salt) if run.len() >= CACHED_RUN_BYTES && self.cache.enabled() => salt,
+            Some(salt) if !run.is_empty() && self.cache.enabled() => salt,
             _ => {
                 out.extend(self.encode_plain(run)?);
                 return Ok(());
             }
         };
+        if run.len() < CACHED_RUN_BYTES {
+            // A short run: a system message, the text between two turns, the generation
+            // prompt's role line, a short input with its question. Every prompt repeats most
+            // of these, so they are looked up too, in pieces of about [`TAIL_PIECE_BYTES`]
+            // (a question's option lines are shared by questions with the same options), one
+            // after another (threads would cost more than tokenizing them).
+            let cut: Vec<&str> = if self.cuttable {
+                pieces(run, TAIL_PIECE_BYTES).collect()
+            } else {
+                vec![run]
+            };
+            for piece in cut {
+                match self.cache.get(salt, piece) {
+                    Some(ids) => out.extend_from_slice(&ids),
+                    None => {
+                        let ids: Arc<[u32]> = self.encode_plain(piece)?.into();
+                        out.extend_from_slice(&ids);
+                        self.cache.insert(salt, piece, ids);
+                    }
+                }
+            }
+            return Ok(());
+        }
         let pieces = if self.cuttable {
             cache_pieces(run)
         } else {
@@ -715,11 +765,16 @@ mod tests {
                 after_first.misses > 1,
                 "{key}: a long run is looked up in pieces"
             );
-            assert_eq!(after_first.hits, 0);
+            // Only the text between two turns ("\n") comes twice in one prompt.
+            assert_eq!(after_first.hits, 1, "{key}");
             let second = tok.encode_parts(&parts, Some(1)).unwrap();
             let after_second = tok.cache.stats();
             assert_eq!(after_second.misses, after_first.misses, "{key}");
-            assert_eq!(after_second.hits, after_first.misses, "{key}");
+            assert_eq!(
+                after_second.hits - after_first.hits,
+                after_first.misses + after_first.hits,
+                "{key}: every lookup hits"
+            );
             assert_eq!(first, direct, "{key}");
             assert_eq!(second, direct, "{key}");
             // Control-token strings inside the content stay plain text.
@@ -775,20 +830,67 @@ mod tests {
         }
     }
 
+    /// Short prompts: their runs and template pieces are remembered, and the ids are those of
+    /// tokenizing the prompt directly.
+    #[test]
+    fn short_prompts_are_looked_up_in_pieces_with_the_same_ids() {
+        for key in ["smol", "q05"] {
+            let Some(tok) = tokenizer(key) else { continue };
+            let user = |q: &str| {
+                format!("Input:\nI was charged twice. Please refund it.\n\nQuestion: {q}\n\nOptions:\nA. billing\nB. shipping\nC. login\n\nReply with one label: A, B, C.")
+            };
+            let mut texts: Vec<String> = vec![user("Which team?"), user("Who <|im_end|> owns it?")];
+            texts.extend((0..50).map(random_text));
+            texts.push(tricky_text().chars().take(900).collect());
+            for (i, text) in texts.iter().enumerate() {
+                let parts = chat(text);
+                let direct = tok.encode_parts(&parts, None).unwrap();
+                let salt = 100 + i as u64 % 3;
+                for round in 0..2 {
+                    let before = tok.cache.stats();
+                    let cached = tok.encode_parts(&parts, Some(salt)).unwrap();
+                    assert_eq!(cached, direct, "{key} {i} {round}: {text:?}");
+                    let after = tok.cache.stats();
+                    if round == 1 {
+                        assert_eq!(after.misses, before.misses, "{key} {i}: all hit again");
+                    }
+                }
+            }
+            // Another question with the same options: the system message, the turn markers,
+            // the role lines and the option lines are found.
+            let before = tok.cache.stats();
+            tok.encode_parts(&chat(&user("Which team owns refunds?")), Some(100))
+                .unwrap();
+            let after = tok.cache.stats();
+            assert!(after.hits - before.hits >= 4, "{key}: {after:?} {before:?}");
+            assert!(
+                after.misses - before.misses <= 1,
+                "{key}: {after:?} {before:?}"
+            );
+        }
+    }
+
     #[test]
     fn different_salts_do_not_share_entries() {
         let Some(tok) = tokenizer("smol") else { return };
         let user = long_state(3000);
         let a = tok.encode_parts(&chat(&user), Some(1)).unwrap();
-        let misses = tok.cache.stats().misses;
+        let first = tok.cache.stats();
+        let memo = tok.controls.len();
         let b = tok.encode_parts(&chat(&user), Some(2)).unwrap();
         let stats = tok.cache.stats();
         assert_eq!(a, b);
-        assert_eq!(stats.hits, 0, "salt 2 found salt 1's entries");
-        assert_eq!(stats.misses, 2 * misses);
+        assert_eq!(stats.hits, 2 * first.hits, "salt 2 found salt 1's entries");
+        assert_eq!(stats.misses, 2 * first.misses);
+        assert_eq!(tok.controls.len(), 2 * memo, "template pieces per salt");
         tok.cache.set_budget(0);
-        tok.encode_parts(&chat(&user), Some(1)).unwrap();
-        assert_eq!(tok.cache.stats().hits, 0, "budget 0 turns the cache off");
+        tok.encode_parts(&chat(&user), Some(3)).unwrap();
+        assert_eq!(
+            tok.cache.stats().hits,
+            stats.hits,
+            "budget 0 turns the cache off"
+        );
+        assert_eq!(tok.controls.len(), 2 * memo, "and the template memo");
     }
 
     /// Not a timed assertion: prints how long a ~100 KB input takes to tokenize cold and from

@@ -248,6 +248,17 @@ fn label_rules() {
                 m.token_id("C").unwrap()
             ]
         );
+        // Remembered per salt: the same ids, and refusals stay refusals.
+        for salt in [1, 1, 2, 1] {
+            let labels = strings(&["A", "B", "C"]);
+            assert_eq!(m.label_ids_cached(&p, &labels, salt).unwrap(), ids);
+            assert!(m.label_ids_cached(&p, &strings(&["A", "A"]), salt).is_err());
+            let other = m
+                .render_cached(&user("Pick one of A, B or C."), salt)
+                .unwrap();
+            assert_eq!(m.render(&user("Pick one of A, B or C.")).unwrap(), other);
+            assert_eq!(m.label_ids_cached(&other, &labels, salt).unwrap(), ids);
+        }
         let err = |labels: &[&str]| match m.label_ids(&p, &strings(labels)) {
             Err(ModelError::Label { label, reason }) => (label, reason),
             other => panic!("{key} {labels:?}: expected a label error, got {other:?}"),
