@@ -17,6 +17,8 @@
 //!   synced means the host, not the GPU, bounds a short read. `replay_max_abs_diff`: the
 //!   largest log-probability difference of later reads (CUDA graph replays on the fused
 //!   path) from the first (eager); `lone_max_abs_diff`: of the first from a lone read;
+//! - `graph_memory_mib`: device memory taken by the CUDA graphs of `graph_shapes` short
+//!   passes (32 to 512 rows; CUDA only);
 //! - `prefill_4k_ms`, `packed_64_ms`: a ~4k-token state prefilled once, then 64 questions'
 //!   suffixes in one packed pass; `packed_max_abs_diff` / `packed_max_prob_diff`: largest
 //!   log-probability / probability difference between a packed read and the lone read of
@@ -135,6 +137,41 @@ fn short_read(
     }))
 }
 
+/// Device memory taken by the CUDA graphs of short passes: reads of 32, 64, .., 512 rows
+/// over a cached 16-token header, three of each (a shape is captured on its second read).
+/// `None` off CUDA. Returns (graphs' shapes read, MiB of device memory they took).
+fn graph_memory(
+    model: &Model,
+    tokens: &[u32],
+    ids: &[u32],
+) -> Result<Option<(usize, f64)>, Box<dyn std::error::Error>> {
+    #[cfg(feature = "cuda")]
+    if model.device().is_cuda() {
+        use candle_core::cuda_backend::cudarc::driver::result::mem_get_info;
+        let header = 16;
+        let prefix = model.prefill(&tokens[..header], None)?;
+        model.device().synchronize()?;
+        let (free_before, _) = mem_get_info()?;
+        let mut shapes = 0;
+        for rows in (32..=512).step_by(32).filter(|&r| header + r <= tokens.len()) {
+            let segments = [Segment {
+                prefix: Some(&prefix),
+                tokens: &tokens[header..header + rows],
+            }];
+            for _ in 0..3 {
+                model.read_packed(&segments, &[ids])?;
+            }
+            shapes += 1;
+        }
+        model.device().synchronize()?;
+        let (free_after, _) = mem_get_info()?;
+        let mib = (free_before as f64 - free_after as f64) / (1 << 20) as f64;
+        return Ok(Some((shapes, mib)));
+    }
+    let _ = (model, tokens, ids);
+    Ok(None)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [path, device, weights, rest @ ..] = args.as_slice() else {
@@ -186,6 +223,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     step("short read");
     let short_read = short_read(&model, &device, &ask)?;
+    step("graph memory");
+    let graph_memory = graph_memory(&model, &tokens, &ids)?;
 
     // 64 questions over a ~4k state (`DECIDE_BENCH_STATE`): prefill once, one packed pass.
     let state_tokens = std::env::var("DECIDE_BENCH_STATE")
@@ -304,6 +343,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "single_tokens": tokens.len(),
             "single_ms": {"min": single[0], "p50": single[single.len() / 2], "max": single[single.len() - 1]},
             "short": short_read,
+            "graph_shapes": graph_memory.map(|g| g.0),
+            "graph_memory_mib": graph_memory.map(|g| g.1),
             "prefix_tokens": shared,
             "prefill_4k_ms": prefill_4k_ms,
             "packed_64_ms": packed_64_ms,
