@@ -1,16 +1,18 @@
 //! Where the host's time per question goes: plugin calls, prompt preparation (renderer, chat
 //! template, tokenization, label ids) and whole requests through the pipeline.
 //!
-//!     cargo run --release -p decide --example host_steps -- .models/smol.gguf [--reps 30] [--decide]
+//!     cargo run --release -p decide --example host_steps -- .models/smol.gguf [--reps 30] [--decide [--multi-reps 3]]
 //!
 //! Prints medians over `--reps` repetitions (µs unless marked ms). The states and questions are
 //! those of bench/bench.py: `single` asks one question over a short state, `multi` 64 questions
 //! over a ~3000-word support log (~4.6k Qwen tokens). `cold` uses a tenant salt no earlier
-//! repetition used (token cache and prefix cache empty for it), `warm` repeats one salt.
+//! repetition used (token cache and prefix cache empty for it), `warm` repeats one salt (the
+//! same tenant; `single` asks another question in each repetition, `multi` the same 64).
 //!
-//! - `plugin calls`: each plugin entry point the pipeline calls, one call at a time.
+//! - `plugin calls`: each plugin entry point the pipeline calls, one call at a time, on a fresh
+//!   instance and on one kept in a [`Session`] (as a request's later calls run).
 //! - `prepare`: what `Engine::decide` counts as prepare, step by step, on this thread: the
-//!   renderer plugin call, `Model::render_cached` (chat template + tokenization), `label_ids`.
+//!   renderer plugin call (one session per request), `Model::render_cached` (chat template + tokenization), `label_ids`.
 //! - `decide` (with `--decide`; needs a model fast enough on CPU, e.g. smol): whole requests
 //!   through `Engine::decide`, its own `Server-Timing` steps (compile, prepare, model, answer).
 
@@ -20,7 +22,7 @@ use clap::Parser;
 use decide::calibration::CalibrationState;
 use decide::config::{Cli, Command};
 use decide::pipeline::{DecisionRequest, Question, StepTimes, TemperatureSource};
-use decide::plugins::CompiledQuestion;
+use decide::plugins::{CompiledQuestion, Session};
 use decide::readout;
 use decide_models::ChatMessage;
 
@@ -119,6 +121,12 @@ fn main() -> anyhow::Result<()> {
         .and_then(|r| r.parse().ok())
         .unwrap_or(30);
     let run_decide = args.iter().any(|a| a == "--decide");
+    let multi_reps: usize = args
+        .iter()
+        .position(|a| a == "--multi-reps")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
 
     // Weights stay quantized unless asked: only the `--decide` figures run the model.
     let weights = args
@@ -235,7 +243,16 @@ fn main() -> anyhow::Result<()> {
         let answer = time_us(reps, || {
             qt.answer(json, &probs).unwrap();
         });
-        println!("{plugin:18} compile {compile:7.1}  answer {answer:7.1}");
+        let session = Session::new();
+        let compile_kept = time_us(reps, || {
+            qt.compile_in(&session, json).unwrap();
+        });
+        let answer_kept = time_us(reps, || {
+            qt.answer_in(&session, json, &probs).unwrap();
+        });
+        println!(
+            "{plugin:18} compile {compile:7.1}  answer {answer:7.1}   on a kept instance: compile {compile_kept:7.1}  answer {answer_kept:7.1}"
+        );
     }
     let compiled: CompiledQuestion = plugins
         .question_type("openai-choice")
@@ -247,19 +264,33 @@ fn main() -> anyhow::Result<()> {
         let t = time_us(reps, || {
             renderer.render(state, &compiled, &labels).unwrap();
         });
-        println!("direct-options     render ({name} state) {t:7.1}");
+        let session = Session::new();
+        let kept = time_us(reps, || {
+            renderer
+                .render_in(&session, state, &compiled, &labels)
+                .unwrap();
+        });
+        println!(
+            "direct-options     render ({name} state) {t:7.1}   on a kept instance {kept:7.1}"
+        );
     }
     let scores = vec![-0.5, -1.5, -2.5, -3.5];
     let t = time_us(reps, || {
         calibration.apply(&scores, &[1.0]).unwrap();
     });
-    println!("temperature        apply {t:7.1}");
+    let session = Session::new();
+    let kept = time_us(reps, || {
+        calibration.apply_in(&session, &scores, &[1.0]).unwrap();
+    });
+    println!("temperature        apply {t:7.1}   on a kept instance {kept:7.1}");
 
     // Prepare, step by step.
     println!("== prepare per question (median µs): render plugin / template+tokens / label ids");
     let mut salt = 1u64 << 40;
     for (name, state, count) in [("single", SHORT_STATE, 1), ("multi", long.as_str(), 64)] {
-        let asks: Vec<(CompiledQuestion, Vec<String>)> = (0..count)
+        // `single` asks another question in each request (as bench.py's `single`), `multi`
+        // the same 64.
+        let asks: Vec<(CompiledQuestion, Vec<String>)> = (0..count.max(reps.max(3)))
             .map(|i| {
                 let (plugin, json) = question(i);
                 let c = plugins
@@ -279,9 +310,16 @@ fn main() -> anyhow::Result<()> {
                 if !warm || rep == 0 {
                     salt += 1;
                 }
-                for (i, (q, labels)) in asks.iter().enumerate() {
+                // One session per request, as `Engine::decide` makes.
+                let session = Session::new();
+                let these = if count == 1 {
+                    &asks[rep..rep + 1]
+                } else {
+                    &asks[..count]
+                };
+                for (i, (q, labels)) in these.iter().enumerate() {
                     let t0 = Instant::now();
-                    let messages = renderer.render(state, q, labels).unwrap();
+                    let messages = renderer.render_in(&session, state, q, labels).unwrap();
                     let messages: Vec<ChatMessage> = messages
                         .into_iter()
                         .map(|m| ChatMessage {
@@ -292,7 +330,7 @@ fn main() -> anyhow::Result<()> {
                     let t1 = Instant::now();
                     let prompt = model.render_cached(&messages, salt).unwrap();
                     let t2 = Instant::now();
-                    model.label_ids(&prompt, labels).unwrap();
+                    model.label_ids_cached(&prompt, labels, salt).unwrap();
                     let t3 = Instant::now();
                     if i == 0 {
                         first.push(us(t2 - t1));
@@ -321,9 +359,10 @@ fn main() -> anyhow::Result<()> {
 
     if run_decide {
         println!("== Engine::decide (median ms of the Server-Timing steps)");
-        let request = |state: &str, count: usize, salt: u64| DecisionRequest {
+        // Questions `first..first + count` of bench.py's list.
+        let request = |state: &str, first: usize, count: usize, salt: u64| DecisionRequest {
             state: state.to_string(),
-            questions: (0..count)
+            questions: (first..first + count)
                 .map(|i| {
                     let (plugin, json) = question(i);
                     Question {
@@ -339,19 +378,21 @@ fn main() -> anyhow::Result<()> {
         };
         for (name, state, count, cold, n) in [
             ("single", SHORT_STATE, 1, false, reps),
-            ("multi64 cold", long.as_str(), 64, true, (reps / 5).max(3)),
-            ("multi64 warm", long.as_str(), 64, false, (reps / 5).max(3)),
+            ("multi64 cold", long.as_str(), 64, true, multi_reps),
+            ("multi64 warm", long.as_str(), 64, false, multi_reps),
         ] {
             let mut steps: Vec<StepTimes> = Vec::new();
             let mut totals = Vec::new();
             salt += 1;
-            engine.decide(&request(state, count, salt))?;
-            for _ in 0..n {
+            engine.decide(&request(state, 0, count, salt))?;
+            for rep in 0..n {
                 if cold {
                     salt += 1;
                 }
+                // `single` asks another question each time, as bench.py's `single`.
+                let first = if count == 1 { rep + 1 } else { 0 };
                 let t = Instant::now();
-                let decided = engine.decide(&request(state, count, salt))?;
+                let decided = engine.decide(&request(state, first, count, salt))?;
                 totals.push(t.elapsed().as_secs_f64() * 1e3);
                 steps.push(decided.timings);
             }

@@ -18,7 +18,7 @@ use decide_models::{ChatMessage, Model, ModelError};
 use crate::calibration::CalibrationState;
 use crate::error::{dotted, ApiError, Loc, LocPart};
 use crate::metrics::Metrics;
-use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType};
+use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType, Session};
 use crate::readout;
 use crate::scheduler::{self, Scheduler, SchedulerConfig};
 
@@ -324,6 +324,7 @@ impl Engine {
     fn compile(
         &self,
         request: &DecisionRequest,
+        session: &Session,
     ) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
         crate::frontends::json::question_count(
             request.questions.len(),
@@ -342,7 +343,7 @@ impl Engine {
         }
         let mut planned = Vec::with_capacity(request.questions.len());
         for (index, question) in request.questions.iter().enumerate() {
-            planned.push(self.compile_one(index, question, &request.readout)?);
+            planned.push(self.compile_one(index, question, &request.readout, session)?);
         }
         Ok(planned)
     }
@@ -352,6 +353,7 @@ impl Engine {
         index: usize,
         question: &Question,
         options: &readout::Options,
+        session: &Session,
     ) -> Result<Result<Planned, Refusal>, ApiError> {
         let Some(plugin) = self.plugins.question_type(&question.plugin) else {
             return Err(ApiError::invalid(
@@ -363,7 +365,7 @@ impl Engine {
                 ),
             ));
         };
-        let compiled = match plugin.compile(&question.json) {
+        let compiled = match plugin.compile_in(session, &question.json) {
             Ok(compiled) => compiled,
             Err(PluginCallError::InvalidQuestion(message)) => {
                 return Err(invalid_from_plugin(&question.loc, &message))
@@ -416,11 +418,12 @@ impl Engine {
         &self,
         requested: Option<f64>,
         calibration: &crate::plugins::Calibration,
+        session: &Session,
     ) -> Applied {
         let policy = calibration.name().to_string();
         let from_temperature = |t: f64, source| Applied {
             policy: policy.clone(),
-            params: calibration.default_params(t),
+            params: calibration.default_params_in(session, t),
             temperature: t,
             source,
         };
@@ -448,7 +451,9 @@ impl Engine {
     /// Answers every question of the request. Blocking: call from a blocking thread.
     pub fn decide(&self, request: &DecisionRequest) -> Result<Decided, ApiError> {
         let started = Instant::now();
-        let compiled = self.compile(request)?;
+        // Plugin instances for this request's calls, dropped with it.
+        let session = Session::new();
+        let compiled = self.compile(request, &session)?;
         let compiled_at = Instant::now();
         let renderer = self
             .plugins
@@ -470,7 +475,7 @@ impl Engine {
                     ),
                     retry_after_s: None,
                 })?;
-        let applied = self.applied(request.temperature, &calibration);
+        let applied = self.applied(request.temperature, &calibration, &session);
 
         let mut decided = Decided::new();
         decided.timings.compile = compiled_at - started;
@@ -480,6 +485,7 @@ impl Engine {
             compiled,
             &renderer,
             request.cache_salt,
+            &session,
             &mut decided,
         );
         let read_at = Instant::now();
@@ -491,11 +497,13 @@ impl Engine {
                 Err(refusal) => Outcome::Refusal(refusal),
                 Ok((planned, read)) => {
                     let question = &request.questions[planned.index];
-                    self.answer_one(question, planned, read, &calibration, &applied)
+                    self.answer_one(question, planned, read, &calibration, &applied, &session)
                 }
             };
             decided.outcomes.push(outcome);
         }
+        // Returning the request's plugin instances to the pool is part of its plugin work.
+        drop(session);
         decided.timings.answer = read_at.elapsed();
         self.metrics.record_request(&decided, started.elapsed());
         Ok(decided)
@@ -514,11 +522,12 @@ impl Engine {
             return questions.iter().map(|_| Err(reason.clone())).collect();
         };
         let options = readout::Options::default();
+        let session = Session::new();
         let planned: Vec<Result<Planned, Refusal>> = questions
             .iter()
             .enumerate()
             .map(
-                |(index, question)| match self.compile_one(index, question, &options) {
+                |(index, question)| match self.compile_one(index, question, &options, &session) {
                     Ok(planned) => planned,
                     Err(error) => Err(Refusal {
                         status: error.status(crate::error::Wire::SystemOne),
@@ -532,17 +541,25 @@ impl Engine {
         let mut decided = Decided::new();
         // Calibration and self-check reads have a tenant of their own.
         let salt = crate::prefix_cache::tenant_salt(&["decide-internal"]);
-        self.read_planned(state, questions, planned, &renderer, salt, &mut decided)
-            .into_iter()
-            .map(|read| {
-                let (planned, read) = read.map_err(|refusal| refusal.message)?;
-                Ok(RawRead {
-                    options: planned.compiled.options,
-                    scores: read.combined.scores,
-                    option_mass: read.combined.option_mass,
-                })
+        self.read_planned(
+            state,
+            questions,
+            planned,
+            &renderer,
+            salt,
+            &session,
+            &mut decided,
+        )
+        .into_iter()
+        .map(|read| {
+            let (planned, read) = read.map_err(|refusal| refusal.message)?;
+            Ok(RawRead {
+                options: planned.compiled.options,
+                scores: read.combined.scores,
+                option_mass: read.combined.option_mass,
             })
-            .collect()
+        })
+        .collect()
     }
 
     /// Renders one ask into prompt tokens and checks its labels. Long texts are tokenized
@@ -555,8 +572,9 @@ impl Engine {
         ask: &readout::Ask,
         renderer: &crate::plugins::Renderer,
         salt: u64,
+        session: &Session,
     ) -> Result<Prepared, Refusal> {
-        let messages = match renderer.render(state, &ask.question, &ask.labels) {
+        let messages = match renderer.render_in(session, state, &ask.question, &ask.labels) {
             Ok(messages) => messages,
             Err(error) => return Err(plugin_call_refusal(loc, error)),
         };
@@ -584,7 +602,7 @@ impl Engine {
                 loc: loc.clone(),
             });
         }
-        let label_ids = match self.model.label_ids(&prompt, &ask.labels) {
+        let label_ids = match self.model.label_ids_cached(&prompt, &ask.labels, salt) {
             Ok(ids) => ids,
             Err(error) => return Err(model_refusal(loc, error)),
         };
@@ -634,6 +652,7 @@ impl Engine {
         read: Read,
         calibration: &crate::plugins::Calibration,
         applied: &Applied,
+        session: &Session,
     ) -> Outcome {
         let loc = &question.loc;
         let refuse_plugin =
@@ -647,11 +666,14 @@ impl Engine {
             Ok(params) => params.clone(),
             Err(error) => return refuse_plugin(error.clone()),
         };
-        let probabilities = match calibration.apply(&combined.scores, &params) {
+        let probabilities = match calibration.apply_in(session, &combined.scores, &params) {
             Ok(probabilities) => probabilities,
             Err(error) => return refuse_plugin(error),
         };
-        let fields = match planned.plugin.answer(&question.json, &probabilities) {
+        let fields = match planned
+            .plugin
+            .answer_in(session, &question.json, &probabilities)
+        {
             Ok(fields) => fields,
             Err(error) => return refuse_plugin(error),
         };

@@ -98,25 +98,35 @@ fn a_plugin_that_traps_loops_or_hogs_memory_fails_only_its_question() {
         let reply = server.post(
             "/v1/decisions",
             &json!({"model": "smol", "input": "A short note.", "questions": [
+                {"type": "predicate", "name": "before", "instructions": "This is a note."},
                 {"type": name, "name": "bad", "instructions": "misbehave"},
                 {"type": "predicate", "name": "good", "instructions": "This is a note."}
             ]}),
         );
         assert_eq!(reply.status, 200, "{name}: {}", reply.body);
         assert_eq!(
-            reply.body["answers"][0]["type"], "refusal",
+            reply.body["answers"][1]["type"], "refusal",
             "{name}: {}",
             reply.body
         );
-        let message = reply.body["answers"][0]["extra"]["error"]["message"]
+        let message = reply.body["answers"][1]["extra"]["error"]["message"]
             .as_str()
             .unwrap();
         assert!(
             message.contains(name),
             "the refusal names the plugin: {message}"
         );
+        // The questions around it answer, the one after it (on the instance the request kept
+        // from the one before) exactly like the one before.
+        for i in [0, 2] {
+            assert_eq!(
+                reply.body["answers"][i]["type"], "predicate",
+                "{name}: {}",
+                reply.body
+            );
+        }
         assert_eq!(
-            reply.body["answers"][1]["type"], "predicate",
+            reply.body["answers"][0]["probability"], reply.body["answers"][2]["probability"],
             "{name}: {}",
             reply.body
         );

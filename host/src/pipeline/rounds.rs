@@ -21,12 +21,13 @@ impl Engine {
         planned: Vec<Result<Planned, Refusal>>,
         renderer: &crate::plugins::Renderer,
         salt: u64,
+        session: &crate::plugins::Session,
         decided: &mut Decided,
     ) -> Vec<Result<(Planned, Read), Refusal>> {
         let prepare_all = |planned: &Planned, asks: &[readout::Ask]| {
             let loc = &questions[planned.index].loc;
             asks.iter()
-                .map(|ask| self.prepare_one(state, loc, ask, renderer, salt))
+                .map(|ask| self.prepare_one(state, loc, ask, renderer, salt, session))
                 .collect::<Result<Vec<Prepared>, Refusal>>()
         };
         // Round 1.

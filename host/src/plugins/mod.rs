@@ -2,10 +2,14 @@
 //! WebAssembly components (the contract is `wit/plugin.wit`, package `decide:plugin`).
 //!
 //! Design choices:
-//! - **One engine, a fresh instance per call.** Components are compiled once (and cached on
-//!   disk by content hash); each call instantiates a pre-linked [`wasmtime::component::InstancePre`]
-//!   in a new store. A trap leaves no state behind and concurrent calls share nothing; the cost
-//!   is an instantiation per call (tens of microseconds, see the tests).
+//! - **One engine, a fresh instance per request.** Components are compiled once (and cached on
+//!   disk by content hash); a call instantiates a pre-linked
+//!   [`wasmtime::component::InstancePre`] in a new store, and the pipeline's calls for one
+//!   request keep their instances in a [`Session`] for the request's later calls of the same
+//!   plugin (an instantiation costs more than a small call). Nothing outlives the request, so
+//!   requests and tenants share no plugin state; a call that fails on a kept instance is run
+//!   again on a fresh one and the instance dropped, so a trap leaves nothing behind and fails
+//!   only its question; concurrent calls share nothing.
 //! - **Sandbox.** Components built for `wasm32-wasip2` import WASI through `std`, so WASI is
 //!   linked, but with nothing behind it: no arguments, environment, preopened directories,
 //!   network or stdin; stdout is discarded and stderr captured (it carries panic messages into
@@ -38,7 +42,7 @@ use serde::Serialize;
 
 pub use plugin::{Calibration, LoadStats, Plugin, QuestionType, Renderer, SUPPORTED_VERSIONS};
 pub use registry::{Change, PluginRegistry, PluginSource, PluginSummary, MAX_COMPONENT_BYTES};
-pub use runtime::{default_cache_dir, CacheOutcome, PluginRuntime, RuntimeConfig};
+pub use runtime::{default_cache_dir, CacheOutcome, PluginRuntime, RuntimeConfig, Session};
 
 /// The built-in plugins embedded by `host/build.rs`.
 pub mod builtin {

@@ -1,8 +1,10 @@
 //! Typed wrappers over the three plugin worlds: what the pipeline calls.
 //!
-//! A wrapper holds a compiled component pre-linked for instantiation ([`InstancePre`]); every
-//! call instantiates it in a fresh store, so a trap, a deadline or a memory cap hit leaves
-//! nothing behind, and concurrent calls share nothing. The host checks the size of every input
+//! A wrapper holds a compiled component pre-linked for instantiation ([`InstancePre`]); a call
+//! instantiates it in a fresh store, or, for the `*_in` calls of a request, runs on an instance
+//! the request's [`Session`] kept from an earlier call of the same plugin. A trap, a deadline or
+//! a memory cap hit fails only that call (a call that fails on a kept instance is run again on
+//! a fresh one), and concurrent calls share nothing. The host checks the size of every input
 //! and output against [`limits`].
 
 use std::sync::Arc;
@@ -12,7 +14,9 @@ use serde_json::{Map, Value};
 use wasmtime::component::Component;
 
 use super::bindings::{self, types as wit};
-use super::runtime::{limits, sha256_hex, truncate, CacheOutcome, PluginRuntime};
+use super::runtime::{
+    limits, sha256_hex, truncate, CacheOutcome, PluginId, PluginRuntime, Session,
+};
 use super::{
     ChatMessage, CompiledQuestion, LabelledScores, OptionDef, PluginCallError, PluginInfo,
     PluginKind,
@@ -32,6 +36,8 @@ pub(crate) struct Meta {
     pub name: String,
     pub info: PluginInfo,
     pub sha256: String,
+    /// The name and an id of this loaded plugin, for calls and [`Session`]s.
+    pub call: PluginId,
 }
 
 /// A question-type plugin.
@@ -154,6 +160,7 @@ impl Plugin {
             name: name.to_string(),
             info,
             sha256: sha256.clone(),
+            call: PluginId::new(name),
         };
         let mismatch = |e: wasmtime::Error| {
             anyhow::anyhow!(
@@ -331,24 +338,24 @@ fn to_info(info: wit::PluginInfo) -> PluginInfo {
 impl QuestionType {
     fn fetch_info(&self) -> anyhow::Result<PluginInfo> {
         self.runtime
-            .call(&self.meta.name, |store| {
-                let instance = self.pre.instantiate(&mut *store)?;
-                instance
-                    .decide_plugin_question_type()
-                    .call_info(&mut *store)
-            })
+            .call(
+                &self.meta.call,
+                None,
+                |store| self.pre.instantiate(store),
+                |store, instance| instance.decide_plugin_question_type().call_info(store),
+            )
             .map(to_info)
             .map_err(|e| anyhow::anyhow!("info(): {e}"))
     }
 
     /// The plugin's example question (JSON text), used by the self-test.
     pub fn example(&self) -> Result<String, PluginCallError> {
-        let example = self.runtime.call(&self.meta.name, |store| {
-            let instance = self.pre.instantiate(&mut *store)?;
-            instance
-                .decide_plugin_question_type()
-                .call_example(&mut *store)
-        })?;
+        let example = self.runtime.call(
+            &self.meta.call,
+            None,
+            |store| self.pre.instantiate(store),
+            |store, instance| instance.decide_plugin_question_type().call_example(store),
+        )?;
         check_len(
             &self.meta.name,
             "example()",
@@ -360,13 +367,34 @@ impl QuestionType {
 
     /// Validates `question_json` (the question object without `name`) and names its options.
     pub fn compile(&self, question_json: &str) -> Result<CompiledQuestion, PluginCallError> {
+        self.compile_at(None, question_json)
+    }
+
+    /// [`QuestionType::compile`] on an instance kept in `session` (see [`Session`]).
+    pub fn compile_in(
+        &self,
+        session: &Session,
+        question_json: &str,
+    ) -> Result<CompiledQuestion, PluginCallError> {
+        self.compile_at(Some(session), question_json)
+    }
+
+    fn compile_at(
+        &self,
+        session: Option<&Session>,
+        question_json: &str,
+    ) -> Result<CompiledQuestion, PluginCallError> {
         check_input("question", question_json.len())?;
-        let result = self.runtime.call(&self.meta.name, |store| {
-            let instance = self.pre.instantiate(&mut *store)?;
-            instance
-                .decide_plugin_question_type()
-                .call_compile(&mut *store, question_json)
-        })?;
+        let result = self.runtime.call(
+            &self.meta.call,
+            session,
+            |store| self.pre.instantiate(store),
+            |store, instance| {
+                instance
+                    .decide_plugin_question_type()
+                    .call_compile(store, question_json)
+            },
+        )?;
         let compiled = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         check_compiled(&self.meta.name, &compiled)?;
         Ok(CompiledQuestion {
@@ -389,6 +417,25 @@ impl QuestionType {
         question_json: &str,
         probabilities: &[f64],
     ) -> Result<Map<String, Value>, PluginCallError> {
+        self.answer_at(None, question_json, probabilities)
+    }
+
+    /// [`QuestionType::answer`] on an instance kept in `session` (see [`Session`]).
+    pub fn answer_in(
+        &self,
+        session: &Session,
+        question_json: &str,
+        probabilities: &[f64],
+    ) -> Result<Map<String, Value>, PluginCallError> {
+        self.answer_at(Some(session), question_json, probabilities)
+    }
+
+    fn answer_at(
+        &self,
+        session: Option<&Session>,
+        question_json: &str,
+        probabilities: &[f64],
+    ) -> Result<Map<String, Value>, PluginCallError> {
         check_input("question", question_json.len())?;
         if probabilities.len() > limits::MAX_OPTIONS {
             return Err(failed(
@@ -400,14 +447,18 @@ impl QuestionType {
                 ),
             ));
         }
-        let result = self.runtime.call(&self.meta.name, |store| {
-            let instance = self.pre.instantiate(&mut *store)?;
-            instance.decide_plugin_question_type().call_answer(
-                &mut *store,
-                question_json,
-                probabilities,
-            )
-        })?;
+        let result = self.runtime.call(
+            &self.meta.call,
+            session,
+            |store| self.pre.instantiate(store),
+            |store, instance| {
+                instance.decide_plugin_question_type().call_answer(
+                    &mut *store,
+                    question_json,
+                    probabilities,
+                )
+            },
+        )?;
         let text = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         check_len(
             &self.meta.name,
@@ -432,10 +483,12 @@ impl QuestionType {
 impl Renderer {
     fn fetch_info(&self) -> anyhow::Result<PluginInfo> {
         self.runtime
-            .call(&self.meta.name, |store| {
-                let instance = self.pre.instantiate(&mut *store)?;
-                instance.decide_plugin_renderer().call_info(&mut *store)
-            })
+            .call(
+                &self.meta.call,
+                None,
+                |store| self.pre.instantiate(store),
+                |store, instance| instance.decide_plugin_renderer().call_info(store),
+            )
             .map(to_info)
             .map_err(|e| anyhow::anyhow!("info(): {e}"))
     }
@@ -443,6 +496,27 @@ impl Renderer {
     /// Chat messages for `state` and `question`; `labels[i]` names `question.options[i]`.
     pub fn render(
         &self,
+        state: &str,
+        question: &CompiledQuestion,
+        labels: &[String],
+    ) -> Result<Vec<ChatMessage>, PluginCallError> {
+        self.render_at(None, state, question, labels)
+    }
+
+    /// [`Renderer::render`] on an instance kept in `session` (see [`Session`]).
+    pub fn render_in(
+        &self,
+        session: &Session,
+        state: &str,
+        question: &CompiledQuestion,
+        labels: &[String],
+    ) -> Result<Vec<ChatMessage>, PluginCallError> {
+        self.render_at(Some(session), state, question, labels)
+    }
+
+    fn render_at(
+        &self,
+        session: Option<&Session>,
         state: &str,
         question: &CompiledQuestion,
         labels: &[String],
@@ -460,12 +534,16 @@ impl Renderer {
                 })
                 .collect(),
         };
-        let result = self.runtime.call(&self.meta.name, |store| {
-            let instance = self.pre.instantiate(&mut *store)?;
-            instance
-                .decide_plugin_renderer()
-                .call_render(&mut *store, state, &wit_question, labels)
-        })?;
+        let result = self.runtime.call(
+            &self.meta.call,
+            session,
+            |store| self.pre.instantiate(store),
+            |store, instance| {
+                instance
+                    .decide_plugin_renderer()
+                    .call_render(store, state, &wit_question, labels)
+            },
+        )?;
         let messages = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         if messages.len() > limits::MAX_MESSAGES {
             return Err(failed(
@@ -511,10 +589,12 @@ impl Renderer {
 impl Calibration {
     fn fetch_info(&self) -> anyhow::Result<PluginInfo> {
         self.runtime
-            .call(&self.meta.name, |store| {
-                let instance = self.pre.instantiate(&mut *store)?;
-                instance.decide_plugin_calibration().call_info(&mut *store)
-            })
+            .call(
+                &self.meta.call,
+                None,
+                |store| self.pre.instantiate(store),
+                |store, instance| instance.decide_plugin_calibration().call_info(store),
+            )
             .map(to_info)
             .map_err(|e| anyhow::anyhow!("info(): {e}"))
     }
@@ -535,17 +615,57 @@ impl Calibration {
 
     /// Parameters meaning "temperature `temperature`, nothing fitted".
     pub fn default_params(&self, temperature: f64) -> Result<Vec<f64>, PluginCallError> {
-        let params = self.runtime.call(&self.meta.name, |store| {
-            let instance = self.pre.instantiate(&mut *store)?;
-            instance
-                .decide_plugin_calibration()
-                .call_default_params(&mut *store, temperature)
-        })?;
+        self.default_params_at(None, temperature)
+    }
+
+    /// [`Calibration::default_params`] on an instance kept in `session` (see [`Session`]).
+    pub fn default_params_in(
+        &self,
+        session: &Session,
+        temperature: f64,
+    ) -> Result<Vec<f64>, PluginCallError> {
+        self.default_params_at(Some(session), temperature)
+    }
+
+    fn default_params_at(
+        &self,
+        session: Option<&Session>,
+        temperature: f64,
+    ) -> Result<Vec<f64>, PluginCallError> {
+        let params = self.runtime.call(
+            &self.meta.call,
+            session,
+            |store| self.pre.instantiate(store),
+            |store, instance| {
+                instance
+                    .decide_plugin_calibration()
+                    .call_default_params(store, temperature)
+            },
+        )?;
         self.check_params(params)
     }
 
     /// Probabilities (one per score, summing to 1) from raw option scores and parameters.
     pub fn apply(&self, scores: &[f64], params: &[f64]) -> Result<Vec<f64>, PluginCallError> {
+        self.apply_at(None, scores, params)
+    }
+
+    /// [`Calibration::apply`] on an instance kept in `session` (see [`Session`]).
+    pub fn apply_in(
+        &self,
+        session: &Session,
+        scores: &[f64],
+        params: &[f64],
+    ) -> Result<Vec<f64>, PluginCallError> {
+        self.apply_at(Some(session), scores, params)
+    }
+
+    fn apply_at(
+        &self,
+        session: Option<&Session>,
+        scores: &[f64],
+        params: &[f64],
+    ) -> Result<Vec<f64>, PluginCallError> {
         if scores.len() > limits::MAX_OPTIONS || params.len() > limits::MAX_PARAMS {
             return Err(PluginCallError::InvalidQuestion(format!(
                 "{} scores and {} parameters exceed the limits of {} and {}",
@@ -555,12 +675,16 @@ impl Calibration {
                 limits::MAX_PARAMS
             )));
         }
-        let result = self.runtime.call(&self.meta.name, |store| {
-            let instance = self.pre.instantiate(&mut *store)?;
-            instance
-                .decide_plugin_calibration()
-                .call_apply(&mut *store, scores, params)
-        })?;
+        let result = self.runtime.call(
+            &self.meta.call,
+            session,
+            |store| self.pre.instantiate(store),
+            |store, instance| {
+                instance
+                    .decide_plugin_calibration()
+                    .call_apply(store, scores, params)
+            },
+        )?;
         let probs = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         if probs.len() != scores.len() {
             return Err(failed(
@@ -600,12 +724,16 @@ impl Calibration {
                 expected: s.expected,
             })
             .collect();
-        let result = self.runtime.call(&self.meta.name, |store| {
-            let instance = self.pre.instantiate(&mut *store)?;
-            instance
-                .decide_plugin_calibration()
-                .call_fit(&mut *store, &wit_samples)
-        })?;
+        let result = self.runtime.call(
+            &self.meta.call,
+            None,
+            |store| self.pre.instantiate(store),
+            |store, instance| {
+                instance
+                    .decide_plugin_calibration()
+                    .call_fit(store, &wit_samples)
+            },
+        )?;
         let params = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         self.check_params(params)
     }

@@ -388,6 +388,84 @@ fn misbehaving_plugins_fail_only_their_call() {
     plugin.self_test().unwrap();
 }
 
+/// A request's calls share instances through a session; a call that traps, loops or hits the
+/// memory cap on a kept instance fails exactly as on a fresh one, and the plugin's next call
+/// in the same session answers.
+#[test]
+fn a_session_keeps_instances_and_a_failure_fails_only_its_call() {
+    let runtime = misbehaving_runtime(300);
+    let bad = r#"{"type":"predicate","instructions":"misbehave"}"#;
+    for name in ["trap-question", "spin-question", "hog-question"] {
+        let p = load_question_type(&runtime, name);
+        let example = p.example().unwrap();
+        let alone = failed_message(p.compile(bad));
+        let session = Session::new();
+        assert_eq!(p.compile_in(&session, &example).unwrap().options.len(), 2);
+        assert_eq!(session.kept(), 1, "{name}: the instance is kept");
+        assert_eq!(p.compile_in(&session, &example).unwrap().options.len(), 2);
+        assert_eq!(session.kept(), 1, "{name}: and used again");
+        // Fails on the kept instance, again on a fresh one: the message is a fresh call's.
+        let in_session = failed_message(p.compile_in(&session, bad));
+        assert_eq!(in_session, alone, "{name}");
+        assert_eq!(session.kept(), 0, "{name}: a failed instance is dropped");
+        // The next question of the same request answers.
+        assert_eq!(p.compile_in(&session, &example).unwrap().options.len(), 2);
+        let answer = p.answer_in(&session, &example, &[0.25, 0.75]).unwrap();
+        assert_eq!(answer["probability"], 0.25, "{name}");
+        assert_eq!(session.kept(), 1, "{name}");
+    }
+}
+
+/// Sessions keep instances per plugin: another plugin, a new session or a hot-swapped
+/// version of the same plugin never gets them.
+#[test]
+fn sessions_keep_instances_per_plugin_and_per_session() {
+    let p = qt("openai-predicate");
+    let q = r#"{"type":"predicate","instructions":"Is it raining?"}"#;
+    let c = builtins().calibration("temperature").unwrap();
+    let session = Session::new();
+    let compiled = p.compile_in(&session, q).unwrap();
+    let probabilities = c.apply_in(&session, &[-0.1, -2.3], &[1.0]).unwrap();
+    assert_eq!(session.kept(), 2, "one instance of each plugin");
+    assert_eq!(
+        p.answer_in(&session, q, &probabilities).unwrap(),
+        p.answer(q, &probabilities).unwrap()
+    );
+    assert_eq!(compiled, p.compile(q).unwrap());
+    assert_eq!(session.kept(), 2);
+    assert_eq!(Session::new().kept(), 0);
+    // The same component loaded again (as a hot swap loads it) is another plugin.
+    let bytes = super::builtin::BUILTIN_PLUGINS
+        .iter()
+        .find(|(name, ..)| *name == "openai-predicate")
+        .unwrap()
+        .2;
+    let (again, _) = Plugin::load(builtins().runtime(), "openai-predicate", bytes).unwrap();
+    let Plugin::QuestionType(again) = again else {
+        panic!("not a question type")
+    };
+    assert_eq!(again.compile_in(&session, q).unwrap(), compiled);
+    assert_eq!(
+        session.kept(),
+        3,
+        "the new version got an instance of its own"
+    );
+    // Threads take instances of their own.
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..20 {
+                    assert_eq!(
+                        p.answer_in(&session, q, &[0.3, 0.7]).unwrap()["probability"],
+                        0.3
+                    );
+                }
+            });
+        }
+    });
+    assert!((3..=6).contains(&session.kept()), "{}", session.kept());
+}
+
 #[test]
 fn bad_files_never_replace_a_good_plugin() {
     let dir = scratch_dir("bad-files");
