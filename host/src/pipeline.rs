@@ -607,8 +607,11 @@ impl Engine {
             Err(error) => return Err(model_refusal(loc, error)),
         };
         Ok(Prepared {
-            tokens: prompt.tokens,
-            label_ids,
+            tokens: prompt.tokens.len(),
+            prompt: scheduler::Prompt {
+                tokens: prompt.tokens,
+                label_ids,
+            },
         })
     }
 
@@ -619,7 +622,7 @@ impl Engine {
     /// Returns per prompt the readout and how many of its tokens came from a cache.
     fn read_batch(
         &self,
-        prompts: &[&Prepared],
+        prompts: Vec<scheduler::Prompt>,
         salt: u64,
         decided: &mut Decided,
     ) -> Vec<scheduler::PromptRead> {
@@ -627,15 +630,8 @@ impl Engine {
             return Vec::new();
         }
         decided.input_tokens += prompts.iter().map(|p| p.tokens.len()).sum::<usize>();
-        let job = prompts
-            .iter()
-            .map(|p| scheduler::Prompt {
-                tokens: p.tokens.clone(),
-                label_ids: p.label_ids.clone(),
-            })
-            .collect();
         let sent = Instant::now();
-        let result = self.scheduler.read(job, salt);
+        let result = self.scheduler.read(prompts, salt);
         decided.timings.model += sent.elapsed();
         decided.forward_passes += result.forward_passes;
         for read in result.reads.iter().flatten() {
@@ -701,8 +697,11 @@ impl Engine {
 
 /// A question rendered to prompt tokens, with its label token ids.
 struct Prepared {
-    tokens: Vec<u32>,
-    label_ids: Vec<u32>,
+    /// The tokens and label ids, moved to the model worker by [`Engine::read_round`] (not
+    /// copied: with a long input they are tens of kilobytes per question).
+    prompt: scheduler::Prompt,
+    /// How many tokens the prompt has (kept once the prompt has gone to the worker).
+    tokens: usize,
 }
 
 /// A refusal for a failed renderer or calibration call.

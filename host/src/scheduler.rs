@@ -42,7 +42,7 @@ pub const MAX_FUSED_PASS_TOKENS: usize = 4096;
 pub const STORE_MIN_TOKENS: usize = 512;
 
 /// One prompt to read.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Prompt {
     pub tokens: Vec<u32>,
     pub label_ids: Vec<u32>,

@@ -34,18 +34,18 @@ impl Engine {
         // Rendering and tokenizing a prompt with a long input costs milliseconds of CPU each
         // (64 questions over a 4k-token input: ~0.5 s on one core), so questions are prepared
         // on all cores.
-        let first: Vec<Result<(Planned, Vec<Prepared>), Refusal>> =
+        let mut first: Vec<Result<(Planned, Vec<Prepared>), Refusal>> =
             parallel_map(planned, |planned| {
                 let planned = planned?;
                 let asks = planned.plan.asks(&planned.compiled);
                 let prepared = prepare_all(&planned, &asks)?;
                 Ok((planned, prepared))
             });
-        let groups: Vec<&[Prepared]> = first
-            .iter()
-            .filter_map(|w| w.as_ref().ok().map(|(_, p)| p.as_slice()))
+        let groups: Vec<&mut [Prepared]> = first
+            .iter_mut()
+            .filter_map(|w| w.as_mut().ok().map(|(_, p)| p.as_mut_slice()))
             .collect();
-        let mut reads = self.read_round(&groups, salt, decided).into_iter();
+        let mut reads = self.read_round(groups, salt, decided).into_iter();
         let mut after_first: Vec<Result<Stage, Refusal>> = Vec::with_capacity(first.len());
         for work in first {
             after_first.push(work.and_then(|(planned, prepared)| {
@@ -64,14 +64,14 @@ impl Engine {
             }));
         }
         // Round 2.
-        let groups: Vec<&[Prepared]> = after_first
-            .iter()
+        let groups: Vec<&mut [Prepared]> = after_first
+            .iter_mut()
             .filter_map(|s| match s {
-                Ok(Stage::Waiting(_, _, prepared, _)) => Some(prepared.as_slice()),
+                Ok(Stage::Waiting(_, _, prepared, _)) => Some(prepared.as_mut_slice()),
                 _ => None,
             })
             .collect();
-        let mut reads = self.read_round(&groups, salt, decided).into_iter();
+        let mut reads = self.read_round(groups, salt, decided).into_iter();
         after_first
             .into_iter()
             .map(|stage| match stage? {
@@ -91,21 +91,27 @@ impl Engine {
     }
 
     /// One round of reads: every group's prompts go into one batched read (the only caller of
-    /// [`Engine::read_batch`]); the results come back split by group.
+    /// [`Engine::read_batch`]); the results come back split by group. The prompts are moved
+    /// to the model worker, leaving their token counts.
     fn read_round(
         &self,
-        groups: &[&[Prepared]],
+        groups: Vec<&mut [Prepared]>,
         salt: u64,
         decided: &mut Decided,
     ) -> Vec<Vec<Result<(Readout, usize), ModelError>>> {
         if groups.is_empty() {
             return Vec::new();
         }
-        let prompts: Vec<&Prepared> = groups.iter().flat_map(|g| g.iter()).collect();
-        let mut reads = self.read_batch(&prompts, salt, decided).into_iter();
-        groups
-            .iter()
-            .map(|group| reads.by_ref().take(group.len()).collect())
+        let sizes: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+        let prompts: Vec<crate::scheduler::Prompt> = groups
+            .into_iter()
+            .flat_map(|g| g.iter_mut())
+            .map(|p| std::mem::take(&mut p.prompt))
+            .collect();
+        let mut reads = self.read_batch(prompts, salt, decided).into_iter();
+        sizes
+            .into_iter()
+            .map(|size| reads.by_ref().take(size).collect())
             .collect()
     }
 }
@@ -186,7 +192,7 @@ fn collect_reads(
     let (mut tokens, mut cached) = (0, 0);
     for (read, prompt) in reads.into_iter().zip(prepared) {
         let (read, from_cache) = read.map_err(|error| model_refusal(loc, error))?;
-        tokens += prompt.tokens.len();
+        tokens += prompt.tokens;
         cached += from_cache;
         out.push(read);
     }

@@ -8,7 +8,7 @@ use std::fs;
 use std::hash::Hasher;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -550,6 +550,15 @@ struct Kept {
 /// ends); more are dropped after their call.
 const MAX_KEPT: usize = 32;
 
+/// Most instances all sessions of the process keep together: half of the instance pool's
+/// slots ([`instance_pool`], 1000), so that many concurrent requests keeping instances never
+/// leave a call without a slot. Past it, instances are dropped after their call, as without
+/// a session.
+const MAX_KEPT_TOTAL: usize = 500;
+
+/// Instances kept by all sessions now.
+static KEPT_TOTAL: AtomicUsize = AtomicUsize::new(0);
+
 impl Session {
     /// An empty session.
     pub fn new() -> Session {
@@ -569,6 +578,7 @@ impl Session {
         let at = idle.iter().rposition(|k| k.plugin == plugin)?;
         let kept = idle.swap_remove(at);
         drop(idle);
+        KEPT_TOTAL.fetch_sub(1, Ordering::Relaxed);
         match kept.instance.downcast::<T>() {
             Ok(instance) => Some((kept.store, instance)),
             // Ids are unique per loaded plugin, and a plugin has one instance type.
@@ -585,13 +595,25 @@ impl Session {
     /// Keeps an instance of `plugin` for the next call.
     fn put(&self, plugin: u64, store: Store<PluginState>, instance: Box<dyn Any + Send>) {
         let mut idle = self.lock();
-        if idle.len() < MAX_KEPT {
-            idle.push(Kept {
-                plugin,
-                store,
-                instance,
-            });
+        if idle.len() >= MAX_KEPT {
+            return;
         }
+        if KEPT_TOTAL.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_TOTAL {
+            KEPT_TOTAL.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        idle.push(Kept {
+            plugin,
+            store,
+            instance,
+        });
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let idle = self.idle.get_mut().unwrap_or_else(|p| p.into_inner());
+        KEPT_TOTAL.fetch_sub(idle.len(), Ordering::Relaxed);
     }
 }
 
