@@ -153,7 +153,10 @@ fn graph_memory(
         model.device().synchronize()?;
         let (free_before, _) = mem_get_info()?;
         let mut shapes = 0;
-        for rows in (32..=512).step_by(32).filter(|&r| header + r <= tokens.len()) {
+        for rows in (32..=512)
+            .step_by(32)
+            .filter(|&r| header + r <= tokens.len())
+        {
             let segments = [Segment {
                 prefix: Some(&prefix),
                 tokens: &tokens[header..header + rows],
