@@ -469,10 +469,13 @@ __device__ __forceinline__ void attention_impl(
         const float base0 = n0 == -INFINITY ? 0.f : n0 * scale_log2;
         const float base1 = n1 == -INFINITY ? 0.f : n1 * scale_log2;
         // Rescale what was summed so far, unless no row of the warp found a new maximum
-        // (the usual case once a row has seen a few tiles).
+        // (the usual case once a row has seen a few tiles). A row whose maximum did not
+        // change keeps exactly 1: computed, m * scale - n * scale may round to a tiny
+        // nonzero (contracted into an FMA), which would make a row's result depend on
+        // whether another row of its warp rescaled (on how rows were batched and padded).
         if (!__all_sync(0xffffffff, n0 == m0 && n1 == m1)) {
-            const float alpha0 = exp2f(m0 * scale_log2 - base0);
-            const float alpha1 = exp2f(m1 * scale_log2 - base1);
+            const float alpha0 = n0 == m0 ? 1.f : exp2f(m0 * scale_log2 - base0);
+            const float alpha1 = n1 == m1 ? 1.f : exp2f(m1 * scale_log2 - base1);
             l0 *= alpha0;
             l1 *= alpha1;
 #pragma unroll
