@@ -227,6 +227,15 @@ pub struct Engine {
     self_check: Option<crate::selfcheck::Report>,
 }
 
+/// How a request's prompts are made: its renderer plugin, its tenant salt (token and prefix
+/// caches) and its plugin session.
+#[derive(Clone, Copy)]
+struct Prompting<'a> {
+    renderer: &'a crate::plugins::Renderer,
+    salt: u64,
+    session: &'a Session,
+}
+
 /// A compiled question waiting for the model.
 struct Planned {
     index: usize,
@@ -479,13 +488,16 @@ impl Engine {
 
         let mut decided = Decided::new();
         decided.timings.compile = compiled_at - started;
+        let prompting = Prompting {
+            renderer: &renderer,
+            salt: request.cache_salt,
+            session: &session,
+        };
         let reads = self.read_planned(
             &request.state,
             &request.questions,
             compiled,
-            &renderer,
-            request.cache_salt,
-            &session,
+            &prompting,
             &mut decided,
         );
         let read_at = Instant::now();
@@ -541,39 +553,39 @@ impl Engine {
         let mut decided = Decided::new();
         // Calibration and self-check reads have a tenant of their own.
         let salt = crate::prefix_cache::tenant_salt(&["decide-internal"]);
-        self.read_planned(
-            state,
-            questions,
-            planned,
-            &renderer,
+        let prompting = Prompting {
+            renderer: &renderer,
             salt,
-            &session,
-            &mut decided,
-        )
-        .into_iter()
-        .map(|read| {
-            let (planned, read) = read.map_err(|refusal| refusal.message)?;
-            Ok(RawRead {
-                options: planned.compiled.options,
-                scores: read.combined.scores,
-                option_mass: read.combined.option_mass,
+            session: &session,
+        };
+        self.read_planned(state, questions, planned, &prompting, &mut decided)
+            .into_iter()
+            .map(|read| {
+                let (planned, read) = read.map_err(|refusal| refusal.message)?;
+                Ok(RawRead {
+                    options: planned.compiled.options,
+                    scores: read.combined.scores,
+                    option_mass: read.combined.option_mass,
+                })
             })
-        })
-        .collect()
+            .collect()
     }
 
     /// Renders one ask into prompt tokens and checks its labels. Long texts are tokenized
-    /// through the model's token cache under the tenant's `salt`, so a tenant's repeated
+    /// through the model's token cache under the tenant's salt, so a tenant's repeated
     /// input is tokenized once and no tenant can time another's cache entries.
     fn prepare_one(
         &self,
         state: &str,
         loc: &Loc,
         ask: &readout::Ask,
-        renderer: &crate::plugins::Renderer,
-        salt: u64,
-        session: &Session,
+        prompting: &Prompting<'_>,
     ) -> Result<Prepared, Refusal> {
+        let Prompting {
+            renderer,
+            salt,
+            session,
+        } = *prompting;
         let messages = match renderer.render_in(session, state, &ask.question, &ask.labels) {
             Ok(messages) => messages,
             Err(error) => return Err(plugin_call_refusal(loc, error)),

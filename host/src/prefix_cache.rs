@@ -123,7 +123,7 @@ impl<C: CachedPrefix> PrefixCache<C> {
         let bytes = cache.bytes();
         if self.budget_bytes == 0
             || tokens.is_empty()
-            || tokens.len() % BLOCK_TOKENS != 0
+            || !tokens.len().is_multiple_of(BLOCK_TOKENS)
             || cache.positions() != tokens.len()
             || bytes > self.budget_bytes
         {

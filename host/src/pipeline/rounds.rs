@@ -5,7 +5,7 @@
 
 use decide_models::{ModelError, Readout};
 
-use super::{model_refusal, Decided, Engine, Planned, Prepared, Question, Refusal};
+use super::{model_refusal, Decided, Engine, Planned, Prepared, Prompting, Question, Refusal};
 use crate::error::Loc;
 use crate::readout;
 
@@ -19,15 +19,14 @@ impl Engine {
         state: &str,
         questions: &[Question],
         planned: Vec<Result<Planned, Refusal>>,
-        renderer: &crate::plugins::Renderer,
-        salt: u64,
-        session: &crate::plugins::Session,
+        prompting: &Prompting<'_>,
         decided: &mut Decided,
     ) -> Vec<Result<(Planned, Read), Refusal>> {
+        let salt = prompting.salt;
         let prepare_all = |planned: &Planned, asks: &[readout::Ask]| {
             let loc = &questions[planned.index].loc;
             asks.iter()
-                .map(|ask| self.prepare_one(state, loc, ask, renderer, salt, session))
+                .map(|ask| self.prepare_one(state, loc, ask, prompting))
                 .collect::<Result<Vec<Prepared>, Refusal>>()
         };
         // Round 1.
