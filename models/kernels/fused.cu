@@ -9,7 +9,8 @@
 //   - silu_mul: the SwiGLU gate of the fused gate/up projection, one launch;
 //   - attention: flash-style attention (scores never leave registers) over keys that come
 //     from several cached prefixes plus this pass's own rows, each query row seeing two
-//     bands of key columns (its prefix, and its own segment causally).
+//     bands of key columns (its prefix, and its own segment causally); two block shapes.
+// And label_logprobs reads the answer: the log-softmax over the vocabulary at the labels.
 //
 // Built to PTX by models/build.rs with the toolkit's nvcc when the `cuda` feature is on.
 
