@@ -6,9 +6,10 @@
 //! launches). A graph captured once replays all of a pass's launches with one call.
 //!
 //! A graph bakes in its kernels' arguments: the row count, how many cached prefixes the
-//! pass reads, where its own keys start and the attention's block shape. Those make the key ([`GraphKey`]); rows are
-//! padded up to a multiple of [`ROW_STEP`] (padding rows see no keys and are never read), so
-//! questions of similar length share a graph. Everything else (token ids, positions, which
+//! pass reads, where its own keys start and the attention's block shape. Those make the key
+//! ([`GraphKey`]); rows are padded up to a multiple of [`ROW_STEP`] (padding rows see no keys
+//! and are never read, and a real row's result does not depend on them), so questions of
+//! similar length share a graph. Everything else (token ids, positions, which
 //! keys each row sees, where the cached prefixes lie) is data in buffers the graph reads,
 //! rewritten before each replay. A shape is captured the second time it is seen, so one-off
 //! shapes (large mixed batches) run without the capture's cost.
@@ -33,7 +34,8 @@ pub(super) const MAX_ROWS: usize = 512;
 /// Rows are padded to a multiple of this.
 const ROW_STEP: usize = 32;
 
-/// Graphs kept; the least recently used goes first.
+/// Graphs kept; the least recently used goes first. Each holds its pass's activations only
+/// while it runs (16 shapes of 32..512 rows took 42 MiB on q15, `forward_bench`).
 const MAX_GRAPHS: usize = 64;
 
 /// What a graph bakes in.
