@@ -34,8 +34,9 @@ pub(super) const MAX_ROWS: usize = 512;
 /// Rows are padded to a multiple of this.
 const ROW_STEP: usize = 32;
 
-/// Graphs kept; the least recently used goes first. Each holds its pass's activations only
-/// while it runs (16 shapes of 32..512 rows took 42 MiB on q15, `forward_bench`).
+/// Graphs kept; the least recently used goes first. Their activations' memory stays with
+/// them between replays: 16 shapes of 32..512 rows held 42 MiB in all on q15
+/// (`forward_bench`'s `graph_memory_mib`).
 const MAX_GRAPHS: usize = 64;
 
 /// What a graph bakes in.
