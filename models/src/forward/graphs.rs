@@ -178,7 +178,8 @@ fn capture(
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
         .map_err(cuda_error)?;
     // Every buffer allocated while capturing is freed while capturing too (the hidden
-    // states are copied out and dropped), so the graph owns no memory between replays.
+    // states are copied out and dropped), so no allocation outlives a replay (CUDA keeps the
+    // physical memory in the graph pool for the next one) and candle never frees graph memory.
     let recorded = t
         .fused_layers(layers, &inputs, false)
         .and_then(|(x, _)| Ok(output.slice_set(&x, 0, 0)?));
