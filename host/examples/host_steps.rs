@@ -24,7 +24,6 @@ use decide::config::{Cli, Command};
 use decide::pipeline::{DecisionRequest, Question, StepTimes, TemperatureSource};
 use decide::plugins::{CompiledQuestion, Session};
 use decide::readout;
-use decide_models::ChatMessage;
 
 const TOPICS: [&str; 8] = [
     "billing",
@@ -186,14 +185,7 @@ fn main() -> anyhow::Result<()> {
         } else {
             SHORT_STATE
         };
-        let messages: Vec<ChatMessage> = renderer
-            .render(state, &c, &labels)?
-            .into_iter()
-            .map(|m| ChatMessage {
-                role: m.role,
-                content: m.content,
-            })
-            .collect();
+        let messages = renderer.render(state, &c, &labels)?;
         let until = Instant::now() + Duration::from_secs(5);
         let mut n = 0u64;
         while Instant::now() < until {
@@ -320,13 +312,6 @@ fn main() -> anyhow::Result<()> {
                 for (i, (q, labels)) in these.iter().enumerate() {
                     let t0 = Instant::now();
                     let messages = renderer.render_in(&session, state, q, labels).unwrap();
-                    let messages: Vec<ChatMessage> = messages
-                        .into_iter()
-                        .map(|m| ChatMessage {
-                            role: m.role,
-                            content: m.content,
-                        })
-                        .collect();
                     let t1 = Instant::now();
                     let prompt = model.render_cached(&messages, salt).unwrap();
                     let t2 = Instant::now();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use serde_json::{Map, Value};
 
-use decide_models::{ChatMessage, Model, ModelError};
+use decide_models::{Model, ModelError};
 
 use crate::calibration::CalibrationState;
 use crate::error::{dotted, ApiError, Loc, LocPart};
@@ -590,13 +590,6 @@ impl Engine {
             Ok(messages) => messages,
             Err(error) => return Err(plugin_call_refusal(loc, error)),
         };
-        let messages: Vec<ChatMessage> = messages
-            .into_iter()
-            .map(|m| ChatMessage {
-                role: m.role,
-                content: m.content,
-            })
-            .collect();
         let prompt = match self.model.render_cached(&messages, salt) {
             Ok(prompt) => prompt,
             Err(error) => return Err(model_refusal(loc, error)),

@@ -121,14 +121,9 @@ pub struct CompiledQuestion {
     pub options: Vec<OptionDef>,
 }
 
-/// One chat message from a renderer (WIT `chat-message`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ChatMessage {
-    /// `system`, `user` or `assistant` (checked by the host).
-    pub role: String,
-    /// The message text.
-    pub content: String,
-}
+/// One chat message from a renderer (WIT `chat-message`): the model's own type, so rendered
+/// messages go to the chat template as they are (the host checks the role).
+pub use decide_models::ChatMessage;
 
 /// One labelled observation for fitting a calibration policy (WIT `labelled-scores`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
