@@ -317,22 +317,14 @@ impl GgufTokenizer {
             // A short run: a system message, the text between two turns, the generation
             // prompt's role line, a short input with its question. Every prompt repeats most
             // of these, so they are looked up too, in pieces of about [`TAIL_PIECE_BYTES`]
-            // (a question's option lines are shared by questions with the same options), one
-            // after another (threads would cost more than tokenizing them).
+            // (a question's option lines are shared by questions with the same options).
             let cut: Vec<&str> = if self.cuttable {
                 pieces(run, TAIL_PIECE_BYTES).collect()
             } else {
                 vec![run]
             };
-            for piece in cut {
-                match self.cache.get(salt, piece) {
-                    Some(ids) => out.extend_from_slice(&ids),
-                    None => {
-                        let ids: Arc<[u32]> = self.encode_plain(piece)?.into();
-                        out.extend_from_slice(&ids);
-                        self.cache.insert(salt, piece, ids);
-                    }
-                }
+            for ids in self.cached_ids(salt, &cut)? {
+                out.extend_from_slice(&ids);
             }
             return Ok(());
         }
@@ -382,9 +374,11 @@ impl GgufTokenizer {
     }
 
     /// [`GgufTokenizer::encode_plain`] of every text, in order, spread over the available
-    /// cores in contiguous chunks when there are several texts.
+    /// cores in contiguous chunks when there are several texts of at least two cache pieces.
     fn encode_all(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
-        if texts.len() < 2 {
+        // Little text (a short run's pieces, a long run's tail) is tokenized faster than
+        // threads start.
+        if texts.len() < 2 || texts.iter().map(|t| t.len()).sum::<usize>() < 2 * CACHED_RUN_BYTES {
             return texts.iter().map(|t| self.encode_plain(t)).collect();
         }
         // Asked only here: it reads the cgroup's CPU quota from files, ~10 µs.
