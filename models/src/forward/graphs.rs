@@ -106,30 +106,29 @@ impl PassGraphs {
         }
         graphs.clock += 1;
         let now = graphs.clock;
+        if !graphs.captured.contains_key(&key) && graphs.seen.insert(key, now).is_none() {
+            if graphs.seen.len() > 4 * MAX_GRAPHS {
+                remove_oldest(&mut graphs.seen, |&at| at);
+            }
+            return Ok(None);
+        }
         // Padding rows: token 0 at position 0, seeing no keys.
-        let mut tokens = tokens.to_vec();
-        let mut positions = positions.to_vec();
-        let mut bounds = bounds.to_vec();
-        tokens.resize(rows, 0);
-        positions.resize(rows, 0);
-        bounds.resize(4 * rows, 0);
+        let padded = |values: &[u32], len: usize| {
+            let mut v = values.to_vec();
+            v.resize(len, 0);
+            v
+        };
+        let (tokens, positions, bounds) = (
+            padded(tokens, rows),
+            padded(positions, rows),
+            padded(bounds, 4 * rows),
+        );
 
         if let Some(g) = graphs.captured.get_mut(&key) {
             g.inputs.write(&tokens, &positions, &bounds, keys)?;
             g.graph.launch().map_err(cuda_error)?;
             g.last_used = now;
             return Ok(Some(g.output.narrow(0, 0, m)?));
-        }
-        if graphs.seen.insert(key, now).is_none() {
-            if graphs.seen.len() > 4 * MAX_GRAPHS {
-                let oldest = graphs
-                    .seen
-                    .iter()
-                    .min_by_key(|(_, &at)| at)
-                    .map(|(k, _)| *k);
-                graphs.seen.retain(|k, _| Some(*k) != oldest);
-            }
-            return Ok(None);
         }
         let inputs = PassInputs::upload(t, &tokens, &positions, &bounds, keys)?;
         let g = match capture(t, layers, inputs, rows) {
@@ -143,12 +142,7 @@ impl PassGraphs {
         g.graph.launch().map_err(cuda_error)?;
         let output = g.output.narrow(0, 0, m)?;
         if graphs.captured.len() >= MAX_GRAPHS {
-            let oldest = graphs
-                .captured
-                .iter()
-                .min_by_key(|(_, g)| g.last_used)
-                .map(|(k, _)| *k);
-            graphs.captured.retain(|k, _| Some(*k) != oldest);
+            remove_oldest(&mut graphs.captured, |g| g.last_used);
         }
         graphs.captured.insert(
             key,
@@ -194,6 +188,13 @@ fn capture(
         output,
         last_used: 0,
     })
+}
+
+/// Removes the entry with the smallest `age` (the least recently used).
+fn remove_oldest<V>(map: &mut HashMap<GraphKey, V>, age: impl Fn(&V) -> u64) {
+    if let Some(key) = map.iter().min_by_key(|(_, v)| age(v)).map(|(k, _)| *k) {
+        map.remove(&key);
+    }
 }
 
 fn cuda_error(e: impl std::fmt::Display) -> ModelError {
