@@ -295,6 +295,12 @@ fn main() -> Res<()> {
         packed("packed: 3 prefixes, 6 segments", q15),
         packed("packed: 3 prefixes, 6 segments (d=64)", q05),
         Case {
+            name: "causal 777 after 1500 cached",
+            heads: q15,
+            prefixes: vec![1500],
+            segments: vec![(Some(0), 777)],
+        },
+        Case {
             name: "3 rows after 4000 cached (split)",
             heads: q15,
             prefixes: vec![4000],
@@ -309,6 +315,10 @@ fn main() -> Res<()> {
     ];
     for c in &cases {
         for block in AttentionBlock::ALL {
+            if !block.runs_on(&dev, c.heads.dim) {
+                println!("attention ({block:?}): {}: not on this device", c.name);
+                continue;
+            }
             let r = attention_case(&dev, c, block, false)?;
             check(
                 format!("attention ({block:?}): {}", c.name),
@@ -320,7 +330,7 @@ fn main() -> Res<()> {
 
     // Timing: causal prefill of n rows, short suffixes over one long cached prefix (many
     // questions over one input; one question over a long input, which the key split
-    // serves), on both block shapes.
+    // serves), on every block shape this device runs.
     let causal = [2048usize, 4096, 8192].map(|n| {
         let flops = 2.0 * (n * n) as f64 * 128.0 * 12.0; // causal half of 4 n^2 d h
         (format!("causal {n}"), vec![], vec![(None, n)], flops)
@@ -356,7 +366,7 @@ fn main() -> Res<()> {
             prefixes,
             segments,
         };
-        for block in AttentionBlock::ALL {
+        for block in AttentionBlock::ALL.into_iter().filter(|b| b.runs_on(&dev, 128)) {
             let (d, m, secs) = attention_case(&dev, &c, block, true)?;
             let ms = secs.unwrap_or(0.0) * 1e3;
             let tflops = flops / (ms / 1e3) / 1e12;

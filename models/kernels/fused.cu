@@ -14,10 +14,7 @@
 //
 // Built to PTX by models/build.rs with the toolkit's nvcc when the `cuda` feature is on.
 
-#include <cuda_bf16.h>
-#include <stdint.h>
-
-typedef __nv_bfloat16 bf16;
+#include "attention_common.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // qkv_rope: qkv (M, H + 2*KV heads, D) bf16, the output of h @ [Wq | Wk | Wv].
@@ -156,7 +153,6 @@ extern "C" __global__ void silu_mul_bf16(const __nv_bfloat162* __restrict__ gu,
 
 #define ATT_BM 64
 #define ATT_THREADS 128
-#define ATT_SMEM_PREFIXES 64
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1) {
@@ -181,30 +177,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* sme
                  : "r"(a));
 }
 
-// 16 bytes global -> shared without registers; zero-filled when !valid.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    const int bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem),
-                 "r"(bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ bool sees(int col, const int* b) {
-    return (col >= b[0] && col < b[1]) || (col >= b[2] && col < b[3]);
-}
-
 /// Shared memory of one attention block: two stages of (K tile, V tile) of BN keys, and with
 /// QS the block's queries.
 template <int D, int BN, bool QS>
@@ -213,14 +185,7 @@ constexpr int attention_smem_bytes() {
 }
 
 template <int D, int BN, bool QS>
-__device__ __forceinline__ void attention_impl(
-    const bf16* __restrict__ q, int q_stride, const bf16* __restrict__ k_own,
-    const bf16* __restrict__ v_own, int own_start, int M,
-    const unsigned long long* __restrict__ prefix_k,
-    const unsigned long long* __restrict__ prefix_v, const int* __restrict__ prefix_start,
-    const int* __restrict__ prefix_len, int n_prefix, const int* __restrict__ bounds,
-    bf16* __restrict__ out, int H, int KV, float scale_log2, int n_splits,
-    float* __restrict__ part_o, float* __restrict__ part_ml) {
+__device__ __forceinline__ void attention_impl(ATTENTION_PARAMS) {
     constexpr int STRIDE = D + 8;
     constexpr int KSTEPS = D / 16;  // k-steps of Q K^T
     constexpr int NT = BN / 8;      // n-tiles of a score tile
@@ -233,10 +198,8 @@ __device__ __forceinline__ void attention_impl(
     bf16* const q_smem = smem + 4 * TILE;  // QS: (ATT_BM, STRIDE)
     __shared__ int range[4];
     // Each row's bounds, read when a tile is masked element by element.
-    __shared__ int s_bounds[ATT_BM * 4];
-    // The prefix table, in shared memory when it fits (read for every key row staged).
-    __shared__ unsigned long long s_pk[ATT_SMEM_PREFIXES], s_pv[ATT_SMEM_PREFIXES];
-    __shared__ int s_pstart[ATT_SMEM_PREFIXES], s_plen[ATT_SMEM_PREFIXES];
+    __shared__ __align__(16) int s_bounds[ATT_BM * 4];
+    __shared__ SharedPrefixTable s_table;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
@@ -249,57 +212,13 @@ __device__ __forceinline__ void attention_impl(
     // This thread's two rows.
     const int r0 = row0 + wrow + g, r1 = r0 + 8;
 
-    const bool table_in_smem = n_prefix <= ATT_SMEM_PREFIXES;
-    if (table_in_smem) {
-        for (int i = tid; i < n_prefix; i += ATT_THREADS) {
-            s_pk[i] = prefix_k[i];
-            s_pv[i] = prefix_v[i];
-            s_pstart[i] = prefix_start[i];
-            s_plen[i] = prefix_len[i];
-        }
-    }
-    const unsigned long long* pk = table_in_smem ? s_pk : prefix_k;
-    const unsigned long long* pv = table_in_smem ? s_pv : prefix_v;
-    const int* pstart = table_in_smem ? s_pstart : prefix_start;
-    const int* plen = table_in_smem ? s_plen : prefix_len;
-
-    if (tid == 0) {
-        range[0] = 0x7fffffff;
-        range[1] = 0;
-        range[2] = 0x7fffffff;
-        range[3] = 0;
-    }
-    // Rows past M see nothing.
-    for (int i = tid; i < ATT_BM * 4; i += ATT_THREADS) {
-        s_bounds[i] = row0 + i / 4 < M ? bounds[4 * row0 + i] : 0;
-    }
-    __syncthreads();
-    for (int r = tid; r < ATT_BM; r += ATT_THREADS) {
-        const int* b = s_bounds + 4 * r;
-        if (b[1] > b[0]) {
-            atomicMin(&range[0], b[0]);
-            atomicMax(&range[1], b[1]);
-        }
-        if (b[3] > b[2]) {
-            atomicMin(&range[2], b[2]);
-            atomicMax(&range[3], b[3]);
-        }
-    }
-    __syncthreads();
-
-    // The columns every row of this warp sees through its first band ([lo0, hi0)) and
-    // through its second ([lo1, hi1)): a tile inside either needs no mask. (Rows past M
-    // are never written, so they do not count.)
-    int lo0 = 0, hi0 = 0x7fffffff, lo1 = 0, hi1 = 0x7fffffff;
-    for (int r = wrow; r < wrow + 16 && row0 + r < M; ++r) {
-        const int* b = s_bounds + 4 * r;
-        lo0 = max(lo0, b[0]);
-        hi0 = min(hi0, b[1]);
-        lo1 = max(lo1, b[2]);
-        hi1 = min(hi1, b[3]);
-    }
-    const int* const b0 = s_bounds + 4 * (wrow + g);  // row r0's bounds
-    const int* const b1 = b0 + 4 * 8;                  // row r1's
+    const KeyTable keys = stage_key_table(s_table, prefix_k, prefix_v, prefix_start, prefix_len,
+                                          n_prefix, k_own, v_own, own_start, M, kvh);
+    const BlockTiles tiles = block_tiles<ATT_BM>(s_bounds, range, bounds, row0, M, BN);
+    const WarpBands bands = warp_bands(s_bounds, wrow, row0, M);
+    // The bounds of this thread's rows r0 and r1.
+    const int4 b0 = *reinterpret_cast<const int4*>(s_bounds + 4 * (wrow + g));
+    const int4 b1 = *reinterpret_cast<const int4*>(s_bounds + 4 * (wrow + g + 8));
 
     // !QS: the warp's query fragments, held for the whole kernel.
     uint32_t qreg[QS ? 1 : KSTEPS][4];
@@ -319,30 +238,12 @@ __device__ __forceinline__ void attention_impl(
     float o[OT][4];
 #pragma unroll
     for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    // Running maxima of the raw scores, and sums of exp2((s - max) * scale_log2).
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    RowState st;
 
-    // Key tiles to visit: those meeting [range0, range1), then those meeting [range2, range3).
-    int ta0 = 0, ta1 = 0, tb0 = 0, tb1 = 0;
-    if (range[1] > range[0]) {
-        ta0 = range[0] / BN;
-        ta1 = (range[1] + BN - 1) / BN;
-    }
-    if (range[3] > range[2]) {
-        tb0 = range[2] / BN;
-        tb1 = (range[3] + BN - 1) / BN;
-        if (ta1 > ta0 && tb0 <= ta1 && ta0 <= tb1) {
-            // The bands share or touch a tile: visit their union once.
-            ta0 = min(ta0, tb0);
-            ta1 = max(ta1, tb1);
-            tb0 = tb1 = 0;
-        }
-    }
-    const int na = ta1 - ta0, nb = tb1 - tb0;
-    const int tiles = na + nb;
+    const int n_tiles = tiles.count();
     const int z = blockIdx.z;
-    const int it_begin = (int)((long)tiles * z / n_splits);
-    const int it_end = (int)((long)tiles * (z + 1) / n_splits);
+    const int it_begin = (int)((long)n_tiles * z / n_splits);
+    const int it_end = (int)((long)n_tiles * (z + 1) / n_splits);
 
     const int part = tid % CHUNKS;
     if constexpr (QS) {
@@ -362,46 +263,15 @@ __device__ __forceinline__ void attention_impl(
     // Stages tile `it` into buffer `stage` with cp.async (zeros where no source covers a
     // column), as one commit group.
     auto load = [&](int it, int stage) {
-        const int col0 = (it < na ? ta0 + it : tb0 + it - na) * BN;
+        const int col0 = tiles.col0(it, BN);
         bf16* const Kt = smem + stage * 2 * TILE;
         bf16* const Vt = Kt + TILE;
-        // This thread's rows are increasing columns: find the prefix of the first by binary
-        // search (prefixes are sorted and side by side), then step forward from there.
-        int s = -1;
-        {
-            const int first = col0 + tid / CHUNKS;
-            int lo = 0, hi = n_prefix - 1;
-            while (lo <= hi) {
-                const int mid = (lo + hi) >> 1;
-                if (pstart[mid] <= first) {
-                    s = mid;
-                    lo = mid + 1;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
-            const int j = tid / CHUNKS + i * ROWS_PER_PASS;
-            const int col = col0 + j;
-            const bf16* kp = nullptr;
-            const bf16* vp = nullptr;
-            if (col >= own_start && col < own_start + M) {
-                const long off = ((long)kvh * M + (col - own_start)) * D + part * 8;
-                kp = k_own + off;
-                vp = v_own + off;
-            } else {
-                while (s + 1 < n_prefix && pstart[s + 1] <= col) ++s;
-                if (s >= 0 && col < pstart[s] + plen[s]) {
-                    const long off = ((long)kvh * plen[s] + (col - pstart[s])) * D + part * 8;
-                    kp = reinterpret_cast<const bf16*>(pk[s]) + off;
-                    vp = reinterpret_cast<const bf16*>(pv[s]) + off;
-                }
-            }
-            cp_async16(Kt + j * STRIDE + part * 8, kp ? kp : k_own, kp != nullptr);
-            cp_async16(Vt + j * STRIDE + part * 8, vp ? vp : v_own, vp != nullptr);
-        }
+        for_key_rows<BN / ROWS_PER_PASS>(
+            keys, col0, BN, tid / CHUNKS, ROWS_PER_PASS, part, D,
+            [&](int j, const bf16* kp, const bf16* vp) {
+                cp_async16(Kt + j * STRIDE + part * 8, kp ? kp : k_own, kp != nullptr);
+                cp_async16(Vt + j * STRIDE + part * 8, vp ? vp : v_own, vp != nullptr);
+            });
         cp_async_commit();
     };
 
@@ -417,7 +287,7 @@ __device__ __forceinline__ void attention_impl(
         __syncthreads();
         const bf16* const Kt = smem + stage * 2 * TILE;
         const bf16* const Vt = Kt + TILE;
-        const int col0 = (it < na ? ta0 + it : tb0 + it - na) * BN;
+        const int col0 = tiles.col0(it, BN);
 
         // Scores S = Q K^T for this warp's 16 rows x BN columns.
         float s[NT][4];
@@ -443,70 +313,13 @@ __device__ __forceinline__ void attention_impl(
             }
         }
 
-        // Mask (unless every row of the warp sees the whole tile), then the online softmax
-        // update in base 2 with the scale folded into one FMA per score.
-        const int col1 = col0 + BN;
-        const bool whole = (col0 >= lo0 && col1 <= hi0) || (col0 >= lo1 && col1 <= hi1);
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                if (!whole) {
-                    const int col = col0 + j * 8 + 2 * tq + e;
-                    if (!sees(col, b0)) s[j][e] = -INFINITY;
-                    if (!sees(col, b1)) s[j][2 + e] = -INFINITY;
-                }
-                mx0 = fmaxf(mx0, s[j][e]);
-                mx1 = fmaxf(mx1, s[j][2 + e]);
-            }
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
-        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-        // A row that has seen nothing yet keeps max -inf; subtract 0 then (all p are 0).
-        const float base0 = n0 == -INFINITY ? 0.f : n0 * scale_log2;
-        const float base1 = n1 == -INFINITY ? 0.f : n1 * scale_log2;
-        // Rescale what was summed so far, unless no row of the warp found a new maximum
-        // (the usual case once a row has seen a few tiles). A row whose maximum did not
-        // change keeps exactly 1: computed, m * scale - n * scale may round to a tiny
-        // nonzero (contracted into an FMA), which would make a row's result depend on
-        // whether another row of its warp rescaled (on how rows were batched and padded).
-        if (!__all_sync(0xffffffff, n0 == m0 && n1 == m1)) {
-            const float alpha0 = n0 == m0 ? 1.f : exp2f(m0 * scale_log2 - base0);
-            const float alpha1 = n1 == m1 ? 1.f : exp2f(m1 * scale_log2 - base1);
-            l0 *= alpha0;
-            l1 *= alpha1;
-#pragma unroll
-            for (int n = 0; n < OT; ++n) {
-                o[n][0] *= alpha0;
-                o[n][1] *= alpha0;
-                o[n][2] *= alpha1;
-                o[n][3] *= alpha1;
-            }
-        }
-        m0 = n0;
-        m1 = n1;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            s[j][0] = exp2f(fmaf(s[j][0], scale_log2, -base0));
-            s[j][1] = exp2f(fmaf(s[j][1], scale_log2, -base0));
-            s[j][2] = exp2f(fmaf(s[j][2], scale_log2, -base1));
-            s[j][3] = exp2f(fmaf(s[j][3], scale_log2, -base1));
-            l0 += s[j][0] + s[j][1];
-            l1 += s[j][2] + s[j][3];
-        }
+        softmax_update(s, o, st, bands.whole(col0, col0 + BN), col0, b0, b1, tq, scale_log2);
 
         // O += P V, P straight from the score registers (their layout is the A operand's).
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
             uint32_t a[4];
-            a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            p_fragment(a, s, kk);
 #pragma unroll
             for (int n = 0; n < OT; n += 2) {
                 uint32_t b[4];
@@ -520,75 +333,17 @@ __device__ __forceinline__ void attention_impl(
         __syncthreads();
     }
 
-    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
-    if (n_splits > 1) {
-        // Unnormalised partials for attention_combine; maxima in the scaled (base 2) units.
-#pragma unroll
-        for (int n = 0; n < OT; ++n) {
-            const int d = n * 8 + 2 * tq;
-            if (r0 < M) {
-                float* po = part_o + (((long)z * M + r0) * H + h) * D + d;
-                po[0] = o[n][0];
-                po[1] = o[n][1];
-            }
-            if (r1 < M) {
-                float* po = part_o + (((long)z * M + r1) * H + h) * D + d;
-                po[0] = o[n][2];
-                po[1] = o[n][3];
-            }
-        }
-        if (tq == 0) {
-            if (r0 < M) {
-                float* ml = part_ml + (((long)z * M + r0) * H + h) * 2;
-                ml[0] = m0 * scale_log2;
-                ml[1] = l0;
-            }
-            if (r1 < M) {
-                float* ml = part_ml + (((long)z * M + r1) * H + h) * 2;
-                ml[0] = m1 * scale_log2;
-                ml[1] = l1;
-            }
-        }
-        return;
-    }
-    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-    const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-    const long out_stride = (long)H * D;
-#pragma unroll
-    for (int n = 0; n < OT; ++n) {
-        const int d = h * D + n * 8 + 2 * tq;
-        if (r0 < M) {
-            *reinterpret_cast<uint32_t*>(out + r0 * out_stride + d) =
-                pack_bf16(o[n][0] * inv0, o[n][1] * inv0);
-        }
-        if (r1 < M) {
-            *reinterpret_cast<uint32_t*>(out + r1 * out_stride + d) =
-                pack_bf16(o[n][2] * inv1, o[n][3] * inv1);
-        }
-    }
+    write_rows(o, st, r0, r1, tq, h, M, H, z, n_splits, scale_log2, out, part_o, part_ml);
 }
 
 // MIN_BLOCKS: blocks per multiprocessor the registers must allow (shared memory allows as
 // many). attention_bf16_d{D}: queries in registers, 64-key tiles (three blocks fit on a
 // multiprocessor); attention_bf16_d{D}_k32: queries in shared memory, 32-key tiles (fewer
 // registers and less shared memory, so four fit).
-#define ATTENTION_KERNEL(D, BN, QS, MIN_BLOCKS, SUFFIX)                                         \
-    extern "C" __global__ void __launch_bounds__(ATT_THREADS, MIN_BLOCKS)                       \
-        attention_bf16_d##D##SUFFIX(                                                            \
-            const bf16* __restrict__ q, int q_stride, const bf16* __restrict__ k_own,           \
-            const bf16* __restrict__ v_own, int own_start, int M,                               \
-            const unsigned long long* __restrict__ prefix_k,                                    \
-            const unsigned long long* __restrict__ prefix_v,                                    \
-            const int* __restrict__ prefix_start, const int* __restrict__ prefix_len,           \
-            int n_prefix, const int* __restrict__ bounds, bf16* __restrict__ out, int H,        \
-            int KV, float scale_log2, int n_splits, float* __restrict__ part_o,                 \
-            float* __restrict__ part_ml) {                                                      \
-        attention_impl<D, BN, QS>(q, q_stride, k_own, v_own, own_start, M, prefix_k, prefix_v,  \
-                                  prefix_start, prefix_len, n_prefix, bounds, out, H, KV,       \
-                                  scale_log2, n_splits, part_o, part_ml);                       \
+#define ATTENTION_KERNEL(D, BN, QS, MIN_BLOCKS, SUFFIX)                                 \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS, MIN_BLOCKS)               \
+        attention_bf16_d##D##SUFFIX(ATTENTION_PARAMS) {                                 \
+        attention_impl<D, BN, QS>(ATTENTION_ARGS);                                      \
     }
 
 ATTENTION_KERNEL(64, 64, false, 3, )

@@ -25,33 +25,55 @@ const MODULE: &str = "decide_fused";
 /// Threads per block of the elementwise kernels.
 const THREADS: u32 = 256;
 
-/// The attention kernel's block shapes (`ATTENTION_KERNEL` in the .cu): both are 64 query
-/// rows of one head. Why two: which is faster depends on the pass (`kernel_check` times both
-/// on every shape).
+/// The attention kernel's block shapes (`ATTENTION_KERNEL` in fused.cu, and
+/// attention_sm90.cu). Why several: which is faster depends on the pass and the GPU
+/// (`kernel_check` times each on every shape).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttentionBlock {
-    /// Queries in registers, 64-key tiles; three blocks fit on a multiprocessor. A little
-    /// faster on long causal passes (H200: 8k rows after 8k cached 186 vs 178 TFLOP/s, 4k
-    /// rows 136 vs 123; runs vary by ~10%).
+    /// 64 query rows, queries in registers, 64-key tiles; three blocks fit on a
+    /// multiprocessor. A little faster than `Keys32` on long causal passes (H200: 8k rows
+    /// after 8k cached 186 vs 178 TFLOP/s, 4k rows 136 vs 123; runs vary by ~10%).
     Keys64,
-    /// Queries in shared memory, 32-key tiles; fewer registers and less shared memory, so
-    /// four fit. Much faster on short segments over cached keys (H200: 64 questions of 47
-    /// rows over 4.4k cached keys 0.64 vs 1.16 ms, one question of 3 rows over 28k cached
-    /// keys 0.08 vs 0.12 ms).
+    /// 64 query rows, queries in shared memory, 32-key tiles; fewer registers and less
+    /// shared memory, so four fit. Much faster on short segments over cached keys (H200: 64
+    /// questions of 47 rows over 4.4k cached keys 0.64 vs 1.16 ms, one question of 3 rows
+    /// over 28k cached keys 0.08 vs 0.12 ms).
     Keys32,
+    /// Hopper only (compute capability 9.0, heads 128 wide): 128 query rows as two
+    /// warpgroups, 128-key tiles, warpgroup matrix multiplies (wgmma); one block per
+    /// multiprocessor. For long causal passes (prefill chunks).
+    Wgmma,
 }
 
+/// PTX of the Hopper kernel; empty unless built for sm_90 (models/build.rs).
+const SM90_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_sm90.ptx"));
+const SM90_MODULE: &str = "decide_attention_sm90";
+
 impl AttentionBlock {
-    /// Both shapes, for measuring them.
-    pub const ALL: [AttentionBlock; 2] = [Self::Keys64, Self::Keys32];
+    /// Every shape, for measuring them.
+    pub const ALL: [AttentionBlock; 3] = [Self::Keys64, Self::Keys32, Self::Wgmma];
 
     /// Query rows per block.
-    const ROWS: usize = 64;
+    fn rows(self) -> usize {
+        match self {
+            Self::Keys64 | Self::Keys32 => 64,
+            Self::Wgmma => 128,
+        }
+    }
+
+    /// Threads per block.
+    fn threads(self) -> u32 {
+        match self {
+            Self::Keys64 | Self::Keys32 => 128,
+            Self::Wgmma => 256,
+        }
+    }
 
     fn key_tile(self) -> usize {
         match self {
             Self::Keys64 => 64,
             Self::Keys32 => 32,
+            Self::Wgmma => 128,
         }
     }
 
@@ -60,29 +82,53 @@ impl AttentionBlock {
         match self {
             Self::Keys64 => 3,
             Self::Keys32 => 4,
+            Self::Wgmma => 1,
         }
     }
 
     /// Dynamic shared memory for heads `dim` wide: two stages of a K and a V tile, and the
-    /// block's queries when they are not held in registers, rows padded by 8
-    /// (`attention_smem_bytes` in the .cu).
+    /// block's queries when they are not held in registers; rows padded by 8 elements
+    /// (`attention_smem_bytes` in fused.cu), or for `Wgmma` unpadded (swizzled) with 1 KiB
+    /// of slack to start on a 1024-byte boundary.
     fn shared_memory(self, dim: usize) -> usize {
-        let queries = match self {
-            Self::Keys64 => 0,
-            Self::Keys32 => Self::ROWS,
-        };
-        (2 * 2 * self.key_tile() + queries) * (dim + 8) * 2
+        let tiles = 2 * 2 * self.key_tile();
+        match self {
+            Self::Keys64 => tiles * (dim + 8) * 2,
+            Self::Keys32 => (tiles + self.rows()) * (dim + 8) * 2,
+            Self::Wgmma => (tiles + self.rows()) * dim * 2 + 1024,
+        }
     }
 
-    /// The kernel for heads `dim` wide, if built.
-    fn kernel(self, dim: usize) -> Option<&'static str> {
-        Some(match (dim, self) {
+    /// The kernel for heads `dim` wide, if built, and its module (name, PTX).
+    fn kernel(self, dim: usize) -> Option<(&'static str, &'static str, &'static str)> {
+        let name = match (dim, self) {
             (64, Self::Keys64) => "attention_bf16_d64",
             (128, Self::Keys64) => "attention_bf16_d128",
             (64, Self::Keys32) => "attention_bf16_d64_k32",
             (128, Self::Keys32) => "attention_bf16_d128_k32",
+            (128, Self::Wgmma) if !SM90_PTX.is_empty() => {
+                return Some(("attention_bf16_d128_wgmma", SM90_MODULE, SM90_PTX));
+            }
             _ => return None,
-        })
+        };
+        Some((name, MODULE, PTX))
+    }
+
+    /// Whether this shape runs for heads `dim` wide on `device`: built, and for `Wgmma` a
+    /// device of compute capability 9.0 (PTX for sm_90a runs on no other).
+    pub fn runs_on(self, device: &Device, dim: usize) -> bool {
+        if self.kernel(dim).is_none() {
+            return false;
+        }
+        match (self, device) {
+            (Self::Wgmma, Device::Cuda(d)) => d
+                .cuda_stream()
+                .context()
+                .compute_capability()
+                .is_ok_and(|c| c == (9, 0)),
+            (_, Device::Cuda(_)) => true,
+            _ => false,
+        }
     }
 }
 
@@ -107,6 +153,15 @@ fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
 /// every call, ~100 times per forward pass here. `smem`: dynamic shared memory the kernel is
 /// allowed (0: the default limit).
 fn function(dev: &CudaDevice, name: &'static str, smem: usize) -> Result<CudaFunction> {
+    module_function(dev, (name, MODULE, PTX), smem)
+}
+
+/// [`function`] from a given module: `(kernel name, module name, PTX)`.
+fn module_function(
+    dev: &CudaDevice,
+    (name, module, ptx): (&'static str, &'static str, &'static str),
+    smem: usize,
+) -> Result<CudaFunction> {
     thread_local! {
         static LOADED: RefCell<HashMap<(DeviceId, &'static str), CudaFunction>> =
             RefCell::new(HashMap::new());
@@ -115,7 +170,7 @@ fn function(dev: &CudaDevice, name: &'static str, smem: usize) -> Result<CudaFun
         return Ok(f);
     }
     let f = dev
-        .get_or_load_custom_func(name, MODULE, PTX)?
+        .get_or_load_custom_func(name, module, ptx)?
         .into_cuda_function();
     if smem > 0 {
         f.set_attribute(
@@ -504,11 +559,11 @@ pub fn attention(
     let dev = cuda_device(q)?;
     let Heads { q: h, kv, dim: d } = heads;
     let m = q.dim(0)?;
-    let Some(name) = block.kernel(d) else {
-        bail!("attention kernel: head width {d} is not built (64 and 128 are)");
+    let Some(kernel) = block.kernel(d) else {
+        bail!("attention kernel {block:?}: head width {d} is not built");
     };
     let smem = block.shared_memory(d);
-    let func = function(&dev, name, smem)?;
+    let func = module_function(&dev, kernel, smem)?;
     let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * h * d)? };
     let n = sources.n_prefix;
@@ -530,7 +585,7 @@ pub fn attention(
         kv as i32,
     );
     let scale_log2 = (1.0 / (d as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
-    let rows = AttentionBlock::ROWS;
+    let rows = block.rows();
     let blocks = m.div_ceil(rows) * h;
     let key_tiles = (sources.own_start + m).div_ceil(64);
     let splits = key_splits(blocks, block.per_multiprocessor(), key_tiles, m * h);
@@ -559,7 +614,7 @@ pub fn attention(
     b.arg(&splits32).arg(&part_o).arg(&part_ml);
     let cfg = LaunchConfig {
         grid_dim: (m.div_ceil(rows) as u32, h as u32, splits as u32),
-        block_dim: (128, 1, 1),
+        block_dim: (block.threads(), 1, 1),
         shared_mem_bytes: smem as u32,
     };
     unsafe { b.launch(cfg) }.w()?;

@@ -232,6 +232,18 @@ impl Transformer {
 }
 
 impl Transformer {
+    /// The attention block shape for a causal pass of `n` rows: long ones (prefill chunks)
+    /// run fastest on wgmma where the GPU has it, else on 64-key tiles.
+    fn causal_block(&self, n: usize) -> AttentionBlock {
+        if n <= 1024 {
+            AttentionBlock::Keys32
+        } else if AttentionBlock::Wgmma.runs_on(&self.device, self.dims.head_dim) {
+            AttentionBlock::Wgmma
+        } else {
+            AttentionBlock::Keys64
+        }
+    }
+
     /// [`Transformer::forward`] on the fused layers: `tokens` continue `cache` (one prefix),
     /// each row sees the prefix and, causally, the earlier rows. Returns the hidden states at
     /// `rows` (f32) and the cache extended by `tokens` (bf16).
@@ -252,12 +264,7 @@ impl Transformer {
             prefixes: cache.map(|c| c.layers.as_slice()).into_iter().collect(),
             cols: cache.map(|c| (0, c.len)).into_iter().collect(),
             own_start: held,
-            // Long causal passes (prefill chunks) run faster on 64-key tiles.
-            block: if n > 1024 {
-                AttentionBlock::Keys64
-            } else {
-                AttentionBlock::Keys32
-            },
+            block: self.causal_block(n),
         };
         let (x, own) = self.fused_pass(&self.fused, tokens, &positions, &bounds, &keys, true)?;
         let layers = match cache {

@@ -1,0 +1,233 @@
+// decide's attention kernel for Hopper (sm_90a): the same arguments and results as the
+// mma.sync kernel in fused.cu (see the comment above attention_impl there), on warpgroup
+// matrix multiplies (wgmma), which issue twice the tensor-core work per instruction and run
+// asynchronously.
+//
+// Why: a long prefill is mostly attention (a 28k-token prefill of q15 is ~69 of 143 TFLOP),
+// and the mma.sync kernels top out near 190 TFLOP/s on an H200.
+//
+// A block is two warpgroups over 128 query rows of one head; each warpgroup owns 64 rows
+// (each warp 16, in the fragment layout the mma.sync kernel uses, so the mask, the online
+// softmax and the output code are shared: attention_common.cuh). Q and two stages of 128-key
+// K and V tiles are staged with cp.async in the 128-byte-swizzled layout wgmma reads (both
+// K-major for S = Q K^T; V read N-major, transposed, for O += P V, with P from registers).
+// Heads 128 wide only; 161 KiB of dynamic shared memory, one block per multiprocessor.
+//
+// Built to PTX for compute_90a by models/build.rs when the `cuda` feature targets sm_90; the
+// launcher uses it only on a device of compute capability 9.0.
+
+#include "attention_common.cuh"
+
+#define WG_BM 128
+#define WG_BN 128
+#define WG_THREADS 256
+
+// D (+)= A B for a 64x128 tile and k 16, A and B in shared memory (descriptors), both
+// K-major; accumulate 0 overwrites D.
+__device__ __forceinline__ void wgmma_n128_ss(float (&d)[64], uint64_t a, uint64_t b,
+                                              int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// D += A B for a 64x128 tile and k 16, A in registers (the layout of mma.sync's A fragment,
+// per warp of the group), B in shared memory N-major (transposed).
+__device__ __forceinline__ void wgmma_n128_rs_tb(float (&d)[64], const uint32_t (&a)[4],
+                                                 uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Orders this thread's shared-memory writes (cp.async) before reads by wgmma (the async proxy).
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Keeps the compiler from moving reads or writes of d across the asynchronous wgmma.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Byte offset of 16-byte piece `part` of row `row` in an operand of `rows` rows, in the
+// 128-byte swizzle layout: 64-column blocks one after another, rows of 128 bytes, the pieces
+// of row r permuted by r % 8 (so eight rows read at one column hit every bank once).
+__device__ __forceinline__ uint32_t swizzled(int row, int part, int rows) {
+    return (part >> 3) * rows * 128 + row * 128 + (((part & 7) ^ (row & 7)) << 4);
+}
+
+// A shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride
+// byte offsets (PTX ISA, "Matrix Descriptor Format").
+__device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t leading, uint32_t stride) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((leading & 0x3FFFF) >> 4) << 16) |
+           ((uint64_t)((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+    attention_bf16_d128_wgmma(ATTENTION_PARAMS) {
+    constexpr int D = 128, BM = WG_BM, BN = WG_BN;
+    constexpr int NT = BN / 8;     // 8-column tiles of a score tile
+    constexpr int OT = D / 8;      // 8-column tiles of the output
+    constexpr int PIECES = D / 8;  // 16-byte pieces per row
+    constexpr int ROWS_PER_PASS = WG_THREADS / PIECES;
+    constexpr uint32_t Q_BYTES = BM * D * 2, TILE_BYTES = BN * D * 2;
+    // The 128-byte swizzle repeats every 1024 bytes, and wgmma applies it to the address:
+    // operands start on a 1024-byte boundary (the launcher adds 1 KiB of slack).
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t raw_addr = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t pad = (1024 - (raw_addr & 1023)) & 1023;
+    unsigned char* const q_s = smem_raw + pad;  // then two stages of (K tile, V tile)
+    const uint32_t q_addr = raw_addr + pad;
+    __shared__ int range[4];
+    __shared__ __align__(16) int s_bounds[BM * 4];
+    __shared__ SharedPrefixTable s_table;
+
+    const int tid = threadIdx.x, wg = tid >> 7, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3;
+    const int h = blockIdx.y;
+    const int kvh = h / (H / KV);
+    // Last rows first, as in fused.cu.
+    const int row0 = (gridDim.x - 1 - blockIdx.x) * BM;
+    const int wrow = warp * 16;
+    const int r0 = row0 + wrow + g, r1 = r0 + 8;
+
+    const KeyTable keys = stage_key_table(s_table, prefix_k, prefix_v, prefix_start, prefix_len,
+                                          n_prefix, k_own, v_own, own_start, M, kvh);
+    const BlockTiles tiles = block_tiles<BM>(s_bounds, range, bounds, row0, M, BN);
+    const WarpBands bands = warp_bands(s_bounds, wrow, row0, M);
+    // The bounds of this thread's rows r0 and r1.
+    const int4 b0 = *reinterpret_cast<const int4*>(s_bounds + 4 * (wrow + g));
+    const int4 b1 = *reinterpret_cast<const int4*>(s_bounds + 4 * (wrow + g + 8));
+
+    float o[OT][4];
+#pragma unroll
+    for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    RowState st;
+
+    const int n_tiles = tiles.count();
+    const int z = blockIdx.z;
+    const int it_begin = (int)((long)n_tiles * z / n_splits);
+    const int it_end = (int)((long)n_tiles * (z + 1) / n_splits);
+
+    const int part = tid % PIECES;
+    if (it_begin < it_end) {
+        // The block's queries, in the first tile's commit group.
+#pragma unroll
+        for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
+            const int j = tid / PIECES + i * ROWS_PER_PASS;
+            const bool valid = row0 + j < M;
+            const bf16* src = q + (long)(valid ? row0 + j : 0) * q_stride + h * D + part * 8;
+            cp_async16(q_s + swizzled(j, part, BM), src, valid);
+        }
+    }
+
+    // Stages tile `it` into buffer `stage` (zeros where no source covers a column), and
+    // commits the group.
+    auto load = [&](int it, int stage) {
+        const int col0 = tiles.col0(it, BN);
+        unsigned char* const Kt = q_s + Q_BYTES + stage * 2 * TILE_BYTES;
+        unsigned char* const Vt = Kt + TILE_BYTES;
+        for_key_rows<BN / ROWS_PER_PASS>(
+            keys, col0, BN, tid / PIECES, ROWS_PER_PASS, part, D,
+            [&](int j, const bf16* kp, const bf16* vp) {
+                const uint32_t at = swizzled(j, part, BN);
+                cp_async16(Kt + at, kp ? kp : k_own, kp != nullptr);
+                cp_async16(Vt + at, vp ? vp : v_own, vp != nullptr);
+            });
+        cp_async_commit();
+    };
+
+    // This warpgroup's 64 query rows, in each 64-column block of Q.
+    const uint32_t q_rows = q_addr + wg * 64 * 128;
+    if (it_begin < it_end) load(it_begin, 0);
+    for (int it = it_begin; it < it_end; ++it) {
+        const int stage = (it - it_begin) & 1;
+        // Tile `it` (the only group in flight) has landed, for every thread.
+        cp_async_wait<0>();
+        fence_async_shared();
+        __syncthreads();
+        const uint32_t k_addr = q_addr + Q_BYTES + stage * 2 * TILE_BYTES;
+        const uint32_t v_addr = k_addr + TILE_BYTES;
+        const int col0 = tiles.col0(it, BN);
+
+        // S = Q K^T: 8 k-steps of 16 over the head (two 64-column blocks of 4 steps of 32
+        // bytes each); 8-row groups 1024 bytes apart.
+        float s[NT][4];
+        float(&sf)[NT * 4] = reinterpret_cast<float(&)[NT * 4]>(s);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const uint32_t step = (kk & 3) * 32;
+            wgmma_n128_ss(sf, descriptor(q_rows + (kk >> 2) * BM * 128 + step, 16, 1024),
+                          descriptor(k_addr + (kk >> 2) * BN * 128 + step, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+        // While the tensor cores work: stage the next tile into the other buffer (the
+        // previous iteration's reads of it ended before its closing barrier).
+        if (it + 1 < it_end) load(it + 1, stage ^ 1);
+        wgmma_wait_all();
+        fence_registers(sf);
+
+        softmax_update(s, o, st, bands.whole(col0, col0 + BN), col0, b0, b1, tq, scale_log2);
+
+        // O += P V: 8 k-steps of 16 keys (two 8-key groups, 1024 bytes apart); V is read
+        // N-major, its two 64-column blocks BN * 128 bytes apart.
+        uint32_t p[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) p_fragment(p[kk], s, kk);
+        float(&of)[OT * 4] = reinterpret_cast<float(&)[OT * 4]>(o);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            wgmma_n128_rs_tb(of, p[kk], descriptor(v_addr + kk * 16 * 128, BN * 128, 1024));
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_registers(of);
+        // Everyone is done with this stage before the next iteration refills it.
+        __syncthreads();
+    }
+
+    write_rows(o, st, r0, r1, tq, h, M, H, z, n_splits, scale_log2, out, part_o, part_ml);
+}
