@@ -11,7 +11,10 @@
 // softmax and the output code are shared: attention_common.cuh). Q and two stages of 128-key
 // K and V tiles are staged with cp.async in the 128-byte-swizzled layout wgmma reads (both
 // K-major for S = Q K^T; V read N-major, transposed, for O += P V, with P from registers).
-// Heads 128 wide only; 161 KiB of dynamic shared memory, one block per multiprocessor.
+// The next tile is staged while the scores' multiplies run, and the two warpgroups take
+// turns at the tensor cores (named barrier 1), so one's softmax overlaps the other's
+// multiplies. Heads 128 wide only; 161 KiB of dynamic shared memory, one block per
+// multiprocessor.
 //
 // Built to PTX for compute_90a by models/build.rs when the `cuda` feature targets sm_90; the
 // launcher uses it only on a device of compute capability 9.0.
@@ -76,9 +79,6 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
 // Orders this thread's shared-memory writes (cp.async) before reads by wgmma (the async proxy).
 __device__ __forceinline__ void fence_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -102,6 +102,19 @@ __device__ __forceinline__ uint32_t swizzled(int row, int part, int rows) {
 __device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t leading, uint32_t stride) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((leading & 0x3FFFF) >> 4) << 16) |
            ((uint64_t)((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+// Named barrier 1 between the two warpgroups (FlashAttention-3's ping-pong): warpgroup 0
+// arrives once it has issued its scores' multiplies, warpgroup 1 waits for that before
+// issuing its own.
+__device__ __forceinline__ void turn_arrive() {
+    asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void turn_wait() {
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
@@ -181,6 +194,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     // This warpgroup's 64 query rows, in each 64-column block of Q.
     const uint32_t q_rows = q_addr + wg * 64 * 128;
     if (it_begin < it_end) load(it_begin, 0);
+    float(&of)[OT * 4] = reinterpret_cast<float(&)[OT * 4]>(o);
     for (int it = it_begin; it < it_end; ++it) {
         const int stage = (it - it_begin) & 1;
         // Tile `it` (the only group in flight) has landed, for every thread.
@@ -196,6 +210,10 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         float s[NT][4];
         float(&sf)[NT * 4] = reinterpret_cast<float(&)[NT * 4]>(s);
         wgmma_fence();
+        // Warpgroup 1 issues after warpgroup 0, so its multiplies queue behind 0's and 0's
+        // softmax runs while the tensor cores work for 1 (and 1's softmax during 0's
+        // O += P V): without this both did their softmax at once, the tensor cores idle.
+        if (wg == 1) turn_wait();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const uint32_t step = (kk & 3) * 32;
@@ -203,6 +221,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
                           descriptor(k_addr + (kk >> 2) * BN * 128 + step, 16, 1024), kk > 0);
         }
         wgmma_commit();
+        if (wg == 0) turn_arrive();
         // While the tensor cores work: stage the next tile into the other buffer (the
         // previous iteration's reads of it ended before its closing barrier).
         if (it + 1 < it_end) load(it + 1, stage ^ 1);
@@ -216,7 +235,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         uint32_t p[BN / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) p_fragment(p[kk], s, kk);
-        float(&of)[OT * 4] = reinterpret_cast<float(&)[OT * 4]>(o);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
@@ -231,3 +249,4 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 
     write_rows(o, st, r0, r1, tq, h, M, H, z, n_splits, scale_log2, out, part_o, part_ml);
 }
+
