@@ -504,6 +504,14 @@ impl Transformer {
             layers.push(layer);
         }
 
+        // The driver compiles a kernel module's PTX when it is first loaded: do it now, not
+        // in the first request that needs the kernel (the Hopper attention module took
+        // ~0.4 s on an H200, paid by the first long request of run 10).
+        #[cfg(feature = "cuda")]
+        if use_fused {
+            crate::kernels::load_attention(device, head_dim)
+                .map_err(|e| g.err(format!("cannot load the attention kernels: {e}")))?;
+        }
         let (cos, sin) = rope_tables(head_dim, freq_base, context_length, device)
             .map_err(|e| g.err(format!("cannot build RoPE tables: {e}")))?;
         Ok(Self {

@@ -137,6 +137,20 @@ pub fn attention_supports(dim: usize) -> bool {
     AttentionBlock::Keys64.kernel(dim).is_some()
 }
 
+/// Loads the attention kernels that run on `device` for heads `dim` wide (the driver
+/// compiles a module's PTX on its first load).
+pub fn load_attention(device: &Device, dim: usize) -> Result<()> {
+    let Device::Cuda(dev) = device else {
+        return Ok(());
+    };
+    for block in AttentionBlock::ALL {
+        if let Some(kernel) = block.kernel(dim).filter(|_| block.runs_on(device, dim)) {
+            module_function(dev, kernel, block.shared_memory(dim))?;
+        }
+    }
+    Ok(())
+}
+
 /// Multiprocessors of an H200 (the GPU the block counts were measured on).
 const MULTIPROCESSORS: usize = 132;
 
