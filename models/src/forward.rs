@@ -764,7 +764,7 @@ impl Transformer {
                 prefixes: prefixes.iter().map(|c| c.layers.as_slice()).collect(),
                 cols: layout.prefix_cols.clone(),
                 own_start: layout.row_pieces[0].2,
-                block: crate::kernels::AttentionBlock::Keys32,
+                block: self.attention_block(m),
             };
             let flat: Vec<u32> = (0..m)
                 .flat_map(|r| bounds.iter().map(move |b| b[r]))

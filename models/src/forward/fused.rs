@@ -232,15 +232,16 @@ impl Transformer {
 }
 
 impl Transformer {
-    /// The attention block shape for a causal pass of `n` rows: long ones (prefill chunks)
-    /// run fastest on wgmma where the GPU has it, else on 64-key tiles.
-    fn causal_block(&self, n: usize) -> AttentionBlock {
-        if n <= 1024 {
-            AttentionBlock::Keys32
-        } else if AttentionBlock::Wgmma.runs_on(&self.device, self.dims.head_dim) {
+    /// The attention block shape for a pass of `n` rows: wgmma where the GPU has it (the
+    /// fastest on every shape `kernel_check` times), else 64-key tiles for long causal passes
+    /// (prefill chunks) and 32-key tiles for the rest.
+    pub(super) fn attention_block(&self, n: usize) -> AttentionBlock {
+        if AttentionBlock::Wgmma.runs_on(&self.device, self.dims.head_dim) {
             AttentionBlock::Wgmma
-        } else {
+        } else if n > 1024 {
             AttentionBlock::Keys64
+        } else {
+            AttentionBlock::Keys32
         }
     }
 
@@ -264,7 +265,7 @@ impl Transformer {
             prefixes: cache.map(|c| c.layers.as_slice()).into_iter().collect(),
             cols: cache.map(|c| (0, c.len)).into_iter().collect(),
             own_start: held,
-            block: self.causal_block(n),
+            block: self.attention_block(n),
         };
         let (x, own) = self.fused_pass(&self.fused, tokens, &positions, &bounds, &keys, true)?;
         let layers = match cache {
