@@ -177,6 +177,11 @@ struct BlockTiles {
     int ta0, na, tb0, nb;
 
     __device__ __forceinline__ int count() const { return na + nb; }
+    // The tiles [begin, end) that split z of n_splits visits.
+    __device__ __forceinline__ void share(int z, int n_splits, int& begin, int& end) const {
+        begin = (int)((long)count() * z / n_splits);
+        end = (int)((long)count() * (z + 1) / n_splits);
+    }
     __device__ __forceinline__ int col0(int it, int BN) const {
         return (it < na ? ta0 + it : tb0 + it - na) * BN;
     }
@@ -225,6 +230,11 @@ __device__ __forceinline__ BlockTiles block_tiles(int* s_bounds, int* range,
         }
     }
     return BlockTiles{ta0, ta1 - ta0, tb0, tb1 - tb0};
+}
+
+// Row r's bounds (of the block's, staged by block_tiles).
+__device__ __forceinline__ int4 row_bounds(const int* s_bounds, int r) {
+    return *reinterpret_cast<const int4*>(s_bounds + 4 * r);
 }
 
 // The columns every row of a warp's 16 (from s_bounds row wrow) sees through its first band

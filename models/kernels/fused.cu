@@ -217,8 +217,7 @@ __device__ __forceinline__ void attention_impl(ATTENTION_PARAMS) {
     const BlockTiles tiles = block_tiles<ATT_BM>(s_bounds, range, bounds, row0, M, BN);
     const WarpBands bands = warp_bands(s_bounds, wrow, row0, M);
     // The bounds of this thread's rows r0 and r1.
-    const int4 b0 = *reinterpret_cast<const int4*>(s_bounds + 4 * (wrow + g));
-    const int4 b1 = *reinterpret_cast<const int4*>(s_bounds + 4 * (wrow + g + 8));
+    const int4 b0 = row_bounds(s_bounds, wrow + g), b1 = row_bounds(s_bounds, wrow + g + 8);
 
     // !QS: the warp's query fragments, held for the whole kernel.
     uint32_t qreg[QS ? 1 : KSTEPS][4];
@@ -240,10 +239,9 @@ __device__ __forceinline__ void attention_impl(ATTENTION_PARAMS) {
     for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     RowState st;
 
-    const int n_tiles = tiles.count();
     const int z = blockIdx.z;
-    const int it_begin = (int)((long)n_tiles * z / n_splits);
-    const int it_end = (int)((long)n_tiles * (z + 1) / n_splits);
+    int it_begin, it_end;
+    tiles.share(z, n_splits, it_begin, it_end);
 
     const int part = tid % CHUNKS;
     if constexpr (QS) {
