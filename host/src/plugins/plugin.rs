@@ -12,10 +12,11 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 use wasmtime::component::Component;
+use wasmtime::Store;
 
 use super::bindings::{self, types as wit};
 use super::runtime::{
-    limits, sha256_hex, truncate, CacheOutcome, PluginId, PluginRuntime, Session,
+    limits, sha256_hex, truncate, CacheOutcome, PluginId, PluginRuntime, PluginState, Session,
 };
 use super::{
     ChatMessage, CompiledQuestion, LabelledScores, OptionDef, PluginCallError, PluginInfo,
@@ -26,6 +27,11 @@ use super::{
 const QUESTION_TYPE_EXPORT: &str = "decide:plugin/question-type";
 const RENDERER_EXPORT: &str = "decide:plugin/renderer";
 const CALIBRATION_EXPORT: &str = "decide:plugin/calibration";
+
+/// The exports each kind's calls go through.
+type QuestionTypeExports = bindings::question_type::exports::decide::plugin::question_type::Guest;
+type RendererExports = bindings::renderer::exports::decide::plugin::renderer::Guest;
+type CalibrationExports = bindings::calibration::exports::decide::plugin::calibration::Guest;
 
 /// Contract versions this host links (`decide:plugin@<version>`).
 pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0"];
@@ -336,26 +342,30 @@ fn to_info(info: wit::PluginInfo) -> PluginInfo {
 }
 
 impl QuestionType {
+    /// Runs `f` on the plugin's `question-type` exports, on an instance kept in `session` (see
+    /// [`Session`]) or on a fresh one.
+    fn call<R>(
+        &self,
+        session: Option<&Session>,
+        f: impl Fn(&QuestionTypeExports, &mut Store<PluginState>) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginCallError> {
+        self.runtime.call(
+            &self.meta.call,
+            session,
+            |store| self.pre.instantiate(store),
+            |store, instance| f(instance.decide_plugin_question_type(), store),
+        )
+    }
+
     fn fetch_info(&self) -> anyhow::Result<PluginInfo> {
-        self.runtime
-            .call(
-                &self.meta.call,
-                None,
-                |store| self.pre.instantiate(store),
-                |store, instance| instance.decide_plugin_question_type().call_info(store),
-            )
+        self.call(None, |q, store| q.call_info(store))
             .map(to_info)
             .map_err(|e| anyhow::anyhow!("info(): {e}"))
     }
 
     /// The plugin's example question (JSON text), used by the self-test.
     pub fn example(&self) -> Result<String, PluginCallError> {
-        let example = self.runtime.call(
-            &self.meta.call,
-            None,
-            |store| self.pre.instantiate(store),
-            |store, instance| instance.decide_plugin_question_type().call_example(store),
-        )?;
+        let example = self.call(None, |q, store| q.call_example(store))?;
         check_len(
             &self.meta.name,
             "example()",
@@ -385,16 +395,7 @@ impl QuestionType {
         question_json: &str,
     ) -> Result<CompiledQuestion, PluginCallError> {
         check_input("question", question_json.len())?;
-        let result = self.runtime.call(
-            &self.meta.call,
-            session,
-            |store| self.pre.instantiate(store),
-            |store, instance| {
-                instance
-                    .decide_plugin_question_type()
-                    .call_compile(store, question_json)
-            },
-        )?;
+        let result = self.call(session, |q, store| q.call_compile(store, question_json))?;
         let compiled = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         check_compiled(&self.meta.name, &compiled)?;
         Ok(CompiledQuestion {
@@ -447,18 +448,9 @@ impl QuestionType {
                 ),
             ));
         }
-        let result = self.runtime.call(
-            &self.meta.call,
-            session,
-            |store| self.pre.instantiate(store),
-            |store, instance| {
-                instance.decide_plugin_question_type().call_answer(
-                    &mut *store,
-                    question_json,
-                    probabilities,
-                )
-            },
-        )?;
+        let result = self.call(session, |q, store| {
+            q.call_answer(store, question_json, probabilities)
+        })?;
         let text = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         check_len(
             &self.meta.name,
@@ -481,14 +473,23 @@ impl QuestionType {
 }
 
 impl Renderer {
+    /// Runs `f` on the plugin's `renderer` exports, on an instance kept in `session` (see
+    /// [`Session`]) or on a fresh one.
+    fn call<R>(
+        &self,
+        session: Option<&Session>,
+        f: impl Fn(&RendererExports, &mut Store<PluginState>) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginCallError> {
+        self.runtime.call(
+            &self.meta.call,
+            session,
+            |store| self.pre.instantiate(store),
+            |store, instance| f(instance.decide_plugin_renderer(), store),
+        )
+    }
+
     fn fetch_info(&self) -> anyhow::Result<PluginInfo> {
-        self.runtime
-            .call(
-                &self.meta.call,
-                None,
-                |store| self.pre.instantiate(store),
-                |store, instance| instance.decide_plugin_renderer().call_info(store),
-            )
+        self.call(None, |r, store| r.call_info(store))
             .map(to_info)
             .map_err(|e| anyhow::anyhow!("info(): {e}"))
     }
@@ -534,16 +535,9 @@ impl Renderer {
                 })
                 .collect(),
         };
-        let result = self.runtime.call(
-            &self.meta.call,
-            session,
-            |store| self.pre.instantiate(store),
-            |store, instance| {
-                instance
-                    .decide_plugin_renderer()
-                    .call_render(store, state, &wit_question, labels)
-            },
-        )?;
+        let result = self.call(session, |r, store| {
+            r.call_render(store, state, &wit_question, labels)
+        })?;
         let messages = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         if messages.len() > limits::MAX_MESSAGES {
             return Err(failed(
@@ -587,14 +581,23 @@ impl Renderer {
 }
 
 impl Calibration {
+    /// Runs `f` on the plugin's `calibration` exports, on an instance kept in `session` (see
+    /// [`Session`]) or on a fresh one.
+    fn call<R>(
+        &self,
+        session: Option<&Session>,
+        f: impl Fn(&CalibrationExports, &mut Store<PluginState>) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginCallError> {
+        self.runtime.call(
+            &self.meta.call,
+            session,
+            |store| self.pre.instantiate(store),
+            |store, instance| f(instance.decide_plugin_calibration(), store),
+        )
+    }
+
     fn fetch_info(&self) -> anyhow::Result<PluginInfo> {
-        self.runtime
-            .call(
-                &self.meta.call,
-                None,
-                |store| self.pre.instantiate(store),
-                |store, instance| instance.decide_plugin_calibration().call_info(store),
-            )
+        self.call(None, |c, store| c.call_info(store))
             .map(to_info)
             .map_err(|e| anyhow::anyhow!("info(): {e}"))
     }
@@ -632,16 +635,9 @@ impl Calibration {
         session: Option<&Session>,
         temperature: f64,
     ) -> Result<Vec<f64>, PluginCallError> {
-        let params = self.runtime.call(
-            &self.meta.call,
-            session,
-            |store| self.pre.instantiate(store),
-            |store, instance| {
-                instance
-                    .decide_plugin_calibration()
-                    .call_default_params(store, temperature)
-            },
-        )?;
+        let params = self.call(session, |c, store| {
+            c.call_default_params(store, temperature)
+        })?;
         self.check_params(params)
     }
 
@@ -675,16 +671,7 @@ impl Calibration {
                 limits::MAX_PARAMS
             )));
         }
-        let result = self.runtime.call(
-            &self.meta.call,
-            session,
-            |store| self.pre.instantiate(store),
-            |store, instance| {
-                instance
-                    .decide_plugin_calibration()
-                    .call_apply(store, scores, params)
-            },
-        )?;
+        let result = self.call(session, |c, store| c.call_apply(store, scores, params))?;
         let probs = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         if probs.len() != scores.len() {
             return Err(failed(
@@ -724,16 +711,7 @@ impl Calibration {
                 expected: s.expected,
             })
             .collect();
-        let result = self.runtime.call(
-            &self.meta.call,
-            None,
-            |store| self.pre.instantiate(store),
-            |store, instance| {
-                instance
-                    .decide_plugin_calibration()
-                    .call_fit(store, &wit_samples)
-            },
-        )?;
+        let result = self.call(None, |c, store| c.call_fit(store, &wit_samples))?;
         let params = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         self.check_params(params)
     }
