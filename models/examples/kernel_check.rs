@@ -331,9 +331,11 @@ fn main() -> Res<()> {
     // Timing: causal prefill of n rows, short suffixes over one long cached prefix (many
     // questions over one input; one question over a long input, which the key split
     // serves), on every block shape this device runs.
+    // FLOPs of attention for `heads`: 4 x scores x d per head (2 for the scores, 2 for P V).
+    let flops = |heads: Heads, scores: f64| 4.0 * scores * (heads.dim * heads.q) as f64;
     let causal = [2048usize, 4096, 8192].map(|n| {
-        let flops = 2.0 * (n * n) as f64 * 128.0 * 12.0; // causal half of 4 n^2 d h
-        (format!("causal {n}"), vec![], vec![(None, n)], flops)
+        let scores = (n * n) as f64 / 2.0; // the causal half
+        (format!("causal {n}"), q15, vec![], vec![(None, n)], flops(q15, scores))
     });
     let over_prefix = [
         (4352usize, 64usize, 47usize),
@@ -341,32 +343,38 @@ fn main() -> Res<()> {
         (28_256, 1, 3),
     ]
     .map(|(prefix, count, rows)| {
-        let flops = 4.0 * (count * rows * prefix) as f64 * 128.0 * 12.0;
         (
             format!("{count}x{rows} over {prefix}"),
+            q15,
             vec![prefix],
             (0..count).map(|_| (Some(0), rows)).collect(),
-            flops,
+            flops(q15, (count * rows * prefix) as f64),
         )
     });
-    // Later chunks of a long prefill: causal rows after the chunks before them.
-    let chunks = [(8192usize, 8192usize), (3683, 24_576)].map(|(n, prefix)| {
-        let flops = (4.0 * (n * prefix) as f64 + 2.0 * (n * n) as f64) * 128.0 * 12.0;
-        (
-            format!("causal {n} after {prefix}"),
-            vec![prefix],
-            vec![(Some(0), n)],
-            flops,
-        )
-    });
-    for (key, prefixes, segments, flops) in causal.into_iter().chain(chunks).chain(over_prefix) {
+    // Later chunks of a long prefill: causal rows after the chunks before them; the last
+    // with heads 64 wide too (q05, SmolLM2).
+    let chunks = [(8192usize, 8192usize, q15), (3683, 24_576, q15), (8192, 8192, q05)].map(
+        |(n, prefix, heads)| {
+            let d = heads.dim;
+            (
+                format!("causal {n} after {prefix} (d={d})"),
+                heads,
+                vec![prefix],
+                vec![(Some(0), n)],
+                flops(heads, (n * prefix) as f64 + (n * n) as f64 / 2.0),
+            )
+        },
+    );
+    let timed = causal.into_iter().chain(chunks).chain(over_prefix);
+    for (key, heads, prefixes, segments, flops) in timed {
         let c = Case {
             name: "timing",
-            heads: q15,
+            heads,
             prefixes,
             segments,
         };
-        for block in AttentionBlock::ALL.into_iter().filter(|b| b.runs_on(&dev, 128)) {
+        let runs = |b: &AttentionBlock| b.runs_on(&dev, heads.dim);
+        for block in AttentionBlock::ALL.into_iter().filter(runs) {
             let (d, m, secs) = attention_case(&dev, &c, block, true)?;
             let ms = secs.unwrap_or(0.0) * 1e3;
             let tflops = flops / (ms / 1e3) / 1e12;

@@ -13,7 +13,7 @@
 // K-major for S = Q K^T; V read N-major, transposed, for O += P V, with P from registers).
 // The next tile is staged while the scores' multiplies run, and the two warpgroups take
 // turns at the tensor cores (named barrier 1), so one's softmax overlaps the other's
-// multiplies. Heads 128 wide only; 161 KiB of dynamic shared memory, one block per
+// multiplies. Heads 128 or 64 wide; 161 (81) KiB of dynamic shared memory, one block per
 // multiprocessor.
 //
 // Built to PTX for compute_90a by models/build.rs when the `cuda` feature targets sm_90; the
@@ -43,6 +43,16 @@
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
+// The same for a 64x64 tile: 32 registers, operands %0-%31.
+#define WGMMA_D32_TEXT                                                                        \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "             \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D32_OPERANDS(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
 // D (+)= A B for a 64x128 tile and k 16, A and B in shared memory (descriptors), both
 // K-major; accumulate 0 overwrites D.
 __device__ __forceinline__ void wgmma_n128_ss(float (&d)[64], uint64_t a, uint64_t b,
@@ -55,15 +65,26 @@ __device__ __forceinline__ void wgmma_n128_ss(float (&d)[64], uint64_t a, uint64
         : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// D += A B for a 64x128 tile and k 16, A in registers (the layout of mma.sync's A fragment,
-// per warp of the group), B in shared memory N-major (transposed).
-__device__ __forceinline__ void wgmma_n128_rs_tb(float (&d)[64], const uint32_t (&a)[4],
-                                                 uint64_t b) {
+// D += A B for a 64x128 tile (D 64 registers) or a 64x64 one (32) and k 16, A in registers
+// (the layout of mma.sync's A fragment, per warp of the group), B in shared memory N-major
+// (transposed).
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[64], const uint32_t (&a)[4],
+                                            uint64_t b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64_TEXT
         ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
         : WGMMA_D64_OPERANDS(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4],
+                                            uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32_TEXT
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : WGMMA_D32_OPERANDS(d)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
@@ -111,9 +132,9 @@ __device__ __forceinline__ void wgmma_wait_all() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
-    attention_bf16_d128_wgmma(ATTENTION_PARAMS) {
-    constexpr int D = 128, BM = WG_BM, BN = WG_BN;
+template <int D>
+__device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
+    constexpr int BM = WG_BM, BN = WG_BN;
     constexpr int NT = BN / 8;     // 8-column tiles of a score tile
     constexpr int OT = D / 8;      // 8-column tiles of the output
     constexpr int PIECES = D / 8;  // 16-byte pieces per row
@@ -197,8 +218,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         const uint32_t v_addr = k_addr + TILE_BYTES;
         const int col0 = tiles.col0(it, BN);
 
-        // S = Q K^T: 8 k-steps of 16 over the head (two 64-column blocks of 4 steps of 32
-        // bytes each); 8-row groups 1024 bytes apart.
+        // S = Q K^T: D / 16 k-steps of 16 over the head (4 steps of 32 bytes in each
+        // 64-column block); 8-row groups 1024 bytes apart.
         float s[NT][4];
         float(&sf)[NT * 4] = reinterpret_cast<float(&)[NT * 4]>(s);
         wgmma_fence();
@@ -223,14 +244,14 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
         softmax_update(s, o, st, bands.whole(col0, col0 + BN), col0, b0, b1, tq, scale_log2);
 
         // O += P V: 8 k-steps of 16 keys (two 8-key groups, 1024 bytes apart); V is read
-        // N-major, its two 64-column blocks BN * 128 bytes apart.
+        // N-major, its 64-column blocks BN * 128 bytes apart.
         uint32_t p[BN / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) p_fragment(p[kk], s, kk);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
-            wgmma_n128_rs_tb(of, p[kk], descriptor(v_addr + kk * 16 * 128, BN * 128, 1024));
+            wgmma_rs_tb(of, p[kk], descriptor(v_addr + kk * 16 * 128, BN * 128, 1024));
         }
         wgmma_commit();
         wgmma_wait_all();
@@ -242,3 +263,11 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     write_rows(o, st, r0, r1, tq, h, M, H, z, n_splits, scale_log2, out, part_o, part_ml);
 }
 
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+    attention_bf16_d128_wgmma(ATTENTION_PARAMS) {
+    attention_wgmma<128>(ATTENTION_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+    attention_bf16_d64_wgmma(ATTENTION_PARAMS) {
+    attention_wgmma<64>(ATTENTION_ARGS);
+}

@@ -39,7 +39,7 @@ pub enum AttentionBlock {
     /// questions of 47 rows over 4.4k cached keys 0.64 vs 1.16 ms, one question of 3 rows
     /// over 28k cached keys 0.08 vs 0.12 ms).
     Keys32,
-    /// Hopper only (compute capability 9.0, heads 128 wide): 128 query rows as two
+    /// Hopper only (compute capability 9.0): 128 query rows as two
     /// warpgroups, 128-key tiles, warpgroup matrix multiplies (wgmma); one block per
     /// multiprocessor. Faster than both others on every shape measured (H200: 8k rows after
     /// 8k cached 342 TFLOP/s; 64 questions of 47 rows over 4.4k cached keys 0.43 ms).
@@ -107,8 +107,13 @@ impl AttentionBlock {
             (128, Self::Keys64) => "attention_bf16_d128",
             (64, Self::Keys32) => "attention_bf16_d64_k32",
             (128, Self::Keys32) => "attention_bf16_d128_k32",
-            (128, Self::Wgmma) if !SM90_PTX.is_empty() => {
-                return Some(("attention_bf16_d128_wgmma", SM90_MODULE, SM90_PTX));
+            (64 | 128, Self::Wgmma) if !SM90_PTX.is_empty() => {
+                let name = if dim == 64 {
+                    "attention_bf16_d64_wgmma"
+                } else {
+                    "attention_bf16_d128_wgmma"
+                };
+                return Some((name, SM90_MODULE, SM90_PTX));
             }
             _ => return None,
         };
