@@ -19,7 +19,11 @@ fn main() {
     // architecture is compiled by the driver for the GPU it meets.
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "80".to_string());
     let cap: String = cap.chars().filter(char::is_ascii_digit).collect();
-    nvcc("kernels/fused.cu", &format!("compute_{cap}"), &out_dir.join("fused.ptx"));
+    nvcc(
+        "kernels/fused.cu",
+        &format!("compute_{cap}"),
+        &out_dir.join("fused.ptx"),
+    );
     // wgmma exists on sm_90a only (not on later architectures): PTX for it is built when the
     // target is Hopper, and is empty otherwise (the launcher then never uses it).
     let sm90 = out_dir.join("attention_sm90.ptx");

@@ -335,7 +335,13 @@ fn main() -> Res<()> {
     let flops = |heads: Heads, scores: f64| 4.0 * scores * (heads.dim * heads.q) as f64;
     let causal = [2048usize, 4096, 8192].map(|n| {
         let scores = (n * n) as f64 / 2.0; // the causal half
-        (format!("causal {n}"), q15, vec![], vec![(None, n)], flops(q15, scores))
+        (
+            format!("causal {n}"),
+            q15,
+            vec![],
+            vec![(None, n)],
+            flops(q15, scores),
+        )
     });
     let over_prefix = [
         (4352usize, 64usize, 47usize),
@@ -353,18 +359,21 @@ fn main() -> Res<()> {
     });
     // Later chunks of a long prefill: causal rows after the chunks before them; the last
     // with heads 64 wide too (q05, SmolLM2).
-    let chunks = [(8192usize, 8192usize, q15), (3683, 24_576, q15), (8192, 8192, q05)].map(
-        |(n, prefix, heads)| {
-            let d = heads.dim;
-            (
-                format!("causal {n} after {prefix} (d={d})"),
-                heads,
-                vec![prefix],
-                vec![(Some(0), n)],
-                flops(heads, (n * prefix) as f64 + (n * n) as f64 / 2.0),
-            )
-        },
-    );
+    let chunks = [
+        (8192usize, 8192usize, q15),
+        (3683, 24_576, q15),
+        (8192, 8192, q05),
+    ]
+    .map(|(n, prefix, heads)| {
+        let d = heads.dim;
+        (
+            format!("causal {n} after {prefix} (d={d})"),
+            heads,
+            vec![prefix],
+            vec![(Some(0), n)],
+            flops(heads, (n * prefix) as f64 + (n * n) as f64 / 2.0),
+        )
+    });
     let timed = causal.into_iter().chain(chunks).chain(over_prefix);
     for (key, heads, prefixes, segments, flops) in timed {
         let c = Case {
