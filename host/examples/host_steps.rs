@@ -113,19 +113,17 @@ fn main() -> anyhow::Result<()> {
         .find(|a| !a.starts_with("--") && a.ends_with(".gguf"))
         .cloned()
         .unwrap_or_else(|| ".models/smol.gguf".into());
-    let reps: usize = args
-        .iter()
-        .position(|a| a == "--reps")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(30);
+    // The number after `flag`, or `default`.
+    let count = |flag: &str, default: usize| -> usize {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(default)
+    };
+    let reps = count("--reps", 30);
     let run_decide = args.iter().any(|a| a == "--decide");
-    let multi_reps: usize = args
-        .iter()
-        .position(|a| a == "--multi-reps")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+    let multi_reps = count("--multi-reps", 3);
 
     // Weights stay quantized unless asked: only the `--decide` figures run the model.
     let weights = args
