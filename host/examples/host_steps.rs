@@ -358,6 +358,7 @@ fn main() -> anyhow::Result<()> {
             temperature: None,
             cache_salt: salt,
             readout: Default::default(),
+            scope: Default::default(),
         };
         for (name, state, count, cold, n) in [
             ("single", SHORT_STATE, 1, false, reps),

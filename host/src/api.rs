@@ -18,6 +18,8 @@ use crate::error::{ApiError, Wire};
 use crate::frontends::{openai, systemone};
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
+use crate::tenancy::usage::Usage;
+use crate::tenancy::Directory;
 
 /// Seconds a client is told to wait while the server is loading.
 const LOADING_RETRY_AFTER_S: u64 = 2;
@@ -33,6 +35,10 @@ enum Phase {
 pub struct AppState {
     pub config: Config,
     pub metrics: Arc<Metrics>,
+    /// Tenants and keys (see [`crate::tenancy`]).
+    pub directory: Arc<Directory>,
+    /// What each tenant used.
+    pub usage: Usage,
     phase: RwLock<Phase>,
 }
 
@@ -40,10 +46,12 @@ pub struct AppState {
 pub type SharedState = Arc<AppState>;
 
 impl AppState {
-    pub fn new(config: Config, metrics: Arc<Metrics>) -> SharedState {
+    pub fn new(config: Config, metrics: Arc<Metrics>, directory: Arc<Directory>) -> SharedState {
         Arc::new(AppState {
             config,
             metrics,
+            directory,
+            usage: Usage::default(),
             phase: RwLock::new(Phase::Loading("starting".into())),
         })
     }
@@ -180,7 +188,7 @@ async fn plugins(State(state): State<SharedState>) -> Response {
 async fn metrics(State(state): State<SharedState>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render(),
+        state.metrics.render() + &state.usage.render(),
     )
         .into_response()
 }

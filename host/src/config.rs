@@ -115,6 +115,54 @@ pub struct Config {
     #[arg(long, env = "DECIDE_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
 
+    /// Where tenants, key hashes, tenants' plugins and calibrations are kept (SQLite and
+    /// blob files); default: $XDG_DATA_HOME/decide (~/.local/share/decide).
+    #[arg(long, env = "DECIDE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Enables the admin API (`/admin/v1/...`: tenants, keys, limits, usage) for requests
+    /// with `Authorization: Bearer <admin key>` (none: the admin API answers 403).
+    #[arg(long, env = "DECIDE_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
+
+    /// Server-wide default of a tenant's decision requests per minute (0: no limit).
+    #[arg(long, env = "DECIDE_TENANT_REQUESTS_PER_MINUTE", default_value_t = 0)]
+    pub tenant_requests_per_minute: u64,
+
+    /// Server-wide default of a tenant's questions (decisions) per minute (0: no limit).
+    #[arg(long, env = "DECIDE_TENANT_DECISIONS_PER_MINUTE", default_value_t = 0)]
+    pub tenant_decisions_per_minute: u64,
+
+    /// Server-wide default of a tenant's prompt tokens per minute (0: no limit).
+    #[arg(
+        long,
+        env = "DECIDE_TENANT_INPUT_TOKENS_PER_MINUTE",
+        default_value_t = 0
+    )]
+    pub tenant_input_tokens_per_minute: u64,
+
+    /// Server-wide default of a tenant's decision requests answered at once (0: no limit).
+    #[arg(long, env = "DECIDE_TENANT_CONCURRENT_REQUESTS", default_value_t = 0)]
+    pub tenant_concurrent_requests: u64,
+
+    /// Server-wide default of a tenant's requests waiting for a concurrent slot; beyond it
+    /// they get 429.
+    #[arg(long, env = "DECIDE_TENANT_QUEUED_REQUESTS", default_value_t = 64)]
+    pub tenant_queued_requests: u64,
+
+    /// Server-wide default of how many plugins of its own a tenant may upload.
+    #[arg(long, env = "DECIDE_TENANT_MAX_PLUGINS", default_value_t = 32)]
+    pub tenant_max_plugins: usize,
+
+    /// Server-wide default of the largest plugin component a tenant may upload, in bytes.
+    #[arg(long, env = "DECIDE_TENANT_MAX_PLUGIN_BYTES", default_value_t = 16 << 20)]
+    pub tenant_max_plugin_bytes: u64,
+
+    /// Fair share on the model worker: the prompt tokens one tenant (of weight 1) gets per
+    /// round while other tenants have requests waiting.
+    #[arg(long, env = "DECIDE_FAIR_SHARE_TOKENS", default_value_t = 2048)]
+    pub fair_share_tokens: usize,
+
     /// Directory of extra plugins (`NAME.wasm`); they add to or replace the built-ins, and are
     /// reloaded when their files change.
     #[arg(long, env = "DECIDE_PLUGINS")]
@@ -217,6 +265,21 @@ impl Config {
         self.cache_dir
             .clone()
             .unwrap_or_else(crate::plugins::default_cache_dir)
+    }
+
+    /// The data directory: the flag, else `$XDG_DATA_HOME/decide`, else
+    /// `~/.local/share/decide`, else `./decide-data`.
+    pub fn resolved_data_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.data_dir {
+            return dir.clone();
+        }
+        if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+            return PathBuf::from(xdg).join("decide");
+        }
+        if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+            return PathBuf::from(home).join(".local/share/decide");
+        }
+        PathBuf::from("decide-data")
     }
 
     /// The calibration directory: the flag, else `calibration/` next to the default plugin cache.

@@ -99,6 +99,25 @@ pub enum ApiError {
     /// `--api-key` is set and the request did not present it.
     #[error("{message}")]
     Unauthorized { message: String },
+    /// A tenant limit (a rate, its concurrent or queued requests) refuses the request for
+    /// now. `headers` are OpenAI's `x-ratelimit-*` headers; `retry_after_s` becomes
+    /// `Retry-After`.
+    #[error("{message}")]
+    RateLimited {
+        message: String,
+        retry_after_s: u64,
+        headers: Vec<(String, String)>,
+    },
+    /// The caller may not do this (the admin API without `--admin-key`, an upload without a
+    /// tenant key).
+    #[error("{message}")]
+    Forbidden { message: String },
+    /// A named thing (tenant, key, plugin, version) does not exist.
+    #[error("{message}")]
+    NotFound { message: String },
+    /// The request conflicts with what exists (a duplicate tenant name).
+    #[error("{message}")]
+    Conflict { message: String },
     /// A model was named that this server does not serve.
     #[error("{message}")]
     UnknownModel { message: String },
@@ -131,6 +150,10 @@ impl ApiError {
             ApiError::QuestionFailed { status, .. } => *status,
             ApiError::UnknownModel { .. } => StatusCode::NOT_FOUND,
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -153,6 +176,10 @@ impl ApiError {
             ApiError::QuestionFailed { code, .. } => code,
             ApiError::UnknownModel { .. } => "model_not_found",
             ApiError::Unauthorized { .. } => "invalid_api_key",
+            ApiError::RateLimited { .. } => "rate_limit_exceeded",
+            ApiError::Forbidden { .. } => "forbidden",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::Conflict { .. } => "conflict",
             ApiError::Internal(_) => "internal_error",
         }
     }
@@ -168,6 +195,8 @@ impl ApiError {
                     StatusCode::SERVICE_UNAVAILABLE => "server_error",
                     StatusCode::NOT_FOUND => "invalid_request_error",
                     StatusCode::UNAUTHORIZED => "authentication_error",
+                    StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+                    StatusCode::FORBIDDEN => "permission_error",
                     s if s.is_server_error() => "server_error",
                     _ => "invalid_request_error",
                 };
@@ -177,6 +206,22 @@ impl ApiError {
                     Value::String(dotted(&loc))
                 };
                 json!({"error": {"message": message, "type": kind, "param": param, "code": self.code()}})
+            }
+            // Jev's SDK reads authentication and rate-limit errors as an object.
+            Wire::SystemOne
+                if matches!(
+                    self,
+                    ApiError::Unauthorized { .. }
+                        | ApiError::RateLimited { .. }
+                        | ApiError::Forbidden { .. }
+                ) =>
+            {
+                let error_type = match status {
+                    StatusCode::UNAUTHORIZED => "authentication_error",
+                    StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+                    _ => "permission_error",
+                };
+                json!({"detail": {"error_type": error_type, "message": message}})
             }
             Wire::SystemOne => {
                 let mut parts = vec![json!("body")];
@@ -189,9 +234,20 @@ impl ApiError {
         };
         let retry_after = match &self {
             ApiError::NotReady { retry_after_s, .. } => *retry_after_s,
+            ApiError::RateLimited { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
         };
         let mut response = (status, axum::Json(body)).into_response();
+        if let ApiError::RateLimited { headers, .. } = &self {
+            for (name, value) in headers {
+                if let (Ok(name), Ok(value)) = (
+                    header::HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(value),
+                ) {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+        }
         if let Some(seconds) = retry_after {
             if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);

@@ -180,6 +180,7 @@ fn ask_all(
             // Each evaluated readout reads cold: no prefix cached by an earlier readout.
             cache_salt: crate::prefix_cache::tenant_salt(&["decide-eval", &format!("{options:?}")]),
             readout: options,
+            scope: Default::default(),
         };
         match engine.decide(&request) {
             Ok(decided) => {

@@ -8,8 +8,8 @@
 //! [`plugins`] runs question types, renderers and calibration policies as sandboxed
 //! WebAssembly components; the model lives in the `decide-models` crate and every forward pass
 //! runs on the [`scheduler`]'s worker thread, which batches concurrent requests and keeps the
-//! [`prefix_cache`]. [`api`] builds the
-//! router; [`server`] loads everything and serves.
+//! [`prefix_cache`]. [`tenancy`] says who is asking (tenants, keys, their store). [`api`]
+//! builds the router; [`server`] loads everything and serves.
 
 pub mod api;
 pub mod calibration;
@@ -26,3 +26,4 @@ pub mod readout;
 pub mod scheduler;
 pub mod selfcheck;
 pub mod server;
+pub mod tenancy;

@@ -53,6 +53,43 @@ pub struct DecisionRequest {
     pub cache_salt: u64,
     /// `extra.backend_options` of the request (readout, shortlist, permutations).
     pub readout: readout::Options,
+    /// What the request's tenant changes about how it is answered.
+    pub scope: RequestScope,
+}
+
+/// What a request's tenant changes about how it is answered, as opaque values: the pipeline
+/// learns no tenant records, only which plugins to resolve, which limits and calibration
+/// apply, and under which fair-share flow its passes are scheduled. The default is the
+/// server's own settings (no tenants).
+#[derive(Clone, Default)]
+pub struct RequestScope {
+    /// Whose plugins resolve first (the tenant id); `None`: the operator's and built-ins only.
+    pub plugins: Option<String>,
+    /// Renderer plugin instead of `--renderer`.
+    pub renderer: Option<String>,
+    /// Calibration policy instead of `--calibration`.
+    pub calibration: Option<String>,
+    /// The tenant's own fitted calibration (answers report source `tenant`).
+    pub calibrated: Option<Arc<CalibrationState>>,
+    /// Limits narrower than the server's (each at most the server's).
+    pub limits: Option<Limits>,
+    /// The fair-share flow the request's reads are scheduled under.
+    pub flow: scheduler::Flow,
+    /// Called with the prompt tokens of each batched read before it goes to the model; an
+    /// error (a tokens-per-minute limit) fails the request with it.
+    pub admit_tokens: Option<Arc<dyn Fn(usize) -> Result<(), ApiError> + Send + Sync>>,
+}
+
+impl std::fmt::Debug for RequestScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestScope")
+            .field("plugins", &self.plugins)
+            .field("renderer", &self.renderer)
+            .field("calibration", &self.calibration)
+            .field("limits", &self.limits)
+            .field("flow", &self.flow)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where an answer's temperature came from, highest priority first.
@@ -60,6 +97,8 @@ pub struct DecisionRequest {
 pub enum TemperatureSource {
     /// `extra.calibration_temperature` of the request.
     Request,
+    /// The tenant's own calibration, fitted on the labelled questions it uploaded.
+    Tenant,
     /// `--temperature` of the operator.
     Operator,
     /// Measured by startup calibration (fitted and kept, or measured and no correction needed).
@@ -72,6 +111,7 @@ impl TemperatureSource {
     pub fn as_str(self) -> &'static str {
         match self {
             TemperatureSource::Request => "request",
+            TemperatureSource::Tenant => "tenant",
             TemperatureSource::Operator => "operator",
             TemperatureSource::Calibrated => "calibrated",
             TemperatureSource::Default => "default",
@@ -335,24 +375,31 @@ impl Engine {
         request: &DecisionRequest,
         session: &Session,
     ) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
+        let limits = request.scope.limits.as_ref().unwrap_or(&self.limits);
         crate::frontends::json::question_count(
             request.questions.len(),
-            self.limits.max_questions,
+            limits.max_questions,
             &crate::loc!["questions"],
         )?;
-        if request.state.len() > self.limits.max_input_bytes {
+        if request.state.len() > limits.max_input_bytes {
             return Err(ApiError::TooLarge {
                 loc: vec![],
                 message: format!(
                     "input: {} bytes exceed the limit of {} bytes (setting --max-input-bytes / DECIDE_MAX_INPUT_BYTES)",
                     request.state.len(),
-                    self.limits.max_input_bytes
+                    limits.max_input_bytes
                 ),
             });
         }
         let mut planned = Vec::with_capacity(request.questions.len());
         for (index, question) in request.questions.iter().enumerate() {
-            planned.push(self.compile_one(index, question, &request.readout, session)?);
+            planned.push(self.compile_one(
+                index,
+                question,
+                &request.readout,
+                &request.scope,
+                session,
+            )?);
         }
         Ok(planned)
     }
@@ -362,9 +409,12 @@ impl Engine {
         index: usize,
         question: &Question,
         options: &readout::Options,
+        request_scope: &RequestScope,
         session: &Session,
     ) -> Result<Result<Planned, Refusal>, ApiError> {
-        let Some(plugin) = self.plugins.question_type(&question.plugin) else {
+        let limits = request_scope.limits.as_ref().unwrap_or(&self.limits);
+        let scope = request_scope.plugins.as_deref();
+        let Some(plugin) = self.plugins.question_type_in(scope, &question.plugin) else {
             return Err(ApiError::invalid(
                 with_field(&question.loc, "type"),
                 format!(
@@ -384,13 +434,13 @@ impl Engine {
             }
         };
         let count = compiled.options.len();
-        if count > self.limits.max_options {
+        if count > limits.max_options {
             return Err(ApiError::invalid(
                 question.loc.clone(),
                 format!(
                     "{}: {count} options exceed the limit of {} per question (setting --max-options / DECIDE_MAX_OPTIONS)",
                     dotted(&question.loc),
-                    self.limits.max_options
+                    limits.max_options
                 ),
             ));
         }
@@ -426,6 +476,7 @@ impl Engine {
     fn applied(
         &self,
         requested: Option<f64>,
+        tenant: Option<&CalibrationState>,
         calibration: &crate::plugins::Calibration,
         session: &Session,
     ) -> Applied {
@@ -436,14 +487,23 @@ impl Engine {
             temperature: t,
             source,
         };
+        let fitted_here = |c: &CalibrationState| c.plugin_sha256 == calibration.sha256();
         match (requested, self.operator_temperature) {
             (Some(t), _) => from_temperature(t, TemperatureSource::Request),
+            // The tenant's own fit, made with this very policy plugin.
+            (None, _) if tenant.is_some_and(fitted_here) => {
+                let c = tenant.expect("checked");
+                Applied {
+                    policy,
+                    params: Ok(c.params.clone()),
+                    temperature: c.temperature,
+                    source: TemperatureSource::Tenant,
+                }
+            }
             (None, Some(t)) => from_temperature(t, TemperatureSource::Operator),
             (None, None) => {
                 let c = &self.calibrated;
-                if c.source == TemperatureSource::Calibrated
-                    && c.plugin_sha256 == calibration.sha256()
-                {
+                if c.source == TemperatureSource::Calibrated && fitted_here(c) {
                     Applied {
                         policy,
                         params: Ok(c.params.clone()),
@@ -464,27 +524,25 @@ impl Engine {
         let session = Session::new();
         let compiled = self.compile(request, &session)?;
         let compiled_at = Instant::now();
+        let scope = &request.scope;
+        let renderer_name = scope.renderer.as_deref().unwrap_or(&self.renderer);
         let renderer = self
             .plugins
-            .renderer(&self.renderer)
-            .ok_or_else(|| ApiError::NotReady {
-                reason: format!(
-                    "renderer plugin `{}` is not loaded (setting --renderer)",
-                    self.renderer
-                ),
-                retry_after_s: None,
+            .renderer_in(scope.plugins.as_deref(), renderer_name)
+            .ok_or_else(|| missing_plugin("renderer", renderer_name, scope, "--renderer"))?;
+        let calibration_name = scope.calibration.as_deref().unwrap_or(&self.calibration);
+        let calibration = self
+            .plugins
+            .calibration_in(scope.plugins.as_deref(), calibration_name)
+            .ok_or_else(|| {
+                missing_plugin("calibration", calibration_name, scope, "--calibration")
             })?;
-        let calibration =
-            self.plugins
-                .calibration(&self.calibration)
-                .ok_or_else(|| ApiError::NotReady {
-                    reason: format!(
-                        "calibration plugin `{}` is not loaded (setting --calibration)",
-                        self.calibration
-                    ),
-                    retry_after_s: None,
-                })?;
-        let applied = self.applied(request.temperature, &calibration, &session);
+        let applied = self.applied(
+            request.temperature,
+            scope.calibrated.as_deref(),
+            &calibration,
+            &session,
+        );
 
         let mut decided = Decided::new();
         decided.timings.compile = compiled_at - started;
@@ -526,11 +584,22 @@ impl Engine {
     /// request metrics: what startup calibration and the self-check measure. A question that
     /// cannot be read gives the reason.
     pub fn read_raw(&self, state: &str, questions: &[Question]) -> Vec<Result<RawRead, String>> {
-        let Some(renderer) = self.plugins.renderer(&self.renderer) else {
-            let reason = format!(
-                "renderer plugin `{}` is not loaded (setting --renderer)",
-                self.renderer
-            );
+        self.read_raw_in(&RequestScope::default(), state, questions)
+    }
+
+    /// [`Engine::read_raw`] with a tenant's plugins and renderer (its own calibration fit).
+    pub fn read_raw_in(
+        &self,
+        scope: &RequestScope,
+        state: &str,
+        questions: &[Question],
+    ) -> Vec<Result<RawRead, String>> {
+        let renderer_name = scope.renderer.as_deref().unwrap_or(&self.renderer);
+        let Some(renderer) = self
+            .plugins
+            .renderer_in(scope.plugins.as_deref(), renderer_name)
+        else {
+            let reason = missing_plugin("renderer", renderer_name, scope, "--renderer").to_string();
             return questions.iter().map(|_| Err(reason.clone())).collect();
         };
         let options = readout::Options::default();
@@ -538,8 +607,8 @@ impl Engine {
         let planned: Vec<Result<Planned, Refusal>> = questions
             .iter()
             .enumerate()
-            .map(
-                |(index, question)| match self.compile_one(index, question, &options, &session) {
+            .map(|(index, question)| {
+                match self.compile_one(index, question, &options, scope, &session) {
                     Ok(planned) => planned,
                     Err(error) => Err(Refusal {
                         status: error.status(crate::error::Wire::SystemOne),
@@ -547,12 +616,15 @@ impl Engine {
                         message: error.to_string(),
                         loc: question.loc.clone(),
                     }),
-                },
-            )
+                }
+            })
             .collect();
         let mut decided = Decided::new();
-        // Calibration and self-check reads have a tenant of their own.
-        let salt = crate::prefix_cache::tenant_salt(&["decide-internal"]);
+        // Calibration and self-check reads have a tenant of their own (one per tenant scope).
+        let salt = crate::prefix_cache::tenant_salt(&[
+            "decide-internal",
+            scope.plugins.as_deref().unwrap_or(""),
+        ]);
         let prompting = Prompting {
             renderer: &renderer,
             salt,
@@ -707,6 +779,26 @@ struct Prepared {
     prompt: scheduler::Prompt,
     /// How many tokens the prompt has (kept once the prompt has gone to the worker).
     tokens: usize,
+}
+
+/// The error for a renderer or calibration plugin that is not loaded: the tenant's setting
+/// when the tenant chose it (a 400 for the tenant to fix), else the server's (a 503).
+fn missing_plugin(kind: &str, name: &str, scope: &RequestScope, flag: &str) -> ApiError {
+    let chosen_by_tenant = match kind {
+        "renderer" => scope.renderer.is_some(),
+        _ => scope.calibration.is_some(),
+    };
+    if chosen_by_tenant {
+        ApiError::invalid(
+            vec![],
+            format!("the tenant's {kind} plugin `{name}` is not loaded (tenant setting `{kind}`; upload it or change the setting)"),
+        )
+    } else {
+        ApiError::NotReady {
+            reason: format!("{kind} plugin `{name}` is not loaded (setting {flag})"),
+            retry_after_s: None,
+        }
+    }
 }
 
 /// A refusal for a failed renderer or calibration call.

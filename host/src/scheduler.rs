@@ -41,6 +41,23 @@ pub const MAX_FUSED_PASS_TOKENS: usize = 4096;
 /// the packed passes with other requests (more throughput, nothing stored).
 pub const STORE_MIN_TOKENS: usize = 512;
 
+/// Whose work a job is, for fair share between tenants: jobs of one flow are served in
+/// arrival order, flows get passes in proportion to their weight. Opaque to the scheduler
+/// (the frontends derive it from the tenant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Flow {
+    /// Distinguishes flows; equal ids are one flow.
+    pub id: u64,
+    /// Share relative to other flows (at least 1).
+    pub weight: u32,
+}
+
+impl Default for Flow {
+    fn default() -> Self {
+        Flow { id: 0, weight: 1 }
+    }
+}
+
 /// One prompt to read.
 #[derive(Debug, Clone, Default)]
 pub struct Prompt {

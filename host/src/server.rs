@@ -17,12 +17,17 @@ use crate::pipeline::{Engine, EngineSettings, Limits};
 use crate::plugins::{PluginRegistry, RuntimeConfig};
 use crate::scheduler::SchedulerConfig;
 use crate::selfcheck;
+use crate::tenancy::sqlite::SqliteStore;
+use crate::tenancy::Directory;
 
 /// Runs the server until Ctrl-C / SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let mut shown = config.clone();
     if shown.api_key.is_some() {
         shown.api_key = Some("<redacted>".into());
+    }
+    if shown.admin_key.is_some() {
+        shown.admin_key = Some("<redacted>".into());
     }
     tracing::info!(config = ?shown, "starting decide {}", env!("CARGO_PKG_VERSION"));
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
@@ -38,7 +43,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     println!("decide listening on http://{address}");
     tracing::info!("listening on http://{address}");
 
-    let state = AppState::new(config, Arc::new(Metrics::default()));
+    let directory = Arc::new(open_directory(&config)?);
+    let state = AppState::new(config, Arc::new(Metrics::default()), directory);
     let loader = state.clone();
     tokio::task::spawn_blocking(move || load(&loader));
 
@@ -46,6 +52,26 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())
+}
+
+/// Opens the tenant store in `--data-dir` and loads its tenants and keys.
+pub fn open_directory(config: &Config) -> anyhow::Result<Directory> {
+    let dir = config.resolved_data_dir();
+    let store = SqliteStore::open(&dir).with_context(|| {
+        format!(
+            "opening the tenant store in {} (setting --data-dir)",
+            dir.display()
+        )
+    })?;
+    let directory =
+        Directory::open(Arc::new(store), config.api_key.as_deref()).with_context(|| {
+            format!(
+                "reading the tenant store in {} (setting --data-dir)",
+                dir.display()
+            )
+        })?;
+    tracing::info!(data_dir = %dir.display(), tenants = directory.tenants().len(), "tenant store opened");
+    Ok(directory)
 }
 
 /// Loads plugins and model into the shared state, recording progress and failure.

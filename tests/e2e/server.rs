@@ -73,6 +73,10 @@ impl Server {
         if !extra.contains(&"--model") {
             command.arg("--model").arg(model_path());
         }
+        // Each server gets its own tenant store unless the test shares one on purpose.
+        if !extra.contains(&"--data-dir") {
+            command.arg("--data-dir").arg(scratch_dir("data"));
+        }
         // Startup calibration reads hundreds of questions; only tests about it turn it on.
         if !extra.contains(&"--calibration-questions") {
             command.args(["--calibration-questions", "none"]);

@@ -6,6 +6,7 @@ The binary is `$DECIDE_BIN`, else `release/decide` in `$CARGO_TARGET_DIR` or `ta
 import json
 import os
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -22,8 +23,11 @@ class Server:
         model = os.environ.get("DECIDE_TEST_MODEL", str(ROOT / ".models" / "smol.gguf"))
         assert Path(binary).exists(), f"{binary} is missing: run `cargo build --release`"
         assert Path(model).exists(), f"{model} is missing: run `scripts/fetch-model.sh smol`"
+        # Each server gets a fresh tenant store, so nothing left from elsewhere turns tenancy on.
+        self.data_dir = tempfile.mkdtemp(prefix="decide-data-")
         self.process = subprocess.Popen(
-            [binary, "serve", "--model", model, "--port", "0", "--calibration-questions", "none", *extra],
+            [binary, "serve", "--model", model, "--port", "0", "--calibration-questions", "none",
+             "--data-dir", self.data_dir, *extra],
             stdout=subprocess.PIPE,
             env={**os.environ, "DECIDE_LOG": "warn"},
             text=True,

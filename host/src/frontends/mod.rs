@@ -13,13 +13,14 @@ pub mod systemone;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::api::AppState;
 use crate::error::{ApiError, Wire};
-use crate::pipeline::{Decided, DecisionRequest, Engine, Outcome};
+use crate::pipeline::{Decided, DecisionRequest, Engine, Outcome, RequestScope};
+use crate::tenancy::Caller;
 
 /// Reads the body as JSON within `--max-body-bytes` (zstd and, where `multipart`, form-data).
 pub async fn read_json(
@@ -31,45 +32,46 @@ pub async fn read_json(
     body::read_json(headers, body, state.config.max_body_bytes, multipart).await
 }
 
-/// With `--api-key` set, requires `Authorization: Bearer <key>` (both SDKs send it).
-pub fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = state.config.api_key.as_deref() else {
-        return Ok(());
+/// Runs a decision request for its caller: authenticates it (the tenant of its bearer key,
+/// see [`crate::tenancy::Directory::authenticate`]; 401 when the key is missing or not
+/// valid), then `run`, and counts a failure against the caller's usage.
+pub async fn authenticated<F, Fut>(
+    state: &AppState,
+    headers: &HeaderMap,
+    run: F,
+) -> Result<axum::response::Response, ApiError>
+where
+    F: FnOnce(Caller) -> Fut,
+    Fut: std::future::Future<Output = Result<axum::response::Response, ApiError>>,
+{
+    let caller = match state.directory.authenticate(headers) {
+        Ok(caller) => caller,
+        Err(error) => {
+            state.metrics.record_rejected();
+            return Err(error);
+        }
     };
-    match presented_key(headers) {
-        Some(key) if constant_time_eq(key.as_bytes(), expected.as_bytes()) => Ok(()),
-        Some(_) => Err(ApiError::Unauthorized { message: "the API key is not valid for this server".into() }),
-        None => Err(ApiError::Unauthorized {
-            message: "missing `Authorization: Bearer <key>` header (this server is started with --api-key)".into(),
-        }),
+    let usage = state.usage.of(caller.label());
+    let result = run(caller).await;
+    if let Err(error) = &result {
+        state.metrics.record_rejected();
+        usage.record_error(error);
     }
+    result
 }
 
-/// The bearer token of the request, if any.
-fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim)
-}
-
-/// The prefix-cache salt of a request: its tenant is its credentials (the bearer token) plus
-/// an optional cache key of the client's (`prompt_cache_key`). Requests with different
-/// salts never share cached KV, so one tenant's prompts cannot be timed or served to another.
-pub fn cache_salt(headers: &HeaderMap, cache_key: Option<&str>) -> u64 {
-    crate::prefix_cache::tenant_salt(&[
-        presented_key(headers).unwrap_or(""),
-        cache_key.unwrap_or(""),
-    ])
-}
-
-/// Compares without an early exit, so the time taken does not reveal a matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// How a caller's request is answered: the tenant's plugins first, its renderer and
+/// calibration settings (the server's where it has none).
+pub fn request_scope(caller: &Caller) -> RequestScope {
+    let Some(tenant) = caller.tenant() else {
+        return RequestScope::default();
+    };
+    RequestScope {
+        plugins: Some(tenant.id.clone()),
+        renderer: tenant.settings.renderer.clone(),
+        calibration: tenant.settings.calibration.clone(),
+        ..RequestScope::default()
+    }
 }
 
 /// Accepts the served model under its names, or refuses naming what is served.
@@ -95,8 +97,11 @@ pub fn check_model(
     }
 }
 
-/// Runs the pipeline on a blocking thread, and fails the request when every question failed.
+/// Runs the pipeline on a blocking thread, counts the request against the caller's usage,
+/// and fails the request when every question failed.
 pub async fn decide(
+    state: &AppState,
+    caller: &Caller,
     engine: Arc<Engine>,
     request: DecisionRequest,
 ) -> Result<(Decided, DecisionRequest), ApiError> {
@@ -107,6 +112,7 @@ pub async fn decide(
     .await
     .map_err(|error| ApiError::Internal(format!("the decision task failed: {error}")))?;
     let decided = decided?;
+    state.usage.of(caller.label()).record_decided(&decided);
     if decided
         .outcomes
         .iter()

@@ -18,6 +18,7 @@ use crate::error::{ApiError, Loc, Wire};
 use crate::loc;
 use crate::pipeline::{Answer, Decided, DecisionRequest, Outcome, Question, RENDER_VERSION};
 use crate::readout;
+use crate::tenancy::Caller;
 
 /// How much of the answer's `extra` block to return.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,19 +40,24 @@ struct Parsed {
 /// `POST /v1/decisions`.
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     let started = std::time::Instant::now();
-    let mut response = match run(&state, &headers, body).await {
+    let mut response = match super::authenticated(&state, &headers, |caller| {
+        run(&state, caller, &headers, body)
+    })
+    .await
+    {
         Ok(response) => response,
-        Err(error) => {
-            state.metrics.record_rejected();
-            error.into_response_for(Wire::OpenAi)
-        }
+        Err(error) => error.into_response_for(Wire::OpenAi),
     };
     super::add_server_time(&mut response, started);
     response
 }
 
-async fn run(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    super::check_auth(state, headers)?;
+async fn run(
+    state: &SharedState,
+    caller: Caller,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let value = super::read_json(state, headers, body, false).await?;
     let parsed = parse(&value, state.config.max_questions)?;
@@ -69,11 +75,9 @@ async fn run(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Res
         types,
         detail,
     } = parsed;
-    request.cache_salt = super::cache_salt(
-        headers,
-        value.get("prompt_cache_key").and_then(Value::as_str),
-    );
-    let (decided, request) = super::decide(engine, request).await?;
+    request.scope = super::request_scope(&caller);
+    request.cache_salt = caller.cache_salt(value.get("prompt_cache_key").and_then(Value::as_str));
+    let (decided, request) = super::decide(state, &caller, engine, request).await?;
     let mut response =
         axum::Json(respond(&model, &request, &decided, &names, &types, detail)).into_response();
     super::add_step_times(&mut response, &decided);
@@ -170,6 +174,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             temperature,
             cache_salt: 0,
             readout,
+            scope: Default::default(),
         },
         names,
         types,

