@@ -3,6 +3,7 @@
 //! `scripts/fetch-model.sh smol`). One test binary, a module per concern.
 
 mod server;
+mod tenant_fixture;
 
 mod cache;
 mod calibration;

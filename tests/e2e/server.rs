@@ -165,6 +165,48 @@ impl Server {
         Self::reply(response)
     }
 
+    /// `method path` with `Authorization: Bearer key`, and a JSON body when given.
+    pub fn send_as(&self, method: &str, path: &str, key: &str, body: Option<&Value>) -> Reply {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("an HTTP method");
+        let mut request = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        Self::reply(request.send().expect("request"))
+    }
+
+    /// POST a JSON body with `Authorization: Bearer key`.
+    pub fn post_as(&self, path: &str, key: &str, body: &Value) -> Reply {
+        self.send_as("POST", path, key, Some(body))
+    }
+
+    /// PUT raw bytes (`content-type`) with `Authorization: Bearer key`.
+    pub fn put_bytes_as(&self, path: &str, key: &str, bytes: Vec<u8>, content_type: &str) -> Reply {
+        let response = self
+            .client
+            .put(format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .header("content-type", content_type)
+            .body(bytes)
+            .send()
+            .expect("PUT");
+        Self::reply(response)
+    }
+
+    /// The process id of the server (tests that kill it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn post_raw(&self, path: &str, body: &'static str, content_type: &str) -> Reply {
         let response = self
             .client
