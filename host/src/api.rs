@@ -18,6 +18,7 @@ use crate::error::{ApiError, Wire};
 use crate::frontends::{openai, systemone};
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
+use crate::tenancy::calibration::{self as tenant_calibration, TenantCalibrations};
 use crate::tenancy::usage::Usage;
 use crate::tenancy::Directory;
 
@@ -39,6 +40,8 @@ pub struct AppState {
     pub directory: Arc<Directory>,
     /// What each tenant used.
     pub usage: Usage,
+    /// Tenants' own calibrations (fits running, results in use).
+    pub calibrations: Arc<TenantCalibrations>,
     phase: RwLock<Phase>,
 }
 
@@ -52,6 +55,7 @@ impl AppState {
             metrics,
             directory,
             usage: Usage::default(),
+            calibrations: Arc::default(),
             phase: RwLock::new(Phase::Loading("starting".into())),
         })
     }
@@ -119,6 +123,12 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/systemone", post(systemone::handle))
         .route("/v1/models", get(models))
         .route("/v1/plugins", get(plugins))
+        .route(
+            "/v1/calibration",
+            get(tenant_calibration::status)
+                .put(tenant_calibration::upload)
+                .delete(tenant_calibration::remove),
+        )
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)

@@ -9,9 +9,11 @@ mod cache;
 mod calibration;
 mod endpoints;
 mod errors;
+mod isolation;
 mod lifecycle;
 mod plugins;
 mod readouts;
+mod tenant_calibration;
 
 /// Asserts that probabilities are finite, in [0, 1] and sum to 1.
 pub fn assert_distribution(probabilities: &[f64]) {

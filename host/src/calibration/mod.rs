@@ -23,7 +23,7 @@ pub mod store;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::pipeline::{Engine, Question, TemperatureSource, RENDER_VERSION};
+use crate::pipeline::{Engine, Question, RequestScope, TemperatureSource, RENDER_VERSION};
 use crate::plugins::Calibration;
 use cv::{PolicyReport, Sample};
 use questions::QuestionSet;
@@ -251,6 +251,51 @@ pub fn run(
     Ok(saved)
 }
 
+/// What a policy's cross-validation report means for answers.
+pub struct Verdict {
+    /// The parameters answers get.
+    pub params: Vec<f64>,
+    /// The temperature they stand for.
+    pub temperature: f64,
+    /// Whether a fit was measured (kept or not); false when it failed.
+    pub measured: bool,
+    /// Whether the fitted parameters are kept.
+    pub kept: bool,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// The keep rule: the fitted parameters when the held-out ECE interval lies below the raw
+/// one; else T = 1.0 (measured: no correction needed; or the fit failed).
+pub fn verdict(report: &PolicyReport, policy: &Calibration) -> Verdict {
+    let one = policy.default_params(1.0).unwrap_or_else(|_| vec![1.0]);
+    let failed = |reason: String| Verdict {
+        params: one.clone(),
+        temperature: 1.0,
+        measured: false,
+        kept: false,
+        reason,
+    };
+    match (&report.error, &report.params) {
+        (Some(error), _) => failed(format!("fit failed: {error}")),
+        (None, None) => failed("fit failed".to_string()),
+        (None, Some(params)) if report.keep => Verdict {
+            params: params.clone(),
+            temperature: params.first().copied().unwrap_or(1.0),
+            measured: true,
+            kept: true,
+            reason: "held-out ECE interval lies below the raw one".to_string(),
+        },
+        (None, Some(_)) => Verdict {
+            params: one.clone(),
+            temperature: 1.0,
+            measured: true,
+            kept: false,
+            reason: "held-out ECE interval does not lie below the raw one: no correction established, T = 1.0".to_string(),
+        },
+    }
+}
+
 /// Applies the keep rule of the configured policy's report.
 fn decide(
     key: Key,
@@ -259,28 +304,19 @@ fn decide(
     policy: &Calibration,
     seconds: f64,
 ) -> Saved {
-    let report = &reports[0];
-    let one = policy.default_params(1.0).unwrap_or_else(|_| vec![1.0]);
-    let (params, temperature, source, kept, reason) = match (&report.error, &report.params) {
-        (Some(error), _) => (one, 1.0, "default", false, format!("fit failed: {error}")),
-        (None, None) => (one, 1.0, "default", false, "fit failed".to_string()),
-        (None, Some(params)) if report.keep => {
-            let t = params.first().copied().unwrap_or(1.0);
-            (params.clone(), t, "calibrated", true, "held-out ECE interval lies below the raw one".to_string())
-        }
-        (None, Some(_)) => (
-            one,
-            1.0,
-            "calibrated",
-            false,
-            "held-out ECE interval does not lie below the raw one: no correction established, T = 1.0".to_string(),
-        ),
-    };
+    let Verdict {
+        params,
+        temperature,
+        measured,
+        kept,
+        reason,
+    } = verdict(&reports[0], policy);
+    let source = if measured { "calibrated" } else { "default" };
     Saved {
         key,
         date: store::now_rfc3339(),
         decide_version: env!("CARGO_PKG_VERSION").to_string(),
-        policy: report.policy.clone(),
+        policy: reports[0].policy.clone(),
         params,
         temperature,
         source: source.to_string(),
@@ -299,6 +335,18 @@ fn collect(
     set: &QuestionSet,
     progress: &dyn Fn(String),
 ) -> (Vec<Sample>, QuestionCounts) {
+    collect_in(engine, &RequestScope::default(), set, &|done, total| {
+        progress(format!("calibrating ({done}/{total})"))
+    })
+}
+
+/// [`collect`] with a tenant's scope (its plugins and renderer); `progress(done, total)`.
+pub fn collect_in(
+    engine: &Engine,
+    scope: &RequestScope,
+    set: &QuestionSet,
+    progress: &dyn Fn(usize, usize),
+) -> (Vec<Sample>, QuestionCounts) {
     let total = set.questions.len();
     let mut by_state: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, q) in set.questions.iter().enumerate() {
@@ -310,7 +358,7 @@ fn collect(
     let mut samples = Vec::with_capacity(total);
     let mut skipped = Vec::new();
     let mut done = 0;
-    progress(format!("calibrating (0/{total})"));
+    progress(0, total);
     for (state, indices) in by_state {
         let batch: Vec<Question> = indices
             .iter()
@@ -320,7 +368,7 @@ fn collect(
                 json: set.questions[i].json.clone(),
             })
             .collect();
-        for (&i, read) in indices.iter().zip(engine.read_raw(state, &batch)) {
+        for (&i, read) in indices.iter().zip(engine.read_raw_in(scope, state, &batch)) {
             let q = &set.questions[i];
             match read {
                 Err(reason) => skipped.push(format!("{}: {reason}", q.id)),
@@ -341,7 +389,7 @@ fn collect(
             }
             done += 1;
         }
-        progress(format!("calibrating ({done}/{total})"));
+        progress(done, total);
     }
     let counts = QuestionCounts {
         origin: set.origin.clone(),

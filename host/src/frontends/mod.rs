@@ -103,8 +103,14 @@ pub async fn decide(
     state: &AppState,
     caller: &Caller,
     engine: Arc<Engine>,
-    request: DecisionRequest,
+    mut request: DecisionRequest,
 ) -> Result<(Decided, DecisionRequest), ApiError> {
+    if let Some(tenant) = caller.tenant_id() {
+        request.scope.calibrated =
+            state
+                .calibrations
+                .state_for(state.directory.store().as_ref(), &engine, tenant);
+    }
     let (decided, request) = tokio::task::spawn_blocking(move || {
         let decided = engine.decide(&request);
         (decided, request)

@@ -10,6 +10,8 @@
 //!   store for several replicas is another implementation of the same trait.
 //! - [`keys`]: API keys (long random tokens with the recognisable prefix `dk_`); only their
 //!   SHA-256 is stored, and a presented key is compared with it in constant time.
+//! - [`calibration`]: a tenant's own calibration, fitted in the background on the labelled
+//!   questions it uploads.
 //! - [`usage`]: per-tenant counters for the admin API and `/metrics`.
 //! - [`directory`]: the in-memory view of the store that requests consult (key hash ->
 //!   tenant), reloaded when the store changes, also when another process (the `decide
@@ -19,6 +21,7 @@
 //! only opaque values from it (a cache salt, a fair-share flow, a plugin scope), and the
 //! engine and `decide-models` never learn about tenants.
 
+pub mod calibration;
 pub mod directory;
 pub mod keys;
 pub mod sqlite;

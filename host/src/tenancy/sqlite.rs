@@ -482,6 +482,12 @@ impl Store for SqliteStore {
             .optional()?)
         })
     }
+
+    fn delete_calibration(&self, tenant_id: &str) -> Result<bool, StoreError> {
+        self.with(true, |c| {
+            Ok(c.execute("DELETE FROM calibrations WHERE tenant_id = ?1", [tenant_id])? > 0)
+        })
+    }
 }
 
 #[cfg(test)]

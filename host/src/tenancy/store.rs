@@ -197,4 +197,6 @@ pub trait Store: Send + Sync {
     /// Stores a tenant's calibration result (JSON), replacing the previous one.
     fn save_calibration(&self, tenant_id: &str, json: &str) -> Result<(), StoreError>;
     fn calibration(&self, tenant_id: &str) -> Result<Option<String>, StoreError>;
+    /// Removes a tenant's calibration result; false when it had none.
+    fn delete_calibration(&self, tenant_id: &str) -> Result<bool, StoreError>;
 }

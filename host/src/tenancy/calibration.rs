@@ -1,0 +1,410 @@
+//! A tenant's own calibration: it uploads labelled questions (the JSONL format of
+//! `calibration/default.jsonl`), the server reads them through the tenant's own plugins and
+//! renderer in the background, fits the tenant's calibration policy with the same
+//! cross-validation and keep rule as startup calibration ([`crate::calibration`]), and from
+//! then on the tenant's answers use that fit and report the temperature source `tenant`.
+//!
+//! `PUT /v1/calibration` (the file as the body) starts a fit and answers 202;
+//! `GET /v1/calibration` shows its progress and the stored result; `DELETE /v1/calibration`
+//! drops the result. One fit per tenant runs at a time. Results live in the tenant store, so
+//! they survive restarts; a result is used only with the model and policy plugin version it
+//! was fitted with.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::store::Store;
+use super::{now_s, Caller};
+use crate::api::SharedState;
+use crate::calibration::{self, cv, ece::Interval, questions::QuestionSet, CalibrationState};
+use crate::error::{ApiError, Wire};
+use crate::pipeline::{Engine, RequestScope, TemperatureSource};
+
+/// A tenant's fitted calibration, as stored (JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fitted {
+    /// The policy plugin and the sha256 of the version that fitted.
+    pub policy: String,
+    pub policy_sha256: String,
+    /// What answers get: the fitted parameters when kept, else T = 1.0.
+    pub params: Vec<f64>,
+    pub temperature: f64,
+    pub kept: bool,
+    pub reason: String,
+    /// The model the questions were read with (its name and forward description).
+    pub model: String,
+    /// Questions answered and used, and skipped.
+    pub used: usize,
+    pub skipped: usize,
+    /// ECE raw and held-out calibrated (5-fold, 95% bootstrap over groups).
+    pub ece_raw: Interval,
+    pub ece_calibrated: Option<Interval>,
+    pub accuracy_raw: f64,
+    pub questions_sha256: String,
+    pub fitted_at: u64,
+}
+
+/// Where a tenant's latest fit is.
+#[derive(Debug, Clone, Serialize)]
+pub struct Progress {
+    /// `running`, `done` or `failed`.
+    pub status: &'static str,
+    pub answered: usize,
+    pub total: usize,
+    pub started_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Every tenant's fits: the running or last job, and the stored results in use.
+#[derive(Debug, Default)]
+pub struct TenantCalibrations {
+    jobs: Mutex<HashMap<String, Progress>>,
+    /// Stored results as answers use them, by tenant (None: the tenant has none).
+    in_use: RwLock<HashMap<String, Option<Arc<CalibrationState>>>>,
+}
+
+/// The model a fit belongs to.
+fn model_identity(engine: &Engine) -> String {
+    let info = engine.model().info();
+    format!("{} ({})", info.name, info.forward)
+}
+
+impl TenantCalibrations {
+    /// The calibration a tenant's answers get, if it has a stored fit for this model.
+    pub fn state_for(
+        &self,
+        store: &dyn Store,
+        engine: &Engine,
+        tenant_id: &str,
+    ) -> Option<Arc<CalibrationState>> {
+        if let Some(cached) = self
+            .in_use
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tenant_id)
+        {
+            return cached.clone();
+        }
+        let loaded = match store.calibration(tenant_id) {
+            Ok(Some(json)) => match serde_json::from_str::<Fitted>(&json) {
+                Ok(fitted) if fitted.model == model_identity(engine) => {
+                    Some(Arc::new(state_of(&fitted)))
+                }
+                Ok(fitted) => {
+                    tracing::warn!(tenant = tenant_id, fitted_with = %fitted.model, "the tenant's calibration was fitted with another model; not used");
+                    None
+                }
+                Err(error) => {
+                    tracing::warn!(tenant = tenant_id, %error, "the tenant's stored calibration is unreadable; not used");
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(error) => {
+                // Not cached: the store may be back at the next request.
+                tracing::warn!(tenant = tenant_id, %error, "cannot read the tenant's calibration");
+                return None;
+            }
+        };
+        self.in_use
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tenant_id.to_string(), loaded.clone());
+        loaded
+    }
+
+    fn forget(&self, tenant_id: &str) {
+        self.in_use
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tenant_id);
+    }
+
+    /// Drops what is known of a deleted tenant.
+    pub fn remove_tenant(&self, tenant_id: &str) {
+        self.forget(tenant_id);
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tenant_id);
+    }
+
+    fn set_progress(&self, tenant_id: &str, update: impl FnOnce(&mut Progress)) {
+        if let Some(progress) = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(tenant_id)
+        {
+            update(progress);
+        }
+    }
+
+    /// Starts fitting `set` for the tenant in the background; 409 while one runs.
+    fn start(
+        self: &Arc<Self>,
+        engine: Arc<Engine>,
+        store: Arc<dyn Store>,
+        tenant_id: String,
+        scope: RequestScope,
+        set: QuestionSet,
+    ) -> Result<Progress, ApiError> {
+        let progress = Progress {
+            status: "running",
+            answered: 0,
+            total: set.questions.len(),
+            started_at: now_s(),
+            finished_at: None,
+            error: None,
+        };
+        {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            if jobs.get(&tenant_id).is_some_and(|j| j.status == "running") {
+                return Err(ApiError::Conflict {
+                    message: "a calibration of this tenant is running; wait for it (GET /v1/calibration) before starting another".into(),
+                });
+            }
+            jobs.insert(tenant_id.clone(), progress.clone());
+        }
+        let this = self.clone();
+        let key = tenant_id.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tenant-calibration".into())
+            .spawn(move || {
+                let outcome = fit(&engine, &scope, &set, &|answered, total| {
+                    this.set_progress(&tenant_id, |p| {
+                        p.answered = answered;
+                        p.total = total;
+                    })
+                });
+                let outcome = outcome.and_then(|fitted| {
+                    let json = serde_json::to_string(&fitted).map_err(|e| e.to_string())?;
+                    store
+                        .save_calibration(&tenant_id, &json)
+                        .map_err(|e| e.to_string())?;
+                    Ok(fitted)
+                });
+                this.forget(&tenant_id);
+                this.set_progress(&tenant_id, |p| {
+                    p.finished_at = Some(now_s());
+                    match outcome {
+                        Ok(_) => p.status = "done",
+                        Err(reason) => {
+                            p.status = "failed";
+                            p.error = Some(reason);
+                        }
+                    }
+                });
+            });
+        if let Err(error) = spawned {
+            self.jobs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&key);
+            return Err(ApiError::Internal(format!(
+                "cannot start the calibration thread: {error}"
+            )));
+        }
+        Ok(progress)
+    }
+}
+
+/// What answers get from a stored fit.
+fn state_of(fitted: &Fitted) -> CalibrationState {
+    CalibrationState {
+        policy: fitted.policy.clone(),
+        plugin_sha256: fitted.policy_sha256.clone(),
+        params: fitted.params.clone(),
+        temperature: fitted.temperature,
+        source: TemperatureSource::Tenant,
+    }
+}
+
+/// Reads the questions through the tenant's pipeline and fits its policy.
+fn fit(
+    engine: &Engine,
+    scope: &RequestScope,
+    set: &QuestionSet,
+    progress: &dyn Fn(usize, usize),
+) -> Result<Fitted, String> {
+    let policy_name = scope
+        .calibration
+        .clone()
+        .unwrap_or_else(|| engine.plugin_names().1.to_string());
+    let policy = engine
+        .plugins()
+        .calibration_in(scope.plugins.as_deref(), &policy_name)
+        .ok_or_else(|| format!("calibration plugin `{policy_name}` is not loaded"))?;
+    let (samples, counts) = calibration::collect_in(engine, scope, set, progress);
+    if samples.len() < calibration::MIN_ANSWERED {
+        return Err(format!(
+            "only {} of {} questions were answered, at least {} are needed{}",
+            samples.len(),
+            counts.total,
+            calibration::MIN_ANSWERED,
+            counts
+                .skipped_reasons
+                .first()
+                .map(|r| format!(" (first skipped: {r})"))
+                .unwrap_or_default()
+        ));
+    }
+    let report = cv::evaluate(&policy, &samples);
+    let verdict = calibration::verdict(&report, &policy);
+    if !verdict.measured {
+        return Err(verdict.reason);
+    }
+    Ok(Fitted {
+        policy: policy_name,
+        policy_sha256: policy.sha256().to_string(),
+        params: verdict.params,
+        temperature: verdict.temperature,
+        kept: verdict.kept,
+        reason: verdict.reason,
+        model: model_identity(engine),
+        used: counts.used,
+        skipped: counts.skipped,
+        ece_raw: report.ece_raw,
+        ece_calibrated: report.ece_calibrated,
+        accuracy_raw: report.accuracy_raw,
+        questions_sha256: set.sha256.clone(),
+        fitted_at: now_s(),
+    })
+}
+
+/// The tenant of a calibration request: a configured tenant, never the default one.
+fn tenant_caller(state: &SharedState, headers: &HeaderMap) -> Result<(Caller, String), ApiError> {
+    let caller = state.directory.authenticate(headers)?;
+    match caller.tenant_id() {
+        Some(id) => {
+            let id = id.to_string();
+            Ok((caller, id))
+        }
+        None => Err(ApiError::Forbidden {
+            message: "a tenant calibration needs a tenant's API key (create one with POST /admin/v1/tenants/{id}/keys); the server's own calibration is set by the operator (decide calibrate, --calibration-questions)".into(),
+        }),
+    }
+}
+
+/// `PUT /v1/calibration`: starts fitting the uploaded labelled questions.
+pub async fn upload(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
+    match start_upload(&state, &headers, body).await {
+        Ok(progress) => (
+            StatusCode::ACCEPTED,
+            Json(
+                json!({"status": progress.status, "progress": progress, "poll": "/v1/calibration"}),
+            ),
+        )
+            .into_response(),
+        Err(error) => error.into_response_for(Wire::OpenAi),
+    }
+}
+
+async fn start_upload(
+    state: &SharedState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Progress, ApiError> {
+    let (caller, tenant_id) = tenant_caller(state, headers)?;
+    let engine = state.engine()?;
+    let limit = state.config.max_body_bytes;
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::TooLarge {
+            loc: vec![],
+            message: format!(
+                "the question file is over the limit of {limit} bytes (setting --max-body-bytes / DECIDE_MAX_BODY_BYTES)"
+            ),
+        })?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| ApiError::invalid(vec![], "the question file is not UTF-8 text"))?;
+    let set = QuestionSet::parse("the uploaded question file", text)
+        .map_err(|message| ApiError::invalid(vec![], message))?;
+    if set.questions.len() < calibration::MIN_ANSWERED {
+        return Err(ApiError::invalid(
+            vec![],
+            format!(
+                "the question file has {} questions; a fit needs at least {} (JSONL lines like calibration/default.jsonl)",
+                set.questions.len(),
+                calibration::MIN_ANSWERED
+            ),
+        ));
+    }
+    let mut scope = crate::frontends::request_scope(&caller);
+    // The fit reads through the tenant's plugins and renderer, but is not counted against
+    // the tenant's token rate: its size is bounded by --max-body-bytes.
+    scope.admit_tokens = None;
+    scope.calibrated = None;
+    state.calibrations.start(
+        engine,
+        state.directory.store().clone(),
+        tenant_id,
+        scope,
+        set,
+    )
+}
+
+/// `GET /v1/calibration`: the running or last fit, and the stored result.
+pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Response {
+    let result = (|| {
+        let (_, tenant_id) = tenant_caller(&state, &headers)?;
+        let progress = state
+            .calibrations
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&tenant_id)
+            .cloned();
+        let stored = state
+            .directory
+            .store()
+            .calibration(&tenant_id)
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .and_then(|json| serde_json::from_str::<Fitted>(&json).ok());
+        let status = match (&progress, &stored) {
+            (Some(p), _) => p.status,
+            (None, Some(_)) => "done",
+            (None, None) => "none",
+        };
+        Ok::<_, ApiError>(json!({"status": status, "progress": progress, "result": stored}))
+    })();
+    match result {
+        Ok(body) => Json(body).into_response(),
+        Err(error) => error.into_response_for(Wire::OpenAi),
+    }
+}
+
+/// `DELETE /v1/calibration`: the tenant's answers go back to the server's calibration.
+pub async fn remove(State(state): State<SharedState>, headers: HeaderMap) -> Response {
+    let result = (|| {
+        let (_, tenant_id) = tenant_caller(&state, &headers)?;
+        let removed = state
+            .directory
+            .store()
+            .delete_calibration(&tenant_id)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        state.calibrations.forget(&tenant_id);
+        if removed {
+            Ok(())
+        } else {
+            Err(ApiError::NotFound {
+                message: "this tenant has no calibration of its own".into(),
+            })
+        }
+    })();
+    match result {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(error) => error.into_response_for(Wire::OpenAi),
+    }
+}
