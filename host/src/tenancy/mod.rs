@@ -11,6 +11,8 @@
 //! - [`keys`]: API keys (long random tokens with the recognisable prefix `dk_`); only their
 //!   SHA-256 is stored, and a presented key is compared with it in constant time.
 //! - [`usage`]: per-tenant counters for the admin API and `/metrics`.
+//! - [`admin`]: the operations of tenant administration (tenants, keys, limits, settings),
+//!   behind both the HTTP admin API ([`admin_http`]) and the `decide tenants` CLI ([`cli`]).
 //! - [`directory`]: the in-memory view of the store that requests consult (key hash ->
 //!   tenant), reloaded when the store changes, also when another process (the `decide
 //!   tenants` CLI) wrote it.
@@ -19,6 +21,9 @@
 //! only opaque values from it (a cache salt, a fair-share flow, a plugin scope), and the
 //! engine and `decide-models` never learn about tenants.
 
+pub mod admin;
+pub mod admin_http;
+pub mod cli;
 pub mod directory;
 pub mod keys;
 pub mod sqlite;
