@@ -75,7 +75,10 @@ fn assert_unauthorized(server: &Server, key: Option<&str>) -> (String, String) {
         jev.body
     );
     (
-        openai.body["error"]["message"].as_str().unwrap().to_string(),
+        openai.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string(),
         jev.body["detail"]["message"].as_str().unwrap().to_string(),
     )
 }
@@ -104,7 +107,9 @@ fn tenant_lifecycle_over_http_and_the_cli_survives_a_restart() {
         &server,
         "POST",
         "/tenants",
-        Some(&json!({"name": "team-a", "limits": {"requests_per_minute": 600, "max_questions": 50}, "settings": {"weight": 2}})),
+        Some(
+            &json!({"name": "team-a", "limits": {"requests_per_minute": 600, "max_questions": 50}, "settings": {"weight": 2}}),
+        ),
     );
     assert_eq!(created.status, 201, "{}", created.body);
     let id = created.body["id"].as_str().unwrap().to_string();
@@ -125,7 +130,10 @@ fn tenant_lifecycle_over_http_and_the_cli_survives_a_restart() {
 
     // Once a tenant exists, a key is needed; the tenant's key answers both wire formats.
     assert_unauthorized(&server, None);
-    let (unknown, _) = assert_unauthorized(&server, Some("dk_000000000000000000000000000000000000000000000000"));
+    let (unknown, _) = assert_unauthorized(
+        &server,
+        Some("dk_000000000000000000000000000000000000000000000000"),
+    );
     assert!(unknown.contains("not valid"), "{unknown}");
     let openai = server.post_as("/v1/decisions", &key, &decision());
     assert_eq!(openai.status, 200, "{}", openai.body);
@@ -141,7 +149,9 @@ fn tenant_lifecycle_over_http_and_the_cli_survives_a_restart() {
         &server,
         "PATCH",
         &format!("/tenants/{id}"),
-        Some(&json!({"limits": {"requests_per_minute": null, "concurrent_requests": 4}, "settings": {"renderer": "direct-options"}})),
+        Some(
+            &json!({"limits": {"requests_per_minute": null, "concurrent_requests": 4}, "settings": {"renderer": "direct-options"}}),
+        ),
     );
     assert_eq!(patched.status, 200, "{}", patched.body);
     assert_eq!(
@@ -158,7 +168,10 @@ fn tenant_lifecycle_over_http_and_the_cli_survives_a_restart() {
     );
     let keys = admin(&server, "GET", &format!("/tenants/{id}/keys"), None);
     assert_eq!(keys.body["keys"][0]["id"], key_id.as_str());
-    assert!(!keys.body.to_string().contains(&key[12..]), "a listed key never shows the key");
+    assert!(
+        !keys.body.to_string().contains(&key[12..]),
+        "a listed key never shows the key"
+    );
 
     // Usage counts what the key did, in the admin API and in /metrics.
     let usage = admin(&server, "GET", &format!("/tenants/{id}/usage"), None);
@@ -180,20 +193,41 @@ fn tenant_lifecycle_over_http_and_the_cli_survives_a_restart() {
 
     // Revoked: 401 in each format's own shape, at once.
     assert_eq!(
-        admin(&server, "DELETE", &format!("/tenants/{id}/keys/{key_id}"), None).status,
+        admin(
+            &server,
+            "DELETE",
+            &format!("/tenants/{id}/keys/{key_id}"),
+            None
+        )
+        .status,
         204
     );
     let (openai_message, jev_message) = assert_unauthorized(&server, Some(&key));
     assert!(openai_message.contains("revoked"), "{openai_message}");
     assert_eq!(openai_message, jev_message);
     assert_eq!(
-        admin(&server, "DELETE", &format!("/tenants/{id}/keys/{key_id}"), None).status,
+        admin(
+            &server,
+            "DELETE",
+            &format!("/tenants/{id}/keys/{key_id}"),
+            None
+        )
+        .status,
         404,
         "revoking twice"
     );
 
     // The CLI writes the running server's store; the server notices within its recheck.
-    let (code, cli_tenant) = cli(&data, &["create", "--name", "team-cli", "--settings", r#"{"weight": 3}"#]);
+    let (code, cli_tenant) = cli(
+        &data,
+        &[
+            "create",
+            "--name",
+            "team-cli",
+            "--settings",
+            r#"{"weight": 3}"#,
+        ],
+    );
     assert_eq!(code, 0, "{cli_tenant}");
     let cli_id = cli_tenant["id"].as_str().unwrap().to_string();
     let (code, cli_key) = cli(&data, &["keys", "create", &cli_id]);
@@ -205,31 +239,53 @@ fn tenant_lifecycle_over_http_and_the_cli_survives_a_restart() {
         if reply.status == 200 {
             break;
         }
-        assert!(Instant::now() < deadline, "a CLI key still fails after 3 s: {}", reply.body);
+        assert!(
+            Instant::now() < deadline,
+            "a CLI key still fails after 3 s: {}",
+            reply.body
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let (code, listed) = cli(&data, &["list"]);
     assert_eq!(code, 0);
     assert_eq!(listed["tenants"].as_array().unwrap().len(), 2, "{listed}");
-    let (code, message) = cli(&data, &["update", &cli_id, "--limits", r#"{"max_questions": -1}"#]);
+    let (code, message) = cli(
+        &data,
+        &["update", &cli_id, "--limits", r#"{"max_questions": -1}"#],
+    );
     assert_eq!(code, 2);
     assert!(
-        message.as_str().unwrap().contains("limits.max_questions: must be a non-negative integer"),
+        message
+            .as_str()
+            .unwrap()
+            .contains("limits.max_questions: must be a non-negative integer"),
         "{message}"
     );
 
     // Deleting a tenant: its keys stop working, its usage and series go.
     let second = admin(&server, "POST", &format!("/tenants/{id}/keys"), None);
     let second = second.body["key"].as_str().unwrap().to_string();
-    assert_eq!(server.post_as("/v1/decisions", &second, &decision()).status, 200);
-    assert_eq!(admin(&server, "DELETE", &format!("/tenants/{id}"), None).status, 204);
+    assert_eq!(
+        server.post_as("/v1/decisions", &second, &decision()).status,
+        200
+    );
+    assert_eq!(
+        admin(&server, "DELETE", &format!("/tenants/{id}"), None).status,
+        204
+    );
     assert_unauthorized(&server, Some(&second));
-    assert_eq!(admin(&server, "GET", &format!("/tenants/{id}"), None).status, 404);
+    assert_eq!(
+        admin(&server, "GET", &format!("/tenants/{id}"), None).status,
+        404
+    );
     assert_eq!(
         admin(&server, "GET", &format!("/tenants/{id}/usage"), None).status,
         404
     );
-    assert_eq!(tenant_series(&server, "decide_tenant_requests_total", &id), None);
+    assert_eq!(
+        tenant_series(&server, "decide_tenant_requests_total", &id),
+        None
+    );
 
     // Restart on the same data dir without --admin-key: the CLI's tenant and key survive,
     // and the admin API is off (403, saying how to turn it on).
@@ -242,7 +298,10 @@ fn tenant_lifecycle_over_http_and_the_cli_survives_a_restart() {
     assert_eq!(off.status, 403, "{}", off.body);
     assert_eq!(off.body["error"]["type"], "permission_error");
     assert!(
-        off.body["error"]["message"].as_str().unwrap().contains("--admin-key"),
+        off.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--admin-key"),
         "{}",
         off.body
     );
@@ -263,7 +322,12 @@ fn the_admin_api_guards_and_validates_while_the_model_loads() {
     assert_eq!(server.get("/admin/v1/tenants").status, 401, "no key at all");
 
     let cases = [
-        (json!({"name": "a", "colour": "red"}), 400, "colour", "unknown field"),
+        (
+            json!({"name": "a", "colour": "red"}),
+            400,
+            "colour",
+            "unknown field",
+        ),
         (json!({"name": ""}), 400, "name", "1 to 128"),
         (json!({"name": "x".repeat(129)}), 400, "name", "1 to 128"),
         (json!({"limits": {}}), 400, "name", "required"),
@@ -289,9 +353,16 @@ fn the_admin_api_guards_and_validates_while_the_model_loads() {
     for (body, status, field, rule) in cases {
         let reply = admin(&server, "POST", "/tenants", Some(&body));
         assert_eq!(reply.status, status, "{body} -> {}", reply.body);
-        assert_eq!(reply.body["error"]["param"], field, "{body} -> {}", reply.body);
+        assert_eq!(
+            reply.body["error"]["param"], field,
+            "{body} -> {}",
+            reply.body
+        );
         let message = reply.body["error"]["message"].as_str().unwrap();
-        assert!(message.starts_with(field) && message.contains(rule), "{body} -> {message}");
+        assert!(
+            message.starts_with(field) && message.contains(rule),
+            "{body} -> {message}"
+        );
     }
     let not_json = server.send_as("POST", "/admin/v1/tenants", ADMIN, None);
     assert_eq!(not_json.status, 400, "an empty body: {}", not_json.body);
@@ -301,7 +372,10 @@ fn the_admin_api_guards_and_validates_while_the_model_loads() {
     let again = admin(&server, "POST", "/tenants", Some(&json!({"name": "dup"})));
     assert_eq!(again.status, 409, "{}", again.body);
     assert!(
-        again.body["error"]["message"].as_str().unwrap().starts_with("name:"),
+        again.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("name:"),
         "{}",
         again.body
     );
@@ -319,12 +393,24 @@ fn the_admin_api_guards_and_validates_while_the_model_loads() {
         json!({}),
         "a refused update writes nothing"
     );
-    let key_body = admin(&server, "POST", &format!("/tenants/{id}/keys"), Some(&json!({"scope": "all"})));
+    let key_body = admin(
+        &server,
+        "POST",
+        &format!("/tenants/{id}/keys"),
+        Some(&json!({"scope": "all"})),
+    );
     assert_eq!(key_body.status, 400, "{}", key_body.body);
     assert_eq!(key_body.body["error"]["param"], "scope");
-    for path in ["/tenants/tn_missing", "/tenants/tn_missing/keys", "/tenants/tn_missing/usage"] {
+    for path in [
+        "/tenants/tn_missing",
+        "/tenants/tn_missing/keys",
+        "/tenants/tn_missing/usage",
+    ] {
         let reply = admin(&server, "GET", path, None);
         assert_eq!(reply.status, 404, "{path}: {}", reply.body);
-        assert!(reply.body["error"]["message"].as_str().unwrap().contains("tn_missing"));
+        assert!(reply.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tn_missing"));
     }
 }

@@ -347,12 +347,10 @@ mod tests {
         assert_eq!(updated.limits.max_questions, Some(5), "kept");
         assert_eq!(updated.limits.concurrent_requests, Some(2));
         assert_eq!(updated.settings.weight, Some(3), "kept");
-        assert_eq!(
-            updated.settings.renderer.as_deref(),
-            Some("direct-options")
-        );
+        assert_eq!(updated.settings.renderer.as_deref(), Some("direct-options"));
         assert_eq!(get_tenant(&store, &tenant.id).unwrap(), updated);
-        let cleared = update_tenant(&store, &tenant.id, &json!({"limits": null, "name": "b"})).unwrap();
+        let cleared =
+            update_tenant(&store, &tenant.id, &json!({"limits": null, "name": "b"})).unwrap();
         assert_eq!(cleared.limits, TenantLimits::default());
         assert_eq!(cleared.name, "b");
         delete_tenant(&store, &tenant.id).unwrap();
@@ -391,18 +389,27 @@ mod tests {
                 json!({"name": "a", "settings": {"weight": 1001}}),
                 "settings.weight: must be an integer from 1 to 1000",
             ),
-            (json!({"name": "a", "limits": 3}), "limits: expected an object"),
+            (
+                json!({"name": "a", "limits": 3}),
+                "limits: expected an object",
+            ),
         ];
         for (body, expected) in cases {
             let error = create_tenant(&store, &body).unwrap_err();
-            assert!(matches!(error, ApiError::Invalid { .. }), "{body}: {error:?}");
+            assert!(
+                matches!(error, ApiError::Invalid { .. }),
+                "{body}: {error:?}"
+            );
             let text = message(error);
             assert!(text.starts_with(expected), "{body}: {text}");
         }
         assert!(store.tenants().unwrap().is_empty(), "nothing was written");
         create_tenant(&store, &json!({"name": "dup"})).unwrap();
         let conflict = create_tenant(&store, &json!({"name": "dup"})).unwrap_err();
-        assert!(matches!(conflict, ApiError::Conflict { .. }), "{conflict:?}");
+        assert!(
+            matches!(conflict, ApiError::Conflict { .. }),
+            "{conflict:?}"
+        );
         assert!(message(conflict).contains("`dup`"));
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -416,7 +423,9 @@ mod tests {
         let listed = list_keys(&store, &tenant.id).unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].hash, hex::encode(keys::hash(&key.key)));
-        assert!(!serde_json::to_string(&listed).unwrap().contains(&key.key[3..]));
+        assert!(!serde_json::to_string(&listed)
+            .unwrap()
+            .contains(&key.key[3..]));
         let revoked = revoke_key(&store, &tenant.id, &key.id).unwrap();
         assert!(revoked.revoked_at.is_some());
         assert!(matches!(

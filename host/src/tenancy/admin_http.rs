@@ -35,7 +35,10 @@ pub fn routes(state: SharedState) -> Router<SharedState> {
             "/admin/v1/tenants/{id}",
             get(get_tenant).patch(update_tenant).delete(delete_tenant),
         )
-        .route("/admin/v1/tenants/{id}/keys", post(create_key).get(list_keys))
+        .route(
+            "/admin/v1/tenants/{id}/keys",
+            post(create_key).get(list_keys),
+        )
         .route(
             "/admin/v1/tenants/{id}/keys/{key_id}",
             axum::routing::delete(revoke_key),
@@ -84,7 +87,11 @@ fn written(state: &SharedState) {
 }
 
 /// The body as JSON (within `--max-body-bytes`).
-async fn body_json(state: &SharedState, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
+async fn body_json(
+    state: &SharedState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Value, ApiError> {
     crate::frontends::read_json(state, headers, body, false).await
 }
 
@@ -165,21 +172,24 @@ async fn create_key(
         async {
             // No fields are accepted yet; an empty body or `{}` is fine, anything else is named.
             let limit = state.config.max_body_bytes;
-            let bytes = axum::body::to_bytes(body, limit)
-                .await
-                .map_err(|_| ApiError::TooLarge {
-                    loc: vec![],
-                    message: format!("the request body is over {limit} bytes (setting --max-body-bytes)"),
-                })?;
+            let bytes =
+                axum::body::to_bytes(body, limit)
+                    .await
+                    .map_err(|_| ApiError::TooLarge {
+                        loc: vec![],
+                        message: format!(
+                            "the request body is over {limit} bytes (setting --max-body-bytes)"
+                        ),
+                    })?;
             if !bytes.iter().all(u8::is_ascii_whitespace) {
-                let value = crate::frontends::body::read_json(
-                    &headers,
-                    Body::from(bytes),
-                    limit,
-                    false,
-                )
-                .await?;
-                only_fields(crate::frontends::json::object(&value, &vec![])?, &[], &vec![])?;
+                let value =
+                    crate::frontends::body::read_json(&headers, Body::from(bytes), limit, false)
+                        .await?;
+                only_fields(
+                    crate::frontends::json::object(&value, &vec![])?,
+                    &[],
+                    &vec![],
+                )?;
             }
             let key = on_store(&state, move |store| admin::create_key(store, &id)).await?;
             written(&state);

@@ -121,7 +121,9 @@ fn body(
         if let Some(text) = text {
             let value: Value = serde_json::from_str(text).map_err(|e| Failure {
                 code: 2,
-                message: format!("--{field}: not valid JSON ({e}); pass an object such as '{{\"weight\": 2}}'"),
+                message: format!(
+                    "--{field}: not valid JSON ({e}); pass an object such as '{{\"weight\": 2}}'"
+                ),
             })?;
             body.insert(field.into(), value);
         }
