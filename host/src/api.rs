@@ -131,6 +131,7 @@ pub fn router(state: SharedState) -> Router {
         )
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .merge(crate::tenancy::admin_http::routes(state.clone()))
         .fallback(not_found)
         // Bodies are read with our own limit so the 413 names the setting.
         .layer(axum::extract::DefaultBodyLimit::disable())

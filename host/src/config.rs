@@ -29,6 +29,69 @@ pub enum Command {
     /// Measure readouts on a labelled question file: accuracy per readout, agreement between
     /// readouts, and (with --permute K) how often the top answer changes under K option orders.
     Eval(Box<EvalArgs>),
+    /// Manage tenants and their API keys in the store of `--data-dir`, without HTTP (the same
+    /// operations as the admin API; safe while a server runs on that directory). Prints JSON.
+    Tenants(Box<TenantsArgs>),
+}
+
+/// `decide tenants ...`: the data directory plus one operation.
+#[derive(Debug, Clone, Args)]
+pub struct TenantsArgs {
+    /// The server's data directory (same default as `serve`).
+    #[arg(long, env = "DECIDE_DATA_DIR", global = true)]
+    pub data_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: TenantsCommand,
+}
+
+// The operation's own arguments (names, ids, JSON) have no environment twins on purpose: they
+// differ per invocation, and a stray DECIDE_* variable must not silently change a tenant.
+
+/// One tenant operation; `--limits` and `--settings` take the admin API's JSON objects.
+#[derive(Debug, Clone, Subcommand)]
+pub enum TenantsCommand {
+    /// Create a tenant.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// e.g. '{"requests_per_minute": 600, "max_questions": 50}'
+        #[arg(long)]
+        limits: Option<String>,
+        /// e.g. '{"weight": 2, "renderer": "direct-options"}'
+        #[arg(long)]
+        settings: Option<String>,
+    },
+    /// List every tenant.
+    List,
+    /// Show one tenant.
+    Show { id: String },
+    /// Change a tenant: given fields replace, `null` inside --limits/--settings clears one.
+    Update {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        limits: Option<String>,
+        #[arg(long)]
+        settings: Option<String>,
+    },
+    /// Delete a tenant with its keys, plugins and calibration.
+    Delete { id: String },
+    /// A tenant's API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+/// `decide tenants keys ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key for tenant ID; the key is printed once and only its hash is stored.
+    Create { id: String },
+    /// List tenant ID's keys (prefixes, never the keys).
+    List { id: String },
+    /// Revoke key KEY_ID of tenant ID.
+    Revoke { id: String, key_id: String },
 }
 
 /// `decide eval`: the server's settings plus the question file and what to measure.
@@ -267,19 +330,9 @@ impl Config {
             .unwrap_or_else(crate::plugins::default_cache_dir)
     }
 
-    /// The data directory: the flag, else `$XDG_DATA_HOME/decide`, else
-    /// `~/.local/share/decide`, else `./decide-data`.
+    /// The data directory (see [`resolve_data_dir`]).
     pub fn resolved_data_dir(&self) -> PathBuf {
-        if let Some(dir) = &self.data_dir {
-            return dir.clone();
-        }
-        if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
-            return PathBuf::from(xdg).join("decide");
-        }
-        if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-            return PathBuf::from(home).join(".local/share/decide");
-        }
-        PathBuf::from("decide-data")
+        resolve_data_dir(self.data_dir.as_deref())
     }
 
     /// The calibration directory: the flag, else `calibration/` next to the default plugin cache.
@@ -291,6 +344,22 @@ impl Config {
                 .unwrap_or_else(|| wasm.join("calibration"))
         })
     }
+}
+
+/// The data directory: `flag` (`--data-dir`), else `$XDG_DATA_HOME/decide`, else
+/// `~/.local/share/decide`, else `./decide-data`. Shared by `serve` and `decide tenants`, so
+/// the CLI finds the server's store with the same flags and environment.
+pub fn resolve_data_dir(flag: Option<&std::path::Path>) -> PathBuf {
+    if let Some(dir) = flag {
+        return dir.to_path_buf();
+    }
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(xdg).join("decide");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(home).join(".local/share/decide");
+    }
+    PathBuf::from("decide-data")
 }
 
 /// A number in [0, 1].

@@ -1,5 +1,6 @@
 //! The `decide` binary: `decide serve --model FILE`, `decide calibrate --model FILE [--questions FILE]`,
-//! `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`.
+//! `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`,
+//! `decide tenants {create,list,show,update,delete,keys} ... [--data-dir DIR]`.
 
 use clap::Parser;
 use decide::config::{Cli, Command};
@@ -23,5 +24,6 @@ fn main() -> anyhow::Result<()> {
         Command::Calibrate(args) => decide::server::calibrate(*args),
         Command::Doctor(config) => std::process::exit(decide::doctor::run(&config)),
         Command::Eval(args) => decide::eval::run(&args),
+        Command::Tenants(args) => std::process::exit(decide::tenancy::cli::run(&args)),
     }
 }

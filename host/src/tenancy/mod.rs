@@ -13,6 +13,8 @@
 //! - [`calibration`]: a tenant's own calibration, fitted in the background on the labelled
 //!   questions it uploads.
 //! - [`usage`]: per-tenant counters for the admin API and `/metrics`.
+//! - [`admin`]: the operations of tenant administration (tenants, keys, limits, settings),
+//!   behind both the HTTP admin API ([`admin_http`]) and the `decide tenants` CLI ([`cli`]).
 //! - [`directory`]: the in-memory view of the store that requests consult (key hash ->
 //!   tenant), reloaded when the store changes, also when another process (the `decide
 //!   tenants` CLI) wrote it.
@@ -21,7 +23,10 @@
 //! only opaque values from it (a cache salt, a fair-share flow, a plugin scope), and the
 //! engine and `decide-models` never learn about tenants.
 
+pub mod admin;
+pub mod admin_http;
 pub mod calibration;
+pub mod cli;
 pub mod directory;
 pub mod keys;
 pub mod sqlite;
