@@ -50,14 +50,23 @@ pub type SharedState = Arc<AppState>;
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>, directory: Arc<Directory>) -> SharedState {
-        Arc::new(AppState {
+        let state = Arc::new(AppState {
             config,
             metrics,
             directory,
             usage: Usage::default(),
             calibrations: Arc::default(),
             phase: RwLock::new(Phase::Loading("starting".into())),
-        })
+        });
+        // A tenant deleted anywhere (this server's admin API, the CLI, another replica)
+        // leaves no per-tenant state behind here.
+        let weak = Arc::downgrade(&state);
+        state.directory.on_tenant_removed(Box::new(move |id| {
+            if let Some(state) = weak.upgrade() {
+                crate::tenancy::admin::on_tenant_deleted(&state, id);
+            }
+        }));
+        state
     }
 
     /// Records loading progress shown by `/health`.

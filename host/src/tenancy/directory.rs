@@ -80,7 +80,13 @@ pub struct Directory {
     loaded: Mutex<(u64, Instant)>,
     /// Hash of the operator's `--api-key`, which authenticates as the default tenant.
     operator_key: Option<[u8; 32]>,
+    /// Called with the id of every tenant that a reload finds gone (deleted through the
+    /// admin API or by another process), so per-tenant state elsewhere is dropped.
+    removed_listeners: RwLock<Vec<RemovedListener>>,
 }
+
+/// See [`Directory::on_tenant_removed`].
+pub type RemovedListener = Box<dyn Fn(&str) + Send + Sync>;
 
 impl std::fmt::Debug for Directory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -101,6 +107,7 @@ impl Directory {
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             loaded: Mutex::new((u64::MAX, Instant::now())),
             operator_key: operator_key.map(keys::hash),
+            removed_listeners: RwLock::new(Vec::new()),
         };
         directory.reload()?;
         Ok(directory)
@@ -133,10 +140,34 @@ impl Directory {
                 keys.insert(hash, (key.id, key.tenant_id));
             }
         }
-        *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) =
-            Arc::new(Snapshot { tenants, keys });
+        let before = std::mem::replace(
+            &mut *self.snapshot.write().unwrap_or_else(|p| p.into_inner()),
+            Arc::new(Snapshot { tenants, keys }),
+        );
         *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = (generation, Instant::now());
+        let now = self.current();
+        let listeners = self
+            .removed_listeners
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        for id in before
+            .tenants
+            .keys()
+            .filter(|id| !now.tenants.contains_key(*id))
+        {
+            for listener in listeners.iter() {
+                listener(id);
+            }
+        }
         Ok(())
+    }
+
+    /// Registers `listener` to be called with each tenant id a reload finds removed.
+    pub fn on_tenant_removed(&self, listener: RemovedListener) {
+        self.removed_listeners
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(listener);
     }
 
     /// Reloads when the store moved and [`RECHECK`] has passed since the last look.
