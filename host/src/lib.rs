@@ -20,6 +20,7 @@ pub mod eval;
 pub mod frontends;
 pub mod metrics;
 pub mod pipeline;
+pub mod plugin_api;
 pub mod plugins;
 pub mod prefix_cache;
 pub mod readout;
