@@ -1,8 +1,9 @@
 //! The `decide` binary: `decide serve --model FILE`, `decide calibrate --model FILE [--questions FILE]`,
-//! `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`.
+//! `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`,
+//! `decide plugin check FILE.wasm`.
 
 use clap::Parser;
-use decide::config::{Cli, Command};
+use decide::config::{Cli, Command, PluginCommand};
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -23,5 +24,8 @@ fn main() -> anyhow::Result<()> {
         Command::Calibrate(args) => decide::server::calibrate(*args),
         Command::Doctor(config) => std::process::exit(decide::doctor::run(&config)),
         Command::Eval(args) => decide::eval::run(&args),
+        Command::Plugin(PluginCommand::Check(args)) => {
+            std::process::exit(decide::plugin_check::run(&args))
+        }
     }
 }

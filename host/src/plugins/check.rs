@@ -50,7 +50,10 @@ impl CheckReport {
     pub fn reasons(&self) -> String {
         self.problems
             .iter()
-            .map(|p| p.reason.as_str())
+            .map(|p| match p.check {
+                "self-test" => format!("self-test failed: {}", p.reason),
+                _ => p.reason.clone(),
+            })
             .collect::<Vec<_>>()
             .join("; ")
     }
@@ -99,7 +102,11 @@ pub fn check_component(
         Err(error) => {
             report.problems.push(Problem {
                 check: "load",
-                reason: format!("{error:#}"),
+                // wasmtime's parse errors span lines; one line reads better in a JSON error.
+                reason: format!("{error:#}")
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
             });
             return (None, report);
         }
@@ -122,7 +129,7 @@ pub fn check_component(
     if let Err(reason) = plugin.self_test() {
         report.problems.push(Problem {
             check: "self-test",
-            reason: format!("self-test failed: {reason}"),
+            reason,
         });
     }
     if report.problems.is_empty() {
