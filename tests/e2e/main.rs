@@ -12,6 +12,7 @@ mod errors;
 mod lifecycle;
 mod plugins;
 mod readouts;
+mod tenant_plugins;
 
 /// Asserts that probabilities are finite, in [0, 1] and sum to 1.
 pub fn assert_distribution(probabilities: &[f64]) {

@@ -265,6 +265,18 @@ impl PluginRegistry {
         }
     }
 
+    /// [`Self::question_type_in`] pinned for a request: the first lookup of `name` in
+    /// `session` resolves it, later ones get the same version, so a request whose questions
+    /// share a type runs them all on one version even across a hot swap.
+    pub fn question_type_for(
+        &self,
+        session: &super::Session,
+        scope: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<QuestionType>> {
+        session.pin_question_type(name, || self.question_type_in(scope, name))
+    }
+
     /// The renderer `name` as `scope` sees it (see [`Self::question_type_in`]).
     pub fn renderer_in(&self, scope: Option<&str>, name: &str) -> Option<Arc<Renderer>> {
         match self.resolve(scope, name)? {

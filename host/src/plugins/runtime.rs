@@ -602,6 +602,9 @@ impl PluginId {
 #[derive(Default)]
 pub struct Session {
     idle: Mutex<Vec<Kept>>,
+    /// The question types this request resolved, by name: every question of the request
+    /// that names one gets the same version, even when a new one is swapped in meanwhile.
+    pinned: Mutex<std::collections::HashMap<String, Arc<super::QuestionType>>>,
 }
 
 /// An instance waiting in a [`Session`] for the next call of its plugin.
@@ -649,6 +652,22 @@ impl Session {
             // Ids are unique per loaded plugin, and a plugin has one instance type.
             Err(_) => None,
         }
+    }
+
+    /// The question type `name` this request pinned, else the one `resolve` gives (pinned
+    /// for the request's later questions).
+    pub(crate) fn pin_question_type(
+        &self,
+        name: &str,
+        resolve: impl FnOnce() -> Option<Arc<super::QuestionType>>,
+    ) -> Option<Arc<super::QuestionType>> {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(plugin) = pinned.get(name) {
+            return Some(plugin.clone());
+        }
+        let plugin = resolve()?;
+        pinned.insert(name.to_string(), plugin.clone());
+        Some(plugin)
     }
 
     /// How many instances the session keeps now.
