@@ -171,17 +171,54 @@ async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match upload_inner(&state, name, &headers, body).await {
+    let mut body = Some(body);
+    match upload_inner(&state, name, &headers, &mut body).await {
         Ok(body) => Json(body).into_response(),
-        Err(error) => fail(error),
+        Err(error) => {
+            if let Some(body) = body {
+                drain(body, &headers).await;
+            }
+            fail(error)
+        }
     }
+}
+
+/// Most bytes of a refused upload read (and dropped) before answering.
+const DRAIN_MAX: u64 = MAX_COMPONENT_BYTES + (1 << 20);
+/// Longest wait for a refused upload's body.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads and drops the body of an upload refused before reading it (no key, wrong content
+/// type, over the cap...), when it is of a bounded size. A server that answers and closes
+/// while the client still sends makes the client's socket reset, and many clients then
+/// report a broken connection instead of the 4xx that says what was wrong.
+async fn drain(body: Body, headers: &HeaderMap) {
+    use futures_util::StreamExt as _;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|size| size > DRAIN_MAX) {
+        return;
+    }
+    let mut stream = body.into_data_stream();
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        let mut seen = 0u64;
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len() as u64;
+            if seen > DRAIN_MAX {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 async fn upload_inner(
     state: &SharedState,
     name: String,
     headers: &HeaderMap,
-    body: Body,
+    body: &mut Option<Body>,
 ) -> Result<Value, ApiError> {
     let caller = state.directory.authenticate(headers)?;
     let tenant = tenant_of(&caller)?;
@@ -215,6 +252,7 @@ async fn upload_inner(
     if let Some(size) = declared.filter(|size| *size > cap) {
         return Err(too_large(Some(size)));
     }
+    let body = body.take().unwrap_or_default();
     let bytes = axum::body::to_bytes(body, cap as usize)
         .await
         .map_err(|_| too_large(None))?;
@@ -225,9 +263,11 @@ async fn upload_inner(
         ));
     }
     let state = state.clone();
-    tokio::task::spawn_blocking(move || install_upload(&state, &registry, &tenant, &name, &bytes, (cap, setting)))
-        .await
-        .map_err(|e| internal("the upload task", e))?
+    tokio::task::spawn_blocking(move || {
+        install_upload(&state, &registry, &tenant, &name, &bytes, (cap, setting))
+    })
+    .await
+    .map_err(|e| internal("the upload task", e))?
 }
 
 /// The blocking part of an upload: under the tenant's lock, check the count, run the checks,
@@ -418,9 +458,11 @@ fn rollback_to(
         Err(e) => return Err(internal("reading the plugin", e)),
     };
     // Sized when it was uploaded; the cap is not applied again to what the tenant already had.
-    let cap = (MAX_COMPONENT_BYTES, "the server's largest plugin component".into());
-    let (plugin, report) =
-        registry.check_for_tenant(&tenant.id, &tenant.limits, name, &bytes, cap);
+    let cap = (
+        MAX_COMPONENT_BYTES,
+        "the server's largest plugin component".into(),
+    );
+    let (plugin, report) = registry.check_for_tenant(&tenant.id, &tenant.limits, name, &bytes, cap);
     let Some(plugin) = plugin else {
         return Err(ApiError::Invalid {
             loc: loc!["version"],

@@ -47,7 +47,10 @@ pub fn run(args: &PluginCheckArgs) -> i32 {
     let (max, setting) = if args.max_bytes > MAX_COMPONENT_BYTES {
         (MAX_COMPONENT_BYTES, "the server's largest plugin component")
     } else {
-        (args.max_bytes, "--max-bytes, an upload's is the tenant's max_plugin_bytes")
+        (
+            args.max_bytes,
+            "--max-bytes, an upload's is the tenant's max_plugin_bytes",
+        )
     };
     let options = CheckOptions {
         max_bytes: Some((max, setting.to_string())),

@@ -96,8 +96,7 @@ pub fn check_component(
             return (None, report);
         }
     }
-    let (plugin, stats) = match Plugin::load_limited(runtime, name, bytes, options.limits.clone())
-    {
+    let (plugin, stats) = match Plugin::load_limited(runtime, name, bytes, options.limits.clone()) {
         Ok(loaded) => loaded,
         Err(error) => {
             report.problems.push(Problem {

@@ -37,10 +37,18 @@ fn install(registry: &PluginRegistry, tenant: &str, name: &str, guest: &str, ver
 fn a_tenant_resolves_its_own_then_the_operators_then_the_builtin_and_never_anothers() {
     let dir = scratch_dir("tenant-layers");
     deploy(&test_guest("predicate-inverted"), &dir, "operator-only");
-    let registry = PluginRegistry::with_builtins(PluginRuntime::new(config(Some(dir.clone()))).unwrap()).unwrap();
+    let registry =
+        PluginRegistry::with_builtins(PluginRuntime::new(config(Some(dir.clone()))).unwrap())
+            .unwrap();
     registry.poll_once();
 
-    install(&registry, "tn_a", "openai-predicate", "predicate-inverted", 1);
+    install(
+        &registry,
+        "tn_a",
+        "openai-predicate",
+        "predicate-inverted",
+        1,
+    );
     install(&registry, "tn_a", "a-only", "predicate-inverted", 1);
     assert_eq!(p(&registry, Some("tn_a"), "openai-predicate"), 0.75);
     assert_eq!(p(&registry, Some("tn_b"), "openai-predicate"), 0.25);
@@ -61,7 +69,10 @@ fn a_tenant_resolves_its_own_then_the_operators_then_the_builtin_and_never_anoth
         source_in(Some("tn_a"), "openai-predicate"),
         Some(PluginSource::Tenant { version: 1 })
     );
-    assert_eq!(source_in(Some("tn_b"), "openai-predicate"), Some(PluginSource::Builtin));
+    assert_eq!(
+        source_in(Some("tn_b"), "openai-predicate"),
+        Some(PluginSource::Builtin)
+    );
     assert_eq!(source_in(Some("tn_b"), "a-only"), None);
     assert_eq!(
         source_in(Some("tn_a"), "operator-only"),
@@ -74,7 +85,10 @@ fn a_tenant_resolves_its_own_then_the_operators_then_the_builtin_and_never_anoth
         .iter()
         .map(|s| s["source"].as_str().unwrap())
         .collect();
-    assert_eq!(sources, ["builtin", "operator", "tenant"].into_iter().collect());
+    assert_eq!(
+        sources,
+        ["builtin", "operator", "tenant"].into_iter().collect()
+    );
 
     // A replacement keeps the kind of what it replaces for that tenant.
     let bytes = std::fs::read(test_guest("predicate-inverted")).unwrap();
@@ -98,7 +112,11 @@ fn a_tenant_resolves_its_own_then_the_operators_then_the_builtin_and_never_anoth
         .question_type_for(&session, Some("tn_a"), "openai-predicate")
         .unwrap();
     assert!(Arc::ptr_eq(&first, &again));
-    assert_eq!(p(&registry, Some("tn_a"), "openai-predicate"), 0.25, "new lookups see version 2");
+    assert_eq!(
+        p(&registry, Some("tn_a"), "openai-predicate"),
+        0.25,
+        "new lookups see version 2"
+    );
 
     // Removal falls back; a deleted tenant's plugins are gone.
     assert!(registry.remove_for_tenant("tn_a", "openai-predicate"));
@@ -113,7 +131,8 @@ fn a_tenant_resolves_its_own_then_the_operators_then_the_builtin_and_never_anoth
 
 #[test]
 fn a_tenants_limits_bound_its_plugins_calls_and_changes_reach_loaded_plugins() {
-    let registry = PluginRegistry::with_builtins(PluginRuntime::new(config(None)).unwrap()).unwrap();
+    let registry =
+        PluginRegistry::with_builtins(PluginRuntime::new(config(None)).unwrap()).unwrap();
     let limits = TenantLimits {
         plugin_timeout_ms: Some(100),
         ..TenantLimits::default()
@@ -142,7 +161,10 @@ fn a_tenants_limits_bound_its_plugins_calls_and_changes_reach_loaded_plugins() {
         first.contains("100 ms") && first.contains("the tenant's limit plugin_timeout_ms"),
         "{first}"
     );
-    assert!(started.elapsed() < Duration::from_millis(900), "the 1000 ms server deadline did not apply");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "the 1000 ms server deadline did not apply"
+    );
 
     // The tenant's limit changes (the admin API): the loaded plugin's next call gets it.
     registry.set_tenant_limits_lookup(Arc::new(|_tenant: &str| {
