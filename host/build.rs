@@ -41,6 +41,8 @@ const TEST_GUESTS: &[&str] = &[
     "spin-question",
     "hog-question",
     "broken-example",
+    // The third-party example of guests/examples/, uploaded by the tenant-plugin tests.
+    "openai-sentiment",
 ];
 
 const WASM_TARGET: &str = "wasm32-wasip2";

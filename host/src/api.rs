@@ -131,7 +131,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/decisions", post(openai::handle))
         .route("/v1/systemone", post(systemone::handle))
         .route("/v1/models", get(models))
-        .route("/v1/plugins", get(plugins))
+        .merge(crate::plugin_api::routes())
         .route(
             "/v1/calibration",
             get(tenant_calibration::status)
@@ -196,13 +196,6 @@ async fn models(State(state): State<SharedState>) -> Response {
         }],
     });
     Json(body).into_response()
-}
-
-async fn plugins(State(state): State<SharedState>) -> Response {
-    match state.engine() {
-        Ok(engine) => Json(json!({"plugins": engine.plugins().list()})).into_response(),
-        Err(error) => error.into_response_for(Wire::OpenAi),
-    }
 }
 
 async fn metrics(State(state): State<SharedState>) -> Response {

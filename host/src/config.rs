@@ -32,6 +32,42 @@ pub enum Command {
     /// Manage tenants and their API keys in the store of `--data-dir`, without HTTP (the same
     /// operations as the admin API; safe while a server runs on that directory). Prints JSON.
     Tenants(Box<TenantsArgs>),
+    /// Plugin developer tools: `decide plugin check FILE.wasm`.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+/// `decide plugin ...`.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Run the checks and self-test an upload runs (size cap, kind, contract version,
+    /// precompile, self-test) and print what the plugin is and each problem with its reason;
+    /// exit 1 on problems.
+    Check(PluginCheckArgs),
+}
+
+/// `decide plugin check FILE.wasm`.
+#[derive(Debug, Clone, Args)]
+pub struct PluginCheckArgs {
+    /// The component (`.wasm`, built for wasm32-wasip2).
+    pub file: PathBuf,
+
+    /// The name it would be uploaded under (default: the file name without `.wasm`); a
+    /// built-in of that name must be replaced by a plugin of the same kind.
+    #[arg(long, env = "DECIDE_PLUGIN_NAME")]
+    pub name: Option<String>,
+
+    /// The size cap to check against, in bytes (an upload's is the tenant's max_plugin_bytes).
+    #[arg(long, env = "DECIDE_TENANT_MAX_PLUGIN_BYTES", default_value_t = 16 << 20)]
+    pub max_bytes: u64,
+
+    /// Deadline of one plugin call during the self-test, in milliseconds.
+    #[arg(long, env = "DECIDE_PLUGIN_TIMEOUT_MS", default_value_t = 1000)]
+    pub plugin_timeout_ms: u64,
+
+    /// Memory cap of one plugin instance during the self-test, in MiB.
+    #[arg(long, env = "DECIDE_PLUGIN_MEMORY_MIB", default_value_t = 64)]
+    pub plugin_memory_mib: u64,
 }
 
 /// `decide tenants ...`: the data directory plus one operation.

@@ -20,6 +20,8 @@ pub mod eval;
 pub mod frontends;
 pub mod metrics;
 pub mod pipeline;
+pub mod plugin_api;
+pub mod plugin_check;
 pub mod plugins;
 pub mod prefix_cache;
 pub mod readout;

@@ -1,9 +1,10 @@
 //! The `decide` binary: `decide serve --model FILE`, `decide calibrate --model FILE [--questions FILE]`,
 //! `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`,
-//! `decide tenants {create,list,show,update,delete,keys} ... [--data-dir DIR]`.
+//! `decide tenants {create,list,show,update,delete,keys} ... [--data-dir DIR]`,
+//! `decide plugin check FILE.wasm`.
 
 use clap::Parser;
-use decide::config::{Cli, Command};
+use decide::config::{Cli, Command, PluginCommand};
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -25,5 +26,8 @@ fn main() -> anyhow::Result<()> {
         Command::Doctor(config) => std::process::exit(decide::doctor::run(&config)),
         Command::Eval(args) => decide::eval::run(&args),
         Command::Tenants(args) => std::process::exit(decide::tenancy::cli::run(&args)),
+        Command::Plugin(PluginCommand::Check(args)) => {
+            std::process::exit(decide::plugin_check::run(&args))
+        }
     }
 }

@@ -414,7 +414,10 @@ impl Engine {
     ) -> Result<Result<Planned, Refusal>, ApiError> {
         let limits = request_scope.limits.as_ref().unwrap_or(&self.limits);
         let scope = request_scope.plugins.as_deref();
-        let Some(plugin) = self.plugins.question_type_in(scope, &question.plugin) else {
+        let Some(plugin) = self
+            .plugins
+            .question_type_for(session, scope, &question.plugin)
+        else {
             return Err(ApiError::invalid(
                 with_field(&question.loc, "type"),
                 format!(

@@ -98,6 +98,8 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     let (mut engine, served) = load_engine(config, state.metrics.clone(), &|step| {
         state.set_loading(step)
     })?;
+    state.set_loading("loading tenants' plugins");
+    load_tenant_plugins(engine.plugins(), &state.directory);
     state.set_loading("answer-slot self-check");
     check_answer_slot(&mut engine, config)?;
     if config.temperature.is_some() {
@@ -114,6 +116,18 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
         engine.set_calibration(calibrated);
     }
     Ok((engine, served))
+}
+
+/// Loads every tenant's active plugins from the store (after the built-ins and the plugins
+/// directory), and has the registry read tenants' current limits from the directory.
+fn load_tenant_plugins(plugins: &PluginRegistry, directory: &Arc<Directory>) {
+    let lookup = directory.clone();
+    plugins.set_tenant_limits_lookup(Arc::new(move |tenant: &str| {
+        lookup.tenant(tenant).map(|t| t.limits.clone())
+    }));
+    plugins.load_tenant_plugins(directory.store().as_ref(), &|tenant: &str| {
+        directory.tenant(tenant).map(|t| t.limits.clone())
+    });
 }
 
 /// Runs the answer-slot self-check (see [`crate::selfcheck`]) and records it in the engine;

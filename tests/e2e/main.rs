@@ -14,6 +14,7 @@ mod lifecycle;
 mod plugins;
 mod readouts;
 mod tenant_calibration;
+mod tenant_plugins;
 mod tenants;
 
 /// Asserts that probabilities are finite, in [0, 1] and sum to 1.

@@ -23,17 +23,22 @@
 //!   [`PluginCallError::Failed`], whose message names the plugin and the cause, so the host
 //!   refuses that one question.
 //! - **Hot replacement.** [`PluginRegistry`] keys plugins by name; a new file is validated,
-//!   precompiled and self-tested before its `Arc` is swapped in; requests in flight keep the
-//!   `Arc` they took.
+//!   precompiled and self-tested ([`check`]) before its `Arc` is swapped in; requests in
+//!   flight keep the `Arc` they took.
+//! - **Tenants' own plugins.** Each tenant has a layer of its own plugins above the
+//!   operator's and the built-ins; a request resolves its tenant's first. A tenant's plugins
+//!   run under its own memory cap and deadline ([`CallLimits`]), at most the server's.
 //!
 //! Entry points: [`PluginRegistry::start`] with a [`RuntimeConfig`], then
 //! [`PluginRegistry::question_type`], [`PluginRegistry::renderer`],
 //! [`PluginRegistry::calibration`] and [`PluginRegistry::list`].
 
 mod bindings;
+pub mod check;
 mod plugin;
 mod registry;
 pub mod runtime;
+mod tenants;
 
 #[cfg(test)]
 mod tests;
@@ -42,7 +47,11 @@ use serde::Serialize;
 
 pub use plugin::{Calibration, LoadStats, Plugin, QuestionType, Renderer, SUPPORTED_VERSIONS};
 pub use registry::{Change, PluginRegistry, PluginSource, PluginSummary, MAX_COMPONENT_BYTES};
-pub use runtime::{default_cache_dir, CacheOutcome, PluginRuntime, RuntimeConfig, Session};
+pub use runtime::{
+    default_cache_dir, CacheOutcome, CallLimits, PluginRuntime, RuntimeConfig, Session,
+    SharedLimits,
+};
+pub use tenants::{tenant_call_limits, LimitsLookup};
 
 /// The built-in plugins embedded by `host/build.rs`.
 pub mod builtin {

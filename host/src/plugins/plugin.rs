@@ -17,6 +17,7 @@ use wasmtime::Store;
 use super::bindings::{self, types as wit};
 use super::runtime::{
     limits, sha256_hex, truncate, CacheOutcome, PluginId, PluginRuntime, PluginState, Session,
+    SharedLimits,
 };
 use super::{
     ChatMessage, CompiledQuestion, LabelledScores, OptionDef, PluginCallError, PluginInfo,
@@ -42,6 +43,8 @@ pub(crate) struct Meta {
     pub name: String,
     pub info: PluginInfo,
     pub sha256: String,
+    /// The contract version it exports (`decide:plugin@<contract>`).
+    pub contract: String,
     /// The name and an id of this loaded plugin, for calls and [`Session`]s.
     pub call: PluginId,
 }
@@ -147,18 +150,40 @@ impl Plugin {
         &self.meta().sha256
     }
 
+    /// What the plugin says about itself.
+    pub fn info(&self) -> &PluginInfo {
+        &self.meta().info
+    }
+
+    /// The contract version it was built against (`0.1.0` of `decide:plugin@0.1.0`).
+    pub fn contract_version(&self) -> &str {
+        &self.meta().contract
+    }
+
     /// Loads a component: compile (or take from the cache), detect its kind from its exports,
     /// link it, and ask it who it is. Does not run the self-test (see [`Plugin::self_test`]).
+    /// Its calls run under the server's limits.
     pub fn load(
         runtime: &Arc<PluginRuntime>,
         name: &str,
         bytes: &[u8],
     ) -> anyhow::Result<(Plugin, LoadStats)> {
+        Plugin::load_limited(runtime, name, bytes, None)
+    }
+
+    /// [`Plugin::load`] with limits of its own (a tenant's plugin): every call, `info` and the
+    /// self-test included, runs under `limits` as they are when the call starts.
+    pub fn load_limited(
+        runtime: &Arc<PluginRuntime>,
+        name: &str,
+        bytes: &[u8],
+        limits: Option<Arc<SharedLimits>>,
+    ) -> anyhow::Result<(Plugin, LoadStats)> {
         let started = Instant::now();
         let sha256 = sha256_hex(bytes);
         let (component, cache) = runtime.component(bytes, &sha256)?;
         let compiled_at = started.elapsed();
-        let kind = detect_kind(runtime, &component)?;
+        let (kind, contract) = detect_kind(runtime, &component)?;
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
             anyhow::anyhow!("cannot be linked (it may import something beyond WASI 0.2): {e:#}")
         })?;
@@ -166,7 +191,8 @@ impl Plugin {
             name: name.to_string(),
             info,
             sha256: sha256.clone(),
-            call: PluginId::new(name),
+            contract: contract.clone(),
+            call: PluginId::new(name, limits.clone()),
         };
         let mismatch = |e: wasmtime::Error| {
             anyhow::anyhow!(
@@ -302,7 +328,11 @@ pub struct LoadStats {
 }
 
 /// The kind of a component, from the plugin interfaces it exports.
-fn detect_kind(runtime: &PluginRuntime, component: &Component) -> anyhow::Result<PluginKind> {
+/// Returns the kind and the contract version it was built against (`0.1.0`).
+fn detect_kind(
+    runtime: &PluginRuntime,
+    component: &Component,
+) -> anyhow::Result<(PluginKind, String)> {
     let ty = component.component_type();
     let mut kinds = Vec::new();
     let mut names = Vec::new();
@@ -321,10 +351,10 @@ fn detect_kind(runtime: &PluginRuntime, component: &Component) -> anyhow::Result
                 SUPPORTED_VERSIONS.join(", @")
             );
         }
-        kinds.push(kind);
+        kinds.push((kind, version.to_string()));
     }
     match kinds.as_slice() {
-        [kind] => Ok(*kind),
+        [kind] => Ok(kind.clone()),
         [] => anyhow::bail!(
             "exports no decide:plugin interface (question-type, renderer or calibration); it exports: [{}]",
             names.join(", ")

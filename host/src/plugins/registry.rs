@@ -1,4 +1,5 @@
-//! The plugin registry: built-ins, the plugins directory, hot replacement.
+//! The plugin registry: built-ins, the plugins directory, tenants' own plugins, hot
+//! replacement.
 //!
 //! Plugins are keyed by name (the file name without `.wasm`). The built-ins are loaded first;
 //! then every `*.wasm` of the plugins directory adds a plugin or replaces the one of that name.
@@ -7,6 +8,12 @@
 //! short write lock. A request that already took its `Arc` finishes on the old version. A file
 //! that fails any step is logged and never replaces a working plugin; a removed file falls back
 //! to the built-in of that name, if any.
+//!
+//! Above that shared map each tenant has a layer of its own plugins ([`super::tenants`]):
+//! a request resolves a name in its tenant's layer first, then in the operator's and
+//! built-in map. Tenants' plugins pass the same checks ([`super::check`]) and are swapped in
+//! the same way; they are stored durably by the caller (the upload handler) before the swap,
+//! and reloaded from the store at startup ([`PluginRegistry::load_tenant_plugins`]).
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -18,26 +25,32 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 
 use super::builtin::BUILTIN_PLUGINS;
+use super::check::{check_component, CheckOptions, CheckReport};
 use super::plugin::Plugin;
 use super::runtime::{sha256_hex, PluginRuntime, RuntimeConfig};
+use super::tenants::{tenant_call_limits, LimitsLookup, TenantEntry, TenantLayers};
 use super::{Calibration, PluginKind, QuestionType, Renderer};
+use crate::tenancy::{Store, TenantLimits};
 
 /// Where a plugin came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PluginSource {
     /// Embedded in the binary.
     Builtin,
-    /// A file of the plugins directory.
+    /// A file of the plugins directory: the operator's.
     File(PathBuf),
+    /// Uploaded by the tenant asking, with the store's version number.
+    Tenant { version: u32 },
 }
 
 impl Serialize for PluginSource {
-    /// `"builtin"` or the file path.
+    /// `"builtin"`, `"operator"` or `"tenant"` (the file and the version are fields of their own).
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            PluginSource::Builtin => serializer.serialize_str("builtin"),
-            PluginSource::File(path) => serializer.serialize_str(&path.display().to_string()),
-        }
+        serializer.serialize_str(match self {
+            PluginSource::Builtin => "builtin",
+            PluginSource::File(_) => "operator",
+            PluginSource::Tenant { .. } => "tenant",
+        })
     }
 }
 
@@ -52,10 +65,38 @@ pub struct PluginSummary {
     pub version: String,
     /// The plugin's one-line description.
     pub description: String,
-    /// `builtin` or the file path.
+    /// `builtin`, `operator` (a file of the plugins directory) or `tenant` (the caller's own).
     pub source: PluginSource,
     /// Hex SHA-256 of the component bytes.
     pub sha256: String,
+    /// The operator's file, for source `operator`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The store's version number, for source `tenant` (see `/v1/plugins/{name}/versions`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upload_version: Option<u32>,
+}
+
+impl PluginSummary {
+    fn of(name: &str, plugin: &Plugin, source: PluginSource) -> PluginSummary {
+        let meta = plugin.meta();
+        PluginSummary {
+            name: name.to_string(),
+            kind: plugin.kind(),
+            version: meta.info.version.clone(),
+            description: meta.info.description.clone(),
+            file: match &source {
+                PluginSource::File(path) => Some(path.display().to_string()),
+                _ => None,
+            },
+            upload_version: match &source {
+                PluginSource::Tenant { version } => Some(*version),
+                _ => None,
+            },
+            source,
+            sha256: meta.sha256.clone(),
+        }
+    }
 }
 
 /// What one [`PluginRegistry::poll_once`] did.
@@ -98,6 +139,8 @@ pub struct PluginRegistry {
     files: Mutex<HashMap<PathBuf, FileRecord>>,
     /// Whether an unreadable plugins directory was already reported (log once, not every poll).
     dir_error_logged: AtomicBool,
+    /// Each tenant's own plugins.
+    tenants: TenantLayers,
 }
 
 /// Largest plugin file read from the plugins directory.
@@ -161,6 +204,7 @@ impl PluginRegistry {
             builtins,
             files: Mutex::new(HashMap::new()),
             dir_error_logged: AtomicBool::new(false),
+            tenants: TenantLayers::default(),
         }))
     }
 
@@ -201,44 +245,244 @@ impl PluginRegistry {
         }
     }
 
+    /// The plugin `name` as `scope` (a tenant id) sees it: the tenant's own, else the
+    /// operator's, else the built-in.
+    fn resolve(&self, scope: Option<&str>, name: &str) -> Option<Plugin> {
+        if let Some(tenant) = scope {
+            if let Some(plugin) = self.tenants.get(self.runtime.config(), tenant, name) {
+                return Some(plugin);
+            }
+        }
+        self.get(name)
+    }
+
     /// The question type `name` as `scope` (a tenant id) sees it: the tenant's own plugin,
-    /// else the operator's, else the built-in.
+    /// else the operator's, else the built-in. Keep the `Arc` for the whole request.
     pub fn question_type_in(&self, scope: Option<&str>, name: &str) -> Option<Arc<QuestionType>> {
-        let _ = scope;
-        self.question_type(name)
+        match self.resolve(scope, name)? {
+            Plugin::QuestionType(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// [`Self::question_type_in`] pinned for a request: the first lookup of `name` in
+    /// `session` resolves it, later ones get the same version, so a request whose questions
+    /// share a type runs them all on one version even across a hot swap.
+    pub fn question_type_for(
+        &self,
+        session: &super::Session,
+        scope: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<QuestionType>> {
+        session.pin_question_type(name, || self.question_type_in(scope, name))
     }
 
     /// The renderer `name` as `scope` sees it (see [`Self::question_type_in`]).
     pub fn renderer_in(&self, scope: Option<&str>, name: &str) -> Option<Arc<Renderer>> {
-        let _ = scope;
-        self.renderer(name)
+        match self.resolve(scope, name)? {
+            Plugin::Renderer(p) => Some(p),
+            _ => None,
+        }
     }
 
     /// The calibration policy `name` as `scope` sees it (see [`Self::question_type_in`]).
     pub fn calibration_in(&self, scope: Option<&str>, name: &str) -> Option<Arc<Calibration>> {
-        let _ = scope;
-        self.calibration(name)
+        match self.resolve(scope, name)? {
+            Plugin::Calibration(p) => Some(p),
+            _ => None,
+        }
     }
 
-    /// Every loaded plugin, by name.
+    /// Every loaded plugin of the operator and the built-ins, by name.
     pub fn list(&self) -> Vec<PluginSummary> {
-        let current = self.current.read().unwrap_or_else(|p| p.into_inner());
-        let mut list: Vec<PluginSummary> = current
+        self.list_for(None)
+    }
+
+    /// What `scope` (a tenant id) sees, by name: built-ins, the operator's and the tenant's
+    /// own, each with its source; a name the tenant uploaded shows its own plugin. Never
+    /// another tenant's plugins.
+    pub fn list_for(&self, scope: Option<&str>) -> Vec<PluginSummary> {
+        let mut by_name: HashMap<String, PluginSummary> = self
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
             .iter()
             .map(|(name, e)| {
-                let meta = e.plugin.meta();
-                PluginSummary {
-                    name: name.clone(),
-                    kind: e.plugin.kind(),
-                    version: meta.info.version.clone(),
-                    description: meta.info.description.clone(),
-                    source: e.source.clone(),
-                    sha256: meta.sha256.clone(),
-                }
+                (
+                    name.clone(),
+                    PluginSummary::of(name, &e.plugin, e.source.clone()),
+                )
             })
             .collect();
+        if let Some(tenant) = scope {
+            for (name, entry) in self.tenants.entries(tenant) {
+                let source = PluginSource::Tenant {
+                    version: entry.version,
+                };
+                let summary = PluginSummary::of(&name, &entry.plugin, source);
+                by_name.insert(name, summary);
+            }
+        }
+        let mut list: Vec<PluginSummary> = by_name.into_values().collect();
         list.sort_by(|a, b| a.name.cmp(&b.name));
         list
+    }
+
+    /// Where current tenant limits are read from, so that a change of a tenant's
+    /// `plugin_memory_mib` or `plugin_timeout_ms` reaches its loaded plugins' next calls.
+    pub fn set_tenant_limits_lookup(&self, lookup: LimitsLookup) {
+        self.tenants.set_lookup(lookup);
+    }
+
+    /// Names of the tenant's own plugins.
+    pub fn tenant_plugin_names(&self, tenant: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .tenants
+            .entries(tenant)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The lock a change to `tenant`'s plugins (upload, rollback, removal) holds from its
+    /// checks through the store writes to the swap.
+    pub fn tenant_lock(&self, tenant: &str) -> Arc<Mutex<()>> {
+        self.tenants.upload_lock(tenant)
+    }
+
+    /// Runs the checks of [`check_component`] on `bytes` as the tenant's plugin `name`:
+    /// within `max_bytes` (and what sets it), the kind of what it would replace for this
+    /// tenant (its own, the operator's or the built-in of that name) kept, the self-test run
+    /// under the tenant's limits. Returns the plugin, ready for
+    /// [`install_for_tenant`](Self::install_for_tenant), when every check passed.
+    pub fn check_for_tenant(
+        &self,
+        tenant: &str,
+        limits: &TenantLimits,
+        name: &str,
+        bytes: &[u8],
+        max_bytes: (u64, String),
+    ) -> (Option<Plugin>, CheckReport) {
+        let call_limits = tenant_call_limits(self.runtime.config(), limits);
+        let options = CheckOptions {
+            max_bytes: Some(max_bytes),
+            replaces: self.resolve(Some(tenant), name).map(|p| p.kind()),
+            limits: Some(self.tenants.limits_cell(tenant, call_limits)),
+        };
+        let (loaded, report) = check_component(&self.runtime, name, bytes, &options);
+        (loaded.map(|(plugin, _)| plugin), report)
+    }
+
+    /// Swaps `plugin` (from [`check_for_tenant`](Self::check_for_tenant)) in as the tenant's
+    /// `name`, store version `version`. Requests that took the previous one finish on it.
+    pub fn install_for_tenant(&self, tenant: &str, name: &str, plugin: Plugin, version: u32) {
+        let limits = crate::plugins::runtime::CallLimits::server(self.runtime.config());
+        let sha256 = plugin.sha256().to_string();
+        let replaced = self
+            .tenants
+            .install(tenant, name, TenantEntry { plugin, version }, limits);
+        tracing::info!(
+            tenant,
+            plugin = name,
+            version,
+            sha256 = %sha256,
+            replaced = replaced.map(|e| e.version),
+            "tenant plugin installed"
+        );
+    }
+
+    /// Drops the tenant's plugin `name`: the operator's or built-in of that name serves it
+    /// again. False when the tenant had no such plugin.
+    pub fn remove_for_tenant(&self, tenant: &str, name: &str) -> bool {
+        let removed = self.tenants.remove(tenant, name);
+        if removed {
+            tracing::info!(tenant, plugin = name, "tenant plugin removed");
+        }
+        removed
+    }
+
+    /// Drops every plugin of a deleted tenant; returns how many it had.
+    pub fn remove_tenant(&self, tenant: &str) -> usize {
+        self.tenants.remove_tenant(tenant)
+    }
+
+    /// Loads every tenant's active plugin versions from `store` (after the built-ins and the
+    /// plugins directory). `limits_of` gives a tenant's limits, `None` for a tenant that no
+    /// longer exists (its plugins are skipped). A version whose blob is missing, corrupt or
+    /// fails its checks is logged and skipped: it never blocks startup. Returns (loaded,
+    /// skipped).
+    pub fn load_tenant_plugins(
+        &self,
+        store: &dyn Store,
+        limits_of: &dyn Fn(&str) -> Option<TenantLimits>,
+    ) -> (usize, usize) {
+        let started = Instant::now();
+        let active = match store.active_plugins() {
+            Ok(active) => active,
+            Err(error) => {
+                tracing::error!(%error, "cannot read tenants' plugins from the store; none are served");
+                return (0, 0);
+            }
+        };
+        let (mut loaded, mut skipped) = (0, 0);
+        for record in active {
+            let (tenant, name) = (record.tenant_id.as_str(), record.name.as_str());
+            let Some(limits) = limits_of(tenant) else {
+                skipped += 1;
+                continue;
+            };
+            let bytes = match store.blob(&record.sha256) {
+                Ok(Some(bytes)) if sha256_hex(&bytes) == record.sha256 => bytes,
+                Ok(Some(_)) => {
+                    tracing::error!(tenant, plugin = name, version = record.version, sha256 = %record.sha256, "a tenant plugin's blob does not match its digest; skipped");
+                    skipped += 1;
+                    continue;
+                }
+                Ok(None) => {
+                    tracing::error!(tenant, plugin = name, version = record.version, sha256 = %record.sha256, "a tenant plugin's blob is missing; skipped");
+                    skipped += 1;
+                    continue;
+                }
+                Err(error) => {
+                    tracing::error!(tenant, plugin = name, version = record.version, %error, "cannot read a tenant plugin's blob; skipped");
+                    skipped += 1;
+                    continue;
+                }
+            };
+            let call_limits = tenant_call_limits(self.runtime.config(), &limits);
+            let options = CheckOptions {
+                max_bytes: None,
+                replaces: None,
+                limits: Some(self.tenants.limits_cell(tenant, call_limits)),
+            };
+            match check_component(&self.runtime, name, &bytes, &options) {
+                (Some((plugin, _)), _) => {
+                    self.tenants.install(
+                        tenant,
+                        name,
+                        TenantEntry {
+                            plugin,
+                            version: record.version,
+                        },
+                        crate::plugins::runtime::CallLimits::server(self.runtime.config()),
+                    );
+                    loaded += 1;
+                }
+                (None, report) => {
+                    tracing::error!(tenant, plugin = name, version = record.version, reasons = %report.reasons(), "a tenant plugin failed its checks; skipped");
+                    skipped += 1;
+                }
+            }
+        }
+        tracing::info!(
+            loaded,
+            skipped,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "tenants' plugins loaded"
+        );
+        (loaded, skipped)
     }
 
     /// Starts the thread that calls [`poll_once`](Self::poll_once) every `poll_interval`; it
@@ -392,20 +636,14 @@ impl PluginRegistry {
 
     /// Validate, precompile, self-test, then swap in. Errors say why the file was refused.
     fn install(&self, name: &str, bytes: &[u8], path: &Path) -> Result<(), String> {
-        let (plugin, stats) =
-            Plugin::load(&self.runtime, name, bytes).map_err(|e| format!("{e:#}"))?;
-        if let Some(existing) = self.get(name) {
-            if existing.kind() != plugin.kind() {
-                return Err(format!(
-                    "it is a {} plugin but `{name}` is a {} plugin; a replacement must be of the same kind",
-                    plugin.kind(),
-                    existing.kind()
-                ));
-            }
-        }
-        plugin
-            .self_test()
-            .map_err(|e| format!("self-test failed: {e}"))?;
+        let options = CheckOptions {
+            replaces: self.get(name).map(|p| p.kind()),
+            ..CheckOptions::default()
+        };
+        let (plugin, stats) = match check_component(&self.runtime, name, bytes, &options) {
+            (Some(loaded), _) => loaded,
+            (None, report) => return Err(report.reasons()),
+        };
         let entry = Entry {
             plugin,
             source: PluginSource::File(path.to_path_buf()),

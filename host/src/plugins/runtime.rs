@@ -26,6 +26,57 @@ use wasmtime_wasi::{
 
 use super::PluginCallError;
 
+/// The memory cap and deadline of one plugin's calls, with what sets each (named in the
+/// failure message, so whoever hits a limit learns which knob to turn).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Memory cap of one instance (all its linear memories together), in bytes.
+    pub memory_limit_bytes: usize,
+    /// Wall-clock deadline of one call (instantiation included).
+    pub call_timeout: Duration,
+    /// What sets the memory cap, e.g. `setting --plugin-memory-mib`.
+    pub memory_setting: String,
+    /// What sets the deadline, e.g. `setting --plugin-timeout-ms`.
+    pub timeout_setting: String,
+}
+
+impl CallLimits {
+    /// The server's own limits (`--plugin-memory-mib`, `--plugin-timeout-ms`).
+    pub fn server(config: &RuntimeConfig) -> CallLimits {
+        CallLimits {
+            memory_limit_bytes: config.memory_limit_bytes,
+            call_timeout: config.call_timeout,
+            memory_setting: "setting --plugin-memory-mib".into(),
+            timeout_setting: "setting --plugin-timeout-ms".into(),
+        }
+    }
+}
+
+/// Limits shared by a group of loaded plugins (a tenant's) and changeable while they serve:
+/// when a tenant's limits change, its plugins' next calls run under the new ones without a
+/// reload. A call reads them once, when it starts.
+#[derive(Debug)]
+pub struct SharedLimits(std::sync::RwLock<Arc<CallLimits>>);
+
+impl SharedLimits {
+    /// A cell holding `limits`.
+    pub fn new(limits: CallLimits) -> Arc<SharedLimits> {
+        Arc::new(SharedLimits(std::sync::RwLock::new(Arc::new(limits))))
+    }
+
+    /// The limits now.
+    pub fn get(&self) -> Arc<CallLimits> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the limits when they differ (calls already running keep theirs).
+    pub fn set(&self, limits: CallLimits) {
+        if *self.get() != limits {
+            *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(limits);
+        }
+    }
+}
+
 /// Settings of the plugin runtime; the server maps its flags onto this.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -226,6 +277,8 @@ pub struct PluginRuntime {
     /// Hex digest of the engine's precompile-compatibility hash: part of cache file names.
     engine_key: String,
     ticker_stop: Arc<AtomicBool>,
+    /// The server's limits, for plugins without limits of their own.
+    server_limits: Arc<CallLimits>,
 }
 
 impl std::fmt::Debug for PluginRuntime {
@@ -297,6 +350,7 @@ impl PluginRuntime {
         Ok(Arc::new(PluginRuntime {
             engine,
             linker,
+            server_limits: Arc::new(CallLimits::server(&config)),
             config,
             engine_key,
             ticker_stop,
@@ -366,9 +420,17 @@ impl PluginRuntime {
         Ok((component, CacheOutcome::Compiled))
     }
 
+    /// The limits a call of `plugin` runs under: its own, else the server's.
+    fn limits_of(&self, plugin: &PluginId) -> Arc<CallLimits> {
+        match &plugin.limits {
+            Some(limits) => limits.get(),
+            None => self.server_limits.clone(),
+        }
+    }
+
     /// A fresh store for one call: no WASI capabilities, frozen clocks, fixed randomness, stderr
-    /// captured, the memory cap and the call deadline armed.
-    pub(crate) fn new_store(&self) -> Store<PluginState> {
+    /// captured, the memory cap and the call deadline of `limits` armed.
+    pub(crate) fn new_store(&self, limits: &CallLimits) -> Store<PluginState> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
@@ -385,7 +447,7 @@ impl PluginRuntime {
             wasi,
             table: ResourceTable::new(),
             cap: MemoryCap {
-                limit: self.config.memory_limit_bytes,
+                limit: limits.memory_limit_bytes,
                 used: 0,
                 hit: false,
             },
@@ -393,18 +455,9 @@ impl PluginRuntime {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.cap);
-        store.set_epoch_deadline(self.deadline_ticks());
+        store.set_epoch_deadline(deadline_ticks(limits.call_timeout));
         store.epoch_deadline_trap();
         store
-    }
-
-    fn deadline_ticks(&self) -> u64 {
-        let ticks = self
-            .config
-            .call_timeout
-            .as_nanos()
-            .div_ceil(TICK.as_nanos());
-        (ticks as u64).max(1)
     }
 
     /// Runs `f` on an instance of a plugin: one the `session` kept from an earlier call of
@@ -424,8 +477,9 @@ impl PluginRuntime {
         f: impl Fn(&mut Store<PluginState>, &T) -> wasmtime::Result<R>,
     ) -> Result<R, PluginCallError> {
         let name = plugin.name.as_str();
+        let limits = self.limits_of(plugin);
         if let Some((mut store, instance)) = session.and_then(|s| s.take::<T>(plugin.id)) {
-            store.set_epoch_deadline(self.deadline_ticks());
+            store.set_epoch_deadline(deadline_ticks(limits.call_timeout));
             let stderr_from = store.data().stderr.contents().len();
             match outside_async(|| f(&mut store, &instance)) {
                 Ok(value) => {
@@ -441,7 +495,7 @@ impl PluginRuntime {
             }
         }
         let started = Instant::now();
-        let mut store = self.new_store();
+        let mut store = self.new_store(&limits);
         let result = outside_async(|| -> wasmtime::Result<(T, R)> {
             let instance = instantiate(&mut store)?;
             let value = f(&mut store, &instance)?;
@@ -460,13 +514,15 @@ impl PluginRuntime {
             Err(error) => {
                 let cause = if state.cap.hit {
                     format!(
-                        "exceeded its memory cap of {} (setting --plugin-memory-mib)",
-                        human_bytes(self.config.memory_limit_bytes)
+                        "exceeded its memory cap of {} ({})",
+                        human_bytes(limits.memory_limit_bytes),
+                        limits.memory_setting
                     )
                 } else if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
                     format!(
-                        "exceeded its {} ms deadline (setting --plugin-timeout-ms)",
-                        self.config.call_timeout.as_millis()
+                        "exceeded its {} ms deadline ({})",
+                        limits.call_timeout.as_millis(),
+                        limits.timeout_setting
                     )
                 } else if let Some(trap) = error.downcast_ref::<Trap>() {
                     format!("trapped: {trap}")
@@ -496,6 +552,12 @@ impl PluginRuntime {
     }
 }
 
+/// Epoch ticks of a deadline (at least one).
+fn deadline_ticks(timeout: Duration) -> u64 {
+    let ticks = timeout.as_nanos().div_ceil(TICK.as_nanos());
+    (ticks as u64).max(1)
+}
+
 /// Logs what a successful call wrote to stderr (at debug level).
 fn log_stderr(plugin: &str, stderr: &[u8]) {
     if !stderr.is_empty() {
@@ -503,20 +565,23 @@ fn log_stderr(plugin: &str, stderr: &[u8]) {
     }
 }
 
-/// Which loaded plugin a call is for: its registry name (for messages) and an id no other
-/// loaded plugin has, also not a later version of the same name (for [`Session`]).
+/// Which loaded plugin a call is for: its registry name (for messages), an id no other
+/// loaded plugin has, also not a later version of the same name (for [`Session`]), and its
+/// own limits (a tenant's plugin), `None` for the server's.
 #[derive(Debug, Clone)]
 pub(crate) struct PluginId {
     pub name: String,
     pub id: u64,
+    pub limits: Option<Arc<SharedLimits>>,
 }
 
 impl PluginId {
-    pub fn new(name: &str) -> PluginId {
+    pub fn new(name: &str, limits: Option<Arc<SharedLimits>>) -> PluginId {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         PluginId {
             name: name.to_string(),
             id: NEXT.fetch_add(1, Ordering::Relaxed),
+            limits,
         }
     }
 }
@@ -537,6 +602,9 @@ impl PluginId {
 #[derive(Default)]
 pub struct Session {
     idle: Mutex<Vec<Kept>>,
+    /// The question types this request resolved, by name: every question of the request
+    /// that names one gets the same version, even when a new one is swapped in meanwhile.
+    pinned: Mutex<std::collections::HashMap<String, Arc<super::QuestionType>>>,
 }
 
 /// An instance waiting in a [`Session`] for the next call of its plugin.
@@ -584,6 +652,22 @@ impl Session {
             // Ids are unique per loaded plugin, and a plugin has one instance type.
             Err(_) => None,
         }
+    }
+
+    /// The question type `name` this request pinned, else the one `resolve` gives (pinned
+    /// for the request's later questions).
+    pub(crate) fn pin_question_type(
+        &self,
+        name: &str,
+        resolve: impl FnOnce() -> Option<Arc<super::QuestionType>>,
+    ) -> Option<Arc<super::QuestionType>> {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(plugin) = pinned.get(name) {
+            return Some(plugin.clone());
+        }
+        let plugin = resolve()?;
+        pinned.insert(name.to_string(), plugin.clone());
+        Some(plugin)
     }
 
     /// How many instances the session keeps now.

@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 
 use super::*;
 
+mod tenants;
+
 /// Cache shared by the tests (so most tests load the built-ins from precompiled artifacts).
 fn shared_cache_dir() -> PathBuf {
     PathBuf::from(env!("OUT_DIR")).join("test-wasm-cache")

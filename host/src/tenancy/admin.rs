@@ -251,10 +251,13 @@ pub fn delete_tenant(store: &dyn Store, id: &str) -> Result<(), ApiError> {
 }
 
 /// What a running server drops when a tenant is deleted through it: the tenant's usage
-/// counters (so its id leaves `/metrics`) and its calibration in use.
+/// counters (so its id leaves `/metrics`), its calibration in use and its plugins.
 pub fn on_tenant_deleted(state: &AppState, id: &str) {
     state.usage.forget(id);
     state.calibrations.remove_tenant(id);
+    if let Ok(engine) = state.engine() {
+        engine.plugins().remove_tenant(id);
+    }
 }
 
 /// A new key for tenant `id`; the key is in the result and nowhere else.
