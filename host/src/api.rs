@@ -18,6 +18,7 @@ use crate::error::{ApiError, Wire};
 use crate::frontends::{openai, systemone};
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
+use crate::tenancy::limits::{Defaults, Limiters};
 use crate::tenancy::usage::Usage;
 use crate::tenancy::Directory;
 
@@ -39,6 +40,8 @@ pub struct AppState {
     pub directory: Arc<Directory>,
     /// What each tenant used.
     pub usage: Usage,
+    /// Each tenant's rates, concurrent and queued requests.
+    pub limits: Limiters,
     phase: RwLock<Phase>,
 }
 
@@ -47,11 +50,13 @@ pub type SharedState = Arc<AppState>;
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>, directory: Arc<Directory>) -> SharedState {
+        let limits = Limiters::new(Defaults::from_config(&config));
         Arc::new(AppState {
             config,
             metrics,
             directory,
             usage: Usage::default(),
+            limits,
             phase: RwLock::new(Phase::Loading("starting".into())),
         })
     }

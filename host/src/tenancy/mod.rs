@@ -10,6 +10,8 @@
 //!   store for several replicas is another implementation of the same trait.
 //! - [`keys`]: API keys (long random tokens with the recognisable prefix `dk_`); only their
 //!   SHA-256 is stored, and a presented key is compared with it in constant time.
+//! - [`limits`]: per-tenant rates (token buckets), concurrent and queued requests, with the
+//!   server-wide defaults of the `--tenant-*` flags.
 //! - [`usage`]: per-tenant counters for the admin API and `/metrics`.
 //! - [`directory`]: the in-memory view of the store that requests consult (key hash ->
 //!   tenant), reloaded when the store changes, also when another process (the `decide
@@ -21,6 +23,7 @@
 
 pub mod directory;
 pub mod keys;
+pub mod limits;
 pub mod sqlite;
 pub mod store;
 pub mod usage;
