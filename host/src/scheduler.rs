@@ -188,19 +188,29 @@ fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Recei
             Mode::Alone => usize::MAX,
             Mode::Shared => config.fair_share_pass_tokens.max(1),
         };
-        // Between two passes: sparse jobs that arrived meanwhile are read at once.
+        // Between two passes: sparse jobs that arrived meanwhile are read at once, also
+        // when the batch began with one flow alone and another one just showed up.
         let mut between = |cache: &mut PrefixCache| {
             drain(&queue, &mut fair);
-            if mode == Mode::Shared {
+            if fair.mode(Instant::now()) == Mode::Shared {
                 let sparse = fair.take_sparse(config.max_batch_tokens);
                 if !sparse.is_empty() {
+                    let rows = config.fair_share_pass_tokens.max(1);
                     serve(model, cache, metrics, &mut fair, sparse, rows, &mut |_| {});
                 }
             }
         };
         // The batch's own flows are settled after it; `between` borrows `fair` until then.
         let flows: Vec<Flow> = batch.iter().map(|job| job.flow).collect();
+        let started = Instant::now();
         let results = read_guarded(model, &mut cache, &batch, rows, &mut between);
+        tracing::debug!(
+            jobs = batch.len(),
+            tokens = batch.iter().map(Job::tokens).sum::<usize>(),
+            ?mode,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "batch read"
+        );
         metrics.record_batch(batch.len(), &cache.stats());
         reply(batch, results);
         for flow in flows {
@@ -246,7 +256,13 @@ fn serve(
     rows: usize,
     between: &mut dyn FnMut(&mut PrefixCache),
 ) {
+    let started = Instant::now();
     let results = read_guarded(model, cache, &batch, rows, between);
+    tracing::debug!(
+        jobs = batch.len(),
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "sparse jobs read between two passes"
+    );
     metrics.record_batch(batch.len(), &cache.stats());
     for job in &batch {
         fair.done(job.flow);

@@ -9,7 +9,9 @@ mod cache;
 mod calibration;
 mod endpoints;
 mod errors;
+mod fairness;
 mod lifecycle;
+mod limits;
 mod plugins;
 mod readouts;
 

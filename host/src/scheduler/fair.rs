@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 
 use super::{Flow, Job};
 
-/// How long a flow counts as active after its last job arrived: longer than a client's gap
-/// between two requests, so a sequential client keeps the worker in shared mode.
+/// How long a flow counts as active after its last job arrived or was answered: longer than
+/// a client's gap between two requests, so a sequential client keeps the worker in shared
+/// mode.
 pub const RECENT: Duration = Duration::from_secs(1);
 
 /// One backlogged flow.
@@ -118,8 +119,9 @@ impl FairQueue {
         queue.jobs.push_back(job);
     }
 
-    /// A job of `flow` was answered.
+    /// A job of `flow` was answered (at `now`: the flow was active until then).
     pub fn done(&mut self, flow: Flow) {
+        self.seen.insert(flow.id, Instant::now());
         if let Some(count) = self.outstanding.get_mut(&flow.id) {
             *count -= 1;
             if *count == 0 {
@@ -278,6 +280,9 @@ mod tests {
             fair.push(job(1, 1, 50), now);
             fair.push(job(2, 3, 50), now);
         }
+        // Each flow's first job was sparse: they go first, together.
+        let (sparse, _) = fair.next_batch(10_000, now);
+        assert_eq!(flows_of(&sparse), [1, 2]);
         let mut served = HashMap::<u64, usize>::new();
         for _ in 0..40 {
             let (batch, mode) = fair.next_batch(10_000, now);
@@ -319,8 +324,9 @@ mod tests {
         for _ in 0..50 {
             fair.push(job(1, 1, 100), now);
         }
-        let (first, _) = fair.next_batch(10_000, now);
-        assert_eq!(flows_of(&first), [1], "flow 1's first job was sparse");
+        let (first, mode) = fair.next_batch(100, now);
+        assert_eq!(mode, Mode::Alone);
+        assert_eq!(flows_of(&first), [1]);
         fair.done(first[0].flow);
         fair.push(job(2, 1, 100), now);
         let (batch, mode) = fair.next_batch(10_000, now);
