@@ -185,7 +185,7 @@ fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Recei
             continue;
         }
         let rows = match mode {
-            Mode::Alone => usize::MAX,
+            Mode::Alone | Mode::Sparse => usize::MAX,
             Mode::Shared => config.fair_share_pass_tokens.max(1),
         };
         // Between two passes: sparse jobs that arrived meanwhile are read at once, also
@@ -195,8 +195,8 @@ fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Recei
             if fair.mode(Instant::now()) == Mode::Shared {
                 let sparse = fair.take_sparse(config.max_batch_tokens);
                 if !sparse.is_empty() {
-                    let rows = config.fair_share_pass_tokens.max(1);
-                    serve(model, cache, metrics, &mut fair, sparse, rows, &mut |_| {});
+                    // Read as it would be alone: nothing preempts it anyway.
+                    serve(model, cache, metrics, &mut fair, sparse, usize::MAX, &mut |_| {});
                 }
             }
         };

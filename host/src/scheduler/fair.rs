@@ -48,6 +48,9 @@ pub enum Mode {
     Alone,
     /// Several flows are active: small passes, sparse jobs between them.
     Shared,
+    /// Several flows are active and the batch is sparse jobs (at most a quantum each): read
+    /// in passes as large as alone, so a sparse job costs what it costs alone.
+    Sparse,
 }
 
 /// Waiting jobs and the fair-share state.
@@ -168,7 +171,7 @@ impl FairQueue {
             return (self.take_in_order(max_tokens), mode);
         }
         if !self.sparse.is_empty() {
-            return (self.take_sparse(max_tokens), mode);
+            return (self.take_sparse(max_tokens), Mode::Sparse);
         }
         (self.take_round_robin(max_tokens), mode)
     }
@@ -330,7 +333,7 @@ mod tests {
         fair.done(first[0].flow);
         fair.push(job(2, 1, 100), now);
         let (batch, mode) = fair.next_batch(10_000, now);
-        assert_eq!(mode, Mode::Shared);
+        assert_eq!(mode, Mode::Sparse);
         assert_eq!(flows_of(&batch), [2]);
         fair.done(batch[0].flow);
         // While its job is outstanding a second one is not sparse: it waits its turn.
