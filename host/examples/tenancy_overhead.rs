@@ -137,7 +137,7 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let mut check = |limited: bool| {
+    let check = |limited: bool| {
         mean_us(args.reps, |i| {
             let mut tenant = pick(i);
             if (tenant % 2 == 0) != limited {

@@ -264,8 +264,7 @@ impl Limits {
     /// frontends call it before taking from the tenant's rates, and [`Engine::decide`] again).
     pub fn check_request(&self, questions: usize, input_bytes: usize) -> Result<(), ApiError> {
         let loc = crate::loc!["questions"];
-        if questions > self.max_questions
-            && self.narrowed.as_ref().is_some_and(|n| n.max_questions)
+        if questions > self.max_questions && self.narrowed.as_ref().is_some_and(|n| n.max_questions)
         {
             return Err(crate::frontends::json::invalid(
                 &loc,

@@ -192,13 +192,27 @@ fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Recei
         // when the batch began with one flow alone and another one just showed up.
         let mut between = |cache: &mut PrefixCache| {
             drain(&queue, &mut fair);
-            if fair.mode(Instant::now()) == Mode::Shared {
+            let now = fair.mode(Instant::now());
+            if now == Mode::Shared {
                 let sparse = fair.take_sparse(config.max_batch_tokens);
                 if !sparse.is_empty() {
                     // Read as it would be alone: nothing preempts it anyway.
-                    serve(model, cache, metrics, &mut fair, sparse, usize::MAX, &mut |_| {});
+                    serve(
+                        model,
+                        cache,
+                        metrics,
+                        &mut fair,
+                        sparse,
+                        usize::MAX,
+                        &mut |_| None,
+                    );
                 }
             }
+            // Passes shrink once another flow shows up, and grow when it has gone.
+            Some(match (mode, now) {
+                (Mode::Sparse, _) | (_, Mode::Alone) => usize::MAX,
+                _ => config.fair_share_pass_tokens.max(1),
+            })
         };
         // The batch's own flows are settled after it; `between` borrows `fair` until then.
         let flows: Vec<Flow> = batch.iter().map(|job| job.flow).collect();
@@ -254,7 +268,7 @@ fn serve(
     fair: &mut FairQueue,
     batch: Vec<Job>,
     rows: usize,
-    between: &mut dyn FnMut(&mut PrefixCache),
+    between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
 ) {
     let started = Instant::now();
     let results = read_guarded(model, cache, &batch, rows, between);
@@ -283,7 +297,7 @@ fn read_guarded(
     cache: &mut PrefixCache,
     batch: &[Job],
     rows: usize,
-    between: &mut dyn FnMut(&mut PrefixCache),
+    between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
 ) -> Vec<JobResult> {
     std::panic::catch_unwind(AssertUnwindSafe(|| {
         read_batch(model, cache, batch, rows, between)
@@ -324,14 +338,18 @@ fn read_batch(
     cache: &mut PrefixCache,
     batch: &[Job],
     rows: usize,
-    between: &mut dyn FnMut(&mut PrefixCache),
+    between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
 ) -> Vec<JobResult> {
-    let mut calls = 0usize;
+    let (mut calls, mut cap) = (0usize, rows);
+    // Before each model call: `between` (after the first), which may change the row cap.
     let mut step = |cache: &mut PrefixCache| {
         if calls > 0 {
-            between(cache);
+            if let Some(new) = between(cache) {
+                cap = new;
+            }
         }
         calls += 1;
+        cap
     };
     let mut results: Vec<JobResult> = batch
         .iter()
@@ -378,8 +396,15 @@ fn read_batch(
     } else {
         (MAX_PASS_TOKENS, model.transformer().dims().n_head)
     };
-    for pass in passes(&items, batch, &prefixes, max_rows.min(rows), heads) {
-        step(cache);
+    // Passes are grouped one at a time, so a cap set by `between` applies to the next one.
+    let mut rest: &[(usize, usize)] = &items;
+    while !rest.is_empty() {
+        let cap = step(cache);
+        let pass = passes(rest, batch, &prefixes, max_rows.min(cap), heads)
+            .into_iter()
+            .next()
+            .expect("items left make a pass");
+        rest = &rest[pass.len()..];
         let segments: Vec<Segment<'_>> = pass
             .iter()
             .map(|&(j, p)| {
@@ -441,7 +466,7 @@ fn job_prefix(
     job: &Job,
     result: &mut JobResult,
     rows: usize,
-    step: &mut dyn FnMut(&mut PrefixCache),
+    step: &mut dyn FnMut(&mut PrefixCache) -> usize,
 ) -> Result<Prefixed, ModelError> {
     let shared = shared_prefix_len(&job.prompts);
     let tokens = &job.prompts[0].tokens;
@@ -496,15 +521,15 @@ fn chunked_prefix(
     hit: usize,
     shared: usize,
     rows: usize,
-    step: &mut dyn FnMut(&mut PrefixCache),
+    step: &mut dyn FnMut(&mut PrefixCache) -> usize,
 ) -> Result<Prefixed, ModelError> {
     let tokens = &job.prompts[0].tokens;
     result.forward_passes += 1;
     let mut filled = found;
     let mut at = hit;
     while at < shared {
-        let end = shared.min(at.saturating_add(rows.max(1)));
-        step(cache);
+        let cap = step(cache).min(rows);
+        let end = shared.min(at.saturating_add(cap.max(1)));
         filled = Some(model.prefill(&tokens[at..end], filled.as_ref())?);
         at = end;
     }

@@ -21,8 +21,8 @@ fn request() -> Value {
     json!({
         "model": "smol",
         "input": "Ticket 4471: the customer ordered a standing desk on May 2nd, paid by card, and says \
-the motor stopped working after a week. They attached a video, ask for a replacement, and mention \
-they will post a review if nothing happens by Friday.",
+    the motor stopped working after a week. They attached a video, ask for a replacement, and mention \
+    they will post a review if nothing happens by Friday.",
         "questions": [
             {"type": "predicate", "instructions": "The customer asks for a replacement."},
             {"type": "choice", "instructions": "Which team owns this?", "choices": [{"value": "billing"}, {"value": "shipping"}, {"value": "support"}]}

@@ -48,7 +48,11 @@ fn header<'a>(reply: &'a Reply, name: &str) -> &'a str {
 /// An OpenAI-format 429: `rate_limit_error`, the message naming `needle`, Retry-After.
 fn assert_429_openai(reply: &Reply, needle: &str) {
     assert_eq!(reply.status, 429, "{}", reply.body);
-    assert_eq!(reply.body["error"]["type"], "rate_limit_error", "{}", reply.body);
+    assert_eq!(
+        reply.body["error"]["type"], "rate_limit_error",
+        "{}",
+        reply.body
+    );
     let message = reply.body["error"]["message"].as_str().unwrap();
     assert!(message.contains(needle), "{message}");
     let retry: u64 = header(reply, "retry-after").parse().unwrap();
@@ -193,7 +197,10 @@ fn limits_per_tenant_refuse_with_429_headers_and_messages() {
     let never = server.post_as("/v1/systemone", key, &jev(3));
     assert_eq!(never.status, 413, "{}", never.body);
     let message = never.body["detail"][0]["msg"].as_str().unwrap();
-    assert!(message.contains("input_tokens_per_minute = 200"), "{message}");
+    assert!(
+        message.contains("input_tokens_per_minute = 200"),
+        "{message}"
+    );
 
     // Narrowed request limits name the tenant's limit.
     let key = &t.narrowed.key;

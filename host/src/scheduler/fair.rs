@@ -138,7 +138,11 @@ impl FairQueue {
         self.seen
             .retain(|_, at| now.saturating_duration_since(*at) < RECENT);
         let mut active = self.seen.len();
-        for id in self.order.iter().chain(self.sparse.iter().map(|j| &j.flow.id)) {
+        for id in self
+            .order
+            .iter()
+            .chain(self.sparse.iter().map(|j| &j.flow.id))
+        {
             if !self.seen.contains_key(id) {
                 active += 1;
             }
@@ -298,7 +302,10 @@ mod tests {
             }
         }
         let ratio = served[&2] as f64 / served[&1] as f64;
-        assert!((2.5..=3.5).contains(&ratio), "weights 3:1 served {served:?}");
+        assert!(
+            (2.5..=3.5).contains(&ratio),
+            "weights 3:1 served {served:?}"
+        );
     }
 
     #[test]
@@ -342,7 +349,10 @@ mod tests {
         let (batch, _) = fair.next_batch(10_000, now);
         assert_eq!(flows_of(&batch), [2]);
         let (next, _) = fair.next_batch(10_000, now);
-        assert!(flows_of(&next).iter().all(|&f| f == 1), "then flow 1's turn");
+        assert!(
+            flows_of(&next).iter().all(|&f| f == 1),
+            "then flow 1's turn"
+        );
     }
 
     #[test]

@@ -129,9 +129,7 @@ impl Kind {
     fn flag(self) -> &'static str {
         match self {
             Kind::Requests => "--tenant-requests-per-minute / DECIDE_TENANT_REQUESTS_PER_MINUTE",
-            Kind::Decisions => {
-                "--tenant-decisions-per-minute / DECIDE_TENANT_DECISIONS_PER_MINUTE"
-            }
+            Kind::Decisions => "--tenant-decisions-per-minute / DECIDE_TENANT_DECISIONS_PER_MINUTE",
             Kind::Tokens => {
                 "--tenant-input-tokens-per-minute / DECIDE_TENANT_INPUT_TOKENS_PER_MINUTE"
             }
@@ -407,14 +405,24 @@ impl TenantLimiter {
             .into_iter()
             .flatten()
         {
-            set_header(&mut headers, "limit", rate.kind, rate.per_minute.to_string());
+            set_header(
+                &mut headers,
+                "limit",
+                rate.kind,
+                rate.per_minute.to_string(),
+            );
             set_header(
                 &mut headers,
                 "remaining",
                 rate.kind,
                 rate.remaining().to_string(),
             );
-            set_header(&mut headers, "reset", rate.kind, duration_text(rate.reset()));
+            set_header(
+                &mut headers,
+                "reset",
+                rate.kind,
+                duration_text(rate.reset()),
+            );
         }
         headers
     }
@@ -507,7 +515,10 @@ mod tests {
                 headers,
             }) => {
                 assert!(message.contains("requests_per_minute = 3"), "{message}");
-                assert!(message.contains("PATCH /admin/v1/tenants/tn_test"), "{message}");
+                assert!(
+                    message.contains("PATCH /admin/v1/tenants/tn_test"),
+                    "{message}"
+                );
                 assert!((1..=20).contains(&retry_after_s), "{retry_after_s}");
                 let get = |name: &str| {
                     headers
