@@ -19,6 +19,7 @@ use crate::frontends::{openai, systemone};
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
 use crate::tenancy::calibration::{self as tenant_calibration, TenantCalibrations};
+use crate::tenancy::limits::{Defaults, Limiters};
 use crate::tenancy::usage::Usage;
 use crate::tenancy::Directory;
 
@@ -42,6 +43,8 @@ pub struct AppState {
     pub usage: Usage,
     /// Tenants' own calibrations (fits running, results in use).
     pub calibrations: Arc<TenantCalibrations>,
+    /// Each tenant's rates, concurrent and queued requests.
+    pub limits: Limiters,
     phase: RwLock<Phase>,
 }
 
@@ -50,12 +53,14 @@ pub type SharedState = Arc<AppState>;
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>, directory: Arc<Directory>) -> SharedState {
+        let limits = Limiters::new(Defaults::from_config(&config));
         let state = Arc::new(AppState {
             config,
             metrics,
             directory,
             usage: Usage::default(),
             calibrations: Arc::default(),
+            limits,
             phase: RwLock::new(Phase::Loading("starting".into())),
         });
         // A tenant deleted anywhere (this server's admin API, the CLI, another replica)

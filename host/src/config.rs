@@ -224,7 +224,9 @@ pub struct Config {
     #[arg(long, env = "DECIDE_ADMIN_KEY", hide_env_values = true)]
     pub admin_key: Option<String>,
 
-    /// Server-wide default of a tenant's decision requests per minute (0: no limit).
+    /// Server-wide default of a tenant's decision requests per minute (0: no limit). The
+    /// `--tenant-*` defaults apply to every tenant without its own value, and to the default
+    /// tenant (no tenants configured, or the operator's `--api-key`) too.
     #[arg(long, env = "DECIDE_TENANT_REQUESTS_PER_MINUTE", default_value_t = 0)]
     pub tenant_requests_per_minute: u64,
 
@@ -261,6 +263,14 @@ pub struct Config {
     /// round while other tenants have requests waiting.
     #[arg(long, env = "DECIDE_FAIR_SHARE_TOKENS", default_value_t = 2048)]
     pub fair_share_tokens: usize,
+
+    /// Fair share on the model worker: most rows of one forward pass (and prefill chunk)
+    /// while several tenants are active, so a tenant with one request at a time waits for at
+    /// most one such pass. Small passes cost throughput; on a GPU, where a pass costs about
+    /// the same up to thousands of rows, raise it (e.g. 1024). With one tenant active passes
+    /// are as large as `--max-batch-tokens` allows.
+    #[arg(long, env = "DECIDE_FAIR_SHARE_PASS_TOKENS", default_value_t = 64)]
+    pub fair_share_pass_tokens: usize,
 
     /// Directory of extra plugins (`NAME.wasm`); they add to or replace the built-ins, and are
     /// reloaded when their files change.

@@ -232,6 +232,66 @@ pub struct Limits {
     pub max_input_bytes: usize,
     /// Most prompt tokens of one question (already resolved against the model's context).
     pub max_prompt_tokens: usize,
+    /// Which of these are a tenant's own, narrower than the server's (none: all the server's).
+    pub narrowed: Option<Narrowed>,
+}
+
+/// Which of a request's limits are its tenant's, narrower than the server's: their errors
+/// name the tenant limit (which the operator changes per tenant) instead of the server's flag.
+#[derive(Debug, Clone, Default)]
+pub struct Narrowed {
+    /// The tenant's id, for the message.
+    pub tenant: String,
+    pub max_questions: bool,
+    pub max_options: bool,
+    pub max_input_bytes: bool,
+}
+
+impl Limits {
+    /// What a message says about a limit: the tenant's limit when it is the binding one,
+    /// else the server's flag.
+    fn setting(&self, bound: impl Fn(&Narrowed) -> bool, name: &str, flag: &str) -> String {
+        match &self.narrowed {
+            Some(narrowed) if bound(narrowed) => format!(
+                "tenant limit {name}; the operator sets it with PATCH /admin/v1/tenants/{}",
+                narrowed.tenant
+            ),
+            _ => format!("setting {flag}"),
+        }
+    }
+
+    /// Checks a request's question count and input size, before anything is computed (the
+    /// frontends call it before taking from the tenant's rates, and [`Engine::decide`] again).
+    pub fn check_request(&self, questions: usize, input_bytes: usize) -> Result<(), ApiError> {
+        let loc = crate::loc!["questions"];
+        if questions > self.max_questions && self.narrowed.as_ref().is_some_and(|n| n.max_questions)
+        {
+            return Err(crate::frontends::json::invalid(
+                &loc,
+                format!(
+                    "{questions} questions exceed the limit of {} per request ({})",
+                    self.max_questions,
+                    self.setting(|n| n.max_questions, "max_questions", "")
+                ),
+            ));
+        }
+        crate::frontends::json::question_count(questions, self.max_questions, &loc)?;
+        if input_bytes > self.max_input_bytes {
+            return Err(ApiError::TooLarge {
+                loc: vec![],
+                message: format!(
+                    "input: {input_bytes} bytes exceed the limit of {} bytes ({})",
+                    self.max_input_bytes,
+                    self.setting(
+                        |n| n.max_input_bytes,
+                        "max_input_bytes",
+                        "--max-input-bytes / DECIDE_MAX_INPUT_BYTES"
+                    )
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// What an engine is configured with, besides the model and plugins.
@@ -267,13 +327,16 @@ pub struct Engine {
     self_check: Option<crate::selfcheck::Report>,
 }
 
-/// How a request's prompts are made: its renderer plugin, its tenant salt (token and prefix
-/// caches) and its plugin session.
+/// How a request's prompts are made and read: its renderer plugin, its tenant salt (token
+/// and prefix caches), its plugin session, and its scope (fair-share flow, token admission).
 #[derive(Clone, Copy)]
 struct Prompting<'a> {
     renderer: &'a crate::plugins::Renderer,
     salt: u64,
     session: &'a Session,
+    scope: &'a RequestScope,
+    /// Set when [`RequestScope::admit_tokens`] refused a read: the whole request fails with it.
+    refused: &'a std::sync::Mutex<Option<ApiError>>,
 }
 
 /// A compiled question waiting for the model.
@@ -376,21 +439,7 @@ impl Engine {
         session: &Session,
     ) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
         let limits = request.scope.limits.as_ref().unwrap_or(&self.limits);
-        crate::frontends::json::question_count(
-            request.questions.len(),
-            limits.max_questions,
-            &crate::loc!["questions"],
-        )?;
-        if request.state.len() > limits.max_input_bytes {
-            return Err(ApiError::TooLarge {
-                loc: vec![],
-                message: format!(
-                    "input: {} bytes exceed the limit of {} bytes (setting --max-input-bytes / DECIDE_MAX_INPUT_BYTES)",
-                    request.state.len(),
-                    limits.max_input_bytes
-                ),
-            });
-        }
+        limits.check_request(request.questions.len(), request.state.len())?;
         let mut planned = Vec::with_capacity(request.questions.len());
         for (index, question) in request.questions.iter().enumerate() {
             planned.push(self.compile_one(
@@ -441,9 +490,14 @@ impl Engine {
             return Err(ApiError::invalid(
                 question.loc.clone(),
                 format!(
-                    "{}: {count} options exceed the limit of {} per question (setting --max-options / DECIDE_MAX_OPTIONS)",
+                    "{}: {count} options exceed the limit of {} per question ({})",
                     dotted(&question.loc),
-                    limits.max_options
+                    limits.max_options,
+                    limits.setting(
+                        |n| n.max_options,
+                        "max_options",
+                        "--max-options / DECIDE_MAX_OPTIONS"
+                    )
                 ),
             ));
         }
@@ -549,10 +603,13 @@ impl Engine {
 
         let mut decided = Decided::new();
         decided.timings.compile = compiled_at - started;
+        let refused = std::sync::Mutex::new(None);
         let prompting = Prompting {
             renderer: &renderer,
             salt: request.cache_salt,
             session: &session,
+            scope,
+            refused: &refused,
         };
         let reads = self.read_planned(
             &request.state,
@@ -561,6 +618,10 @@ impl Engine {
             &prompting,
             &mut decided,
         );
+        // A tenant's token rate refused a read: the request fails as a whole (429 or 413).
+        if let Some(error) = refused.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(error);
+        }
         let read_at = Instant::now();
         decided.timings.prepare = (read_at - compiled_at).saturating_sub(decided.timings.model);
         self.metrics
@@ -628,10 +689,13 @@ impl Engine {
             "decide-internal",
             scope.plugins.as_deref().unwrap_or(""),
         ]);
+        let refused = std::sync::Mutex::new(None);
         let prompting = Prompting {
             renderer: &renderer,
             salt,
             session: &session,
+            scope,
+            refused: &refused,
         };
         self.read_planned(state, questions, planned, &prompting, &mut decided)
             .into_iter()
@@ -660,6 +724,7 @@ impl Engine {
             renderer,
             salt,
             session,
+            ..
         } = *prompting;
         let messages = match renderer.render_in(session, state, &ask.question, &ask.labels) {
             Ok(messages) => messages,
@@ -700,18 +765,40 @@ impl Engine {
     /// every prompt's own tokens run in packed passes, possibly with other requests'. On CPU
     /// each readout equals a lone read of its full prompt bit for bit (tested in models/).
     /// Returns per prompt the readout and how many of its tokens came from a cache.
+    ///
+    /// The request's prompt tokens are admitted first ([`RequestScope::admit_tokens`], a
+    /// tenant's tokens-per-minute): a refusal is kept in `prompting.refused` for
+    /// [`Engine::decide`] to fail the whole request with, and nothing more is read.
     fn read_batch(
         &self,
         prompts: Vec<scheduler::Prompt>,
-        salt: u64,
+        prompting: &Prompting<'_>,
         decided: &mut Decided,
     ) -> Vec<scheduler::PromptRead> {
         if prompts.is_empty() {
             return Vec::new();
         }
-        decided.input_tokens += prompts.iter().map(|p| p.tokens.len()).sum::<usize>();
+        let tokens = prompts.iter().map(|p| p.tokens.len()).sum::<usize>();
+        let mut refused = prompting.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.is_none() {
+            if let Some(admit) = &prompting.scope.admit_tokens {
+                if let Err(error) = admit(tokens) {
+                    *refused = Some(error);
+                }
+            }
+        }
+        if refused.is_some() {
+            let reason = "the request was refused by its tenant's input-token rate";
+            return (0..prompts.len())
+                .map(|_| Err(ModelError::Compute(reason.into())))
+                .collect();
+        }
+        drop(refused);
+        decided.input_tokens += tokens;
         let sent = Instant::now();
-        let result = self.scheduler.read(prompts, salt);
+        let result = self
+            .scheduler
+            .read_in(prompts, prompting.salt, prompting.scope.flow);
         decided.timings.model += sent.elapsed();
         decided.forward_passes += result.forward_passes;
         for read in result.reads.iter().flatten() {

@@ -13,7 +13,15 @@
 //!    to its own prefix and itself (`Model::read_packed`).
 //!
 //! So with many clients the model runs few large passes instead of many small ones, and a
-//! prompt that starts like an earlier one skips the tokens it shares with it. On CPU every
+//! prompt that starts like an earlier one skips the tokens it shares with it.
+//!
+//! Jobs carry a [`Flow`] (a tenant): which waiting jobs a batch takes is decided by [`fair`]
+//! (in arrival order while one flow is active; otherwise sparse flows first, then deficit
+//! round robin between backlogged flows, one flow per batch). While several flows are
+//! active, passes and prefills hold at most `--fair-share-pass-tokens` rows, and between two
+//! passes of a batch the worker reads the jobs of sparse flows that arrived meanwhile: a
+//! client with one request at a time waits for one small pass, not for another tenant's
+//! whole batch. On CPU every
 //! read is bit-for-bit the read of its prompt alone, whatever it was batched with and
 //! whether its prefix came from the cache (the models crate's split-invariant numerics).
 
@@ -26,6 +34,9 @@ use decide_models::{KvCache, Model, ModelError, Readout, Segment, PREFILL_SCORE_
 
 use crate::metrics::Metrics;
 use crate::prefix_cache::{PrefixCache, BLOCK_TOKENS};
+
+mod fair;
+use fair::{FairQueue, Mode};
 
 /// Most rows (tokens) in one packed pass. Bounds activations and attention scores of a pass;
 /// more is read in several passes.
@@ -88,11 +99,17 @@ pub struct SchedulerConfig {
     pub batch_wait: Duration,
     /// Stop adding jobs to a batch once their prompt tokens reach this.
     pub max_batch_tokens: usize,
+    /// Fair share: a backlogged flow's prompt tokens per round (times its weight).
+    pub fair_share_tokens: usize,
+    /// Fair share: most rows of one pass (and of one prefill chunk) while several flows
+    /// are active, which bounds how long a sparse flow's job waits for the pass in flight.
+    pub fair_share_pass_tokens: usize,
 }
 
 struct Job {
     prompts: Vec<Prompt>,
     salt: u64,
+    flow: Flow,
     reply: Sender<JobResult>,
 }
 
@@ -121,11 +138,17 @@ impl Scheduler {
     /// Reads `prompts` (blocking), sharing passes with concurrent requests and the prefix
     /// cache with earlier requests of the same tenant (`salt`).
     pub fn read(&self, prompts: Vec<Prompt>, salt: u64) -> JobResult {
+        self.read_in(prompts, salt, Flow::default())
+    }
+
+    /// [`Scheduler::read`] under a fair-share flow (a tenant's).
+    pub fn read_in(&self, prompts: Vec<Prompt>, salt: u64, flow: Flow) -> JobResult {
         let count = prompts.len();
         let (reply, result) = mpsc::channel();
         let sent = self.jobs.send(Job {
             prompts,
             salt,
+            flow,
             reply,
         });
         match sent.ok().and_then(|()| result.recv().ok()) {
@@ -144,52 +167,158 @@ fn failed(count: usize, reason: &str) -> JobResult {
     }
 }
 
-/// The worker loop: gather a batch, read it, reply; until every handle is gone.
+/// The worker loop: gather the waiting jobs, read the batch fair share picks, reply; until
+/// every handle is gone.
 fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Receiver<Job>) {
     let mut cache = PrefixCache::new(config.prefix_cache_bytes);
-    while let Ok(first) = queue.recv() {
-        let deadline = Instant::now() + config.batch_wait;
-        let mut tokens = first.tokens();
-        let mut batch = vec![first];
-        while tokens < config.max_batch_tokens {
-            let next = match queue.try_recv() {
-                Ok(job) => job,
-                Err(TryRecvError::Disconnected) => break,
-                Err(TryRecvError::Empty) => {
-                    match queue.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                        Ok(job) => job,
-                        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-            };
-            tokens += next.tokens();
-            batch.push(next);
+    let mut fair = FairQueue::new(config.fair_share_tokens);
+    loop {
+        if fair.is_empty() {
+            match queue.recv() {
+                Ok(job) => fair.push(job, Instant::now()),
+                Err(_) => return,
+            }
         }
-        let results =
-            std::panic::catch_unwind(AssertUnwindSafe(|| read_batch(model, &mut cache, &batch)))
-                .unwrap_or_else(|panic| {
-                    let reason = panic
-                        .downcast_ref::<String>()
-                        .map(String::as_str)
-                        .or_else(|| panic.downcast_ref::<&str>().copied())
-                        .unwrap_or("unknown panic");
-                    tracing::error!(reason, "a forward pass panicked; its batch fails");
-                    batch
-                        .iter()
-                        .map(|job| {
-                            failed(
-                                job.prompts.len(),
-                                &format!("the forward pass failed: {reason}"),
-                            )
-                        })
-                        .collect()
-                });
+        gather(&queue, &mut fair, config);
+        let (batch, mode) = fair.next_batch(config.max_batch_tokens, Instant::now());
+        if batch.is_empty() {
+            continue;
+        }
+        let rows = match mode {
+            Mode::Alone | Mode::Sparse => usize::MAX,
+            Mode::Shared => config.fair_share_pass_tokens.max(1),
+        };
+        // Between two passes: sparse jobs that arrived meanwhile are read at once, also
+        // when the batch began with one flow alone and another one just showed up.
+        let mut between = |cache: &mut PrefixCache| {
+            drain(&queue, &mut fair);
+            let now = fair.mode(Instant::now());
+            if now == Mode::Shared {
+                let sparse = fair.take_sparse(config.max_batch_tokens);
+                if !sparse.is_empty() {
+                    // Read as it would be alone: nothing preempts it anyway.
+                    serve(
+                        model,
+                        cache,
+                        metrics,
+                        &mut fair,
+                        sparse,
+                        usize::MAX,
+                        &mut |_| None,
+                    );
+                }
+            }
+            // Passes shrink once another flow shows up, and grow when it has gone.
+            Some(match (mode, now) {
+                (Mode::Sparse, _) | (_, Mode::Alone) => usize::MAX,
+                _ => config.fair_share_pass_tokens.max(1),
+            })
+        };
+        // The batch's own flows are settled after it; `between` borrows `fair` until then.
+        let flows: Vec<Flow> = batch.iter().map(|job| job.flow).collect();
+        let started = Instant::now();
+        let results = read_guarded(model, &mut cache, &batch, rows, &mut between);
+        tracing::debug!(
+            jobs = batch.len(),
+            tokens = batch.iter().map(Job::tokens).sum::<usize>(),
+            ?mode,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "batch read"
+        );
         metrics.record_batch(batch.len(), &cache.stats());
-        for (job, result) in batch.into_iter().zip(results) {
-            // A requester that went away (client disconnected) no longer listens.
-            let _ = job.reply.send(result);
+        reply(batch, results);
+        for flow in flows {
+            fair.done(flow);
         }
     }
+}
+
+/// Moves every job waiting in the channel into the fair queue.
+fn drain(queue: &Receiver<Job>, fair: &mut FairQueue) {
+    loop {
+        match queue.try_recv() {
+            Ok(job) => fair.push(job, Instant::now()),
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => return,
+        }
+    }
+}
+
+/// Takes what is waiting, and with `--batch-wait-us` what arrives shortly after, until the
+/// waiting prompt tokens reach `--max-batch-tokens`.
+fn gather(queue: &Receiver<Job>, fair: &mut FairQueue, config: &SchedulerConfig) {
+    drain(queue, fair);
+    let deadline = Instant::now() + config.batch_wait;
+    while fair.waiting_tokens() < config.max_batch_tokens {
+        match queue.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(job) => {
+                fair.push(job, Instant::now());
+                drain(queue, fair);
+            }
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+        }
+    }
+}
+
+/// Reads a batch that needs no fair-share decisions of its own (sparse jobs between two
+/// passes) and replies.
+fn serve(
+    model: &Model,
+    cache: &mut PrefixCache,
+    metrics: &Metrics,
+    fair: &mut FairQueue,
+    batch: Vec<Job>,
+    rows: usize,
+    between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
+) {
+    let started = Instant::now();
+    let results = read_guarded(model, cache, &batch, rows, between);
+    tracing::debug!(
+        jobs = batch.len(),
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "sparse jobs read between two passes"
+    );
+    metrics.record_batch(batch.len(), &cache.stats());
+    for job in &batch {
+        fair.done(job.flow);
+    }
+    reply(batch, results);
+}
+
+fn reply(batch: Vec<Job>, results: Vec<JobResult>) {
+    for (job, result) in batch.into_iter().zip(results) {
+        // A requester that went away (client disconnected) no longer listens.
+        let _ = job.reply.send(result);
+    }
+}
+
+/// [`read_batch`], failing the batch's jobs (not the worker) when a pass panics.
+fn read_guarded(
+    model: &Model,
+    cache: &mut PrefixCache,
+    batch: &[Job],
+    rows: usize,
+    between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
+) -> Vec<JobResult> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        read_batch(model, cache, batch, rows, between)
+    }))
+    .unwrap_or_else(|panic| {
+        let reason = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("unknown panic");
+        tracing::error!(reason, "a forward pass panicked; its batch fails");
+        batch
+            .iter()
+            .map(|job| {
+                failed(
+                    job.prompts.len(),
+                    &format!("the forward pass failed: {reason}"),
+                )
+            })
+            .collect()
+    })
 }
 
 /// The prefix a job's prompts continue: the KV of their first `len` tokens.
@@ -202,8 +331,26 @@ struct JobPrefix {
 }
 
 /// Reads a batch of jobs: their prefixes first, then every prompt's own tokens in shared
-/// packed passes.
-fn read_batch(model: &Model, cache: &mut PrefixCache, batch: &[Job]) -> Vec<JobResult> {
+/// packed passes of at most `rows` rows (prefills in chunks of `rows`); `between` runs
+/// before every model call after the first.
+fn read_batch(
+    model: &Model,
+    cache: &mut PrefixCache,
+    batch: &[Job],
+    rows: usize,
+    between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
+) -> Vec<JobResult> {
+    let (mut calls, mut cap) = (0usize, rows);
+    // Before each model call: `between` (after the first), which may change the row cap.
+    let mut step = |cache: &mut PrefixCache| {
+        if calls > 0 {
+            if let Some(new) = between(cache) {
+                cap = new;
+            }
+        }
+        calls += 1;
+        cap
+    };
     let mut results: Vec<JobResult> = batch
         .iter()
         .map(|job| JobResult {
@@ -219,7 +366,7 @@ fn read_batch(model: &Model, cache: &mut PrefixCache, batch: &[Job]) -> Vec<JobR
         .map(|job| (0..job.prompts.len()).map(|_| None).collect())
         .collect();
     for (j, (job, result)) in batch.iter().zip(&mut results).enumerate() {
-        let prefix = match job_prefix(model, cache, job, result) {
+        let prefix = match job_prefix(model, cache, job, result, rows, &mut step) {
             Ok(Prefixed::Prefix(prefix)) => Some(prefix),
             Ok(Prefixed::Read(read, cached)) => {
                 reads[j][0] = Some(Ok((read, cached)));
@@ -249,7 +396,15 @@ fn read_batch(model: &Model, cache: &mut PrefixCache, batch: &[Job]) -> Vec<JobR
     } else {
         (MAX_PASS_TOKENS, model.transformer().dims().n_head)
     };
-    for pass in passes(&items, batch, &prefixes, max_rows, heads) {
+    // Passes are grouped one at a time, so a cap set by `between` applies to the next one.
+    let mut rest: &[(usize, usize)] = &items;
+    while !rest.is_empty() {
+        let cap = step(cache);
+        let pass = passes(rest, batch, &prefixes, max_rows.min(cap), heads)
+            .into_iter()
+            .next()
+            .expect("items left make a pass");
+        rest = &rest[pass.len()..];
         let segments: Vec<Segment<'_>> = pass
             .iter()
             .map(|&(j, p)| {
@@ -310,6 +465,8 @@ fn job_prefix(
     cache: &mut PrefixCache,
     job: &Job,
     result: &mut JobResult,
+    rows: usize,
+    step: &mut dyn FnMut(&mut PrefixCache) -> usize,
 ) -> Result<Prefixed, ModelError> {
     let shared = shared_prefix_len(&job.prompts);
     let tokens = &job.prompts[0].tokens;
@@ -318,7 +475,8 @@ fn job_prefix(
     if job.prompts.len() == 1 {
         // A lone prompt with a long uncached stretch: read it in a pass of its own that also
         // returns its KV, and keep its prefix (to a block boundary) for the next request. A
-        // short one joins the packed passes; storing it would not pay.
+        // short one joins the packed passes; storing it would not pay. With passes bounded
+        // (several flows active) a long one is prefilled in chunks below instead.
         if shared - hit < STORE_MIN_TOKENS {
             return Ok(Prefixed::Prefix(JobPrefix {
                 cache: found,
@@ -326,6 +484,10 @@ fn job_prefix(
                 hit,
             }));
         }
+        if rows < shared - hit {
+            return chunked_prefix(model, cache, job, result, found, hit, shared, rows, step);
+        }
+        step(cache);
         let prompt = &job.prompts[0];
         let (read, filled, passes) =
             model.read_and_cache(&tokens[hit..], found.as_ref(), &prompt.label_ids)?;
@@ -344,8 +506,34 @@ fn job_prefix(
             hit,
         }));
     }
+    chunked_prefix(model, cache, job, result, found, hit, shared, rows, step)
+}
+
+/// Prefills a job's tokens `hit..shared` over `found` in chunks of at most `rows` (one
+/// model call each, [`read_batch`]'s `between` before each), and stores the prefix.
+#[allow(clippy::too_many_arguments)]
+fn chunked_prefix(
+    model: &Model,
+    cache: &mut PrefixCache,
+    job: &Job,
+    result: &mut JobResult,
+    found: Option<KvCache>,
+    hit: usize,
+    shared: usize,
+    rows: usize,
+    step: &mut dyn FnMut(&mut PrefixCache) -> usize,
+) -> Result<Prefixed, ModelError> {
+    let tokens = &job.prompts[0].tokens;
     result.forward_passes += 1;
-    let filled = model.prefill(&tokens[hit..shared], found.as_ref())?;
+    let mut filled = found;
+    let mut at = hit;
+    while at < shared {
+        let cap = step(cache).min(rows);
+        let end = shared.min(at.saturating_add(cap.max(1)));
+        filled = Some(model.prefill(&tokens[at..end], filled.as_ref())?);
+        at = end;
+    }
+    let filled = filled.expect("at least one chunk: shared > hit");
     let store = shared / BLOCK_TOKENS * BLOCK_TOKENS;
     if store > hit {
         cache.insert(job.salt, &tokens[..store], filled.prefix(store)?);
@@ -449,6 +637,7 @@ mod tests {
         let job = |lengths: &[usize]| Job {
             prompts: lengths.iter().map(|&n| prompt(&vec![1; n])).collect(),
             salt: 0,
+            flow: Flow::default(),
             reply: reply.clone(),
         };
         let batch = [job(&[30, MAX_PASS_TOKENS + 20, 30]), job(&[30])];

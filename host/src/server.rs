@@ -200,6 +200,7 @@ pub fn load_engine(
         max_options: config.max_options,
         max_input_bytes: config.max_input_bytes,
         max_prompt_tokens,
+        narrowed: None,
     };
     let settings = EngineSettings {
         renderer: config.renderer.clone(),
@@ -210,6 +211,8 @@ pub fn load_engine(
             prefix_cache_bytes: config.prefix_cache_mib.saturating_mul(1 << 20),
             batch_wait: Duration::from_micros(config.batch_wait_us),
             max_batch_tokens: config.max_batch_tokens,
+            fair_share_tokens: config.fair_share_tokens,
+            fair_share_pass_tokens: config.fair_share_pass_tokens,
         },
     };
     let engine = Engine::new(model, plugins, settings, metrics);

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api::AppState;
 use crate::error::{ApiError, Wire};
-use crate::pipeline::{Decided, DecisionRequest, Engine, Outcome, RequestScope};
+use crate::pipeline::{Decided, DecisionRequest, Engine, Limits, Narrowed, Outcome, RequestScope};
 use crate::tenancy::Caller;
 
 /// Reads the body as JSON within `--max-body-bytes` (zstd and, where `multipart`, form-data).
@@ -52,16 +52,35 @@ where
         }
     };
     let usage = state.usage.of(caller.label());
-    let result = run(caller).await;
-    if let Err(error) = &result {
-        state.metrics.record_rejected();
-        usage.record_error(error);
+    let limiter = state.limits.of(&caller);
+    let mut result = run(caller).await;
+    match &mut result {
+        Err(error) => {
+            state.metrics.record_rejected();
+            usage.record_error(error);
+        }
+        // OpenAI sends its rate-limit headers on every response, not only on a 429.
+        Ok(response) => add_headers(response, &limiter.headers()),
     }
     result
 }
 
+/// Adds `(name, value)` headers to a response (names and values that are not valid HTTP
+/// are skipped: they are ours, and always valid).
+fn add_headers(response: &mut axum::response::Response, headers: &[(String, String)]) {
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(name.as_bytes()),
+            axum::http::HeaderValue::from_str(value),
+        ) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+}
+
 /// How a caller's request is answered: the tenant's plugins first, its renderer and
-/// calibration settings (the server's where it has none).
+/// calibration settings (the server's where it has none), its fair-share flow (a hash of
+/// its id, its weight). Limits are added by [`decide`], which knows the server's.
 pub fn request_scope(caller: &Caller) -> RequestScope {
     let Some(tenant) = caller.tenant() else {
         return RequestScope::default();
@@ -70,8 +89,38 @@ pub fn request_scope(caller: &Caller) -> RequestScope {
         plugins: Some(tenant.id.clone()),
         renderer: tenant.settings.renderer.clone(),
         calibration: tenant.settings.calibration.clone(),
+        flow: crate::scheduler::Flow {
+            id: crate::prefix_cache::tenant_salt(&["fair-share-flow", &tenant.id]),
+            weight: tenant.settings.weight.unwrap_or(1).max(1),
+        },
         ..RequestScope::default()
     }
+}
+
+/// The server's request limits narrowed by the tenant's own (each the smaller), or `None`
+/// when the tenant narrows none. `max_prompt_tokens` stays the server's.
+fn narrowed_limits(server: &Limits, caller: &Caller) -> Option<Limits> {
+    let tenant = caller.tenant()?;
+    let own = &tenant.limits;
+    let narrow = |own: Option<usize>, server: usize| match own {
+        Some(value) if value < server => (value, true),
+        _ => (server, false),
+    };
+    let (max_questions, questions) = narrow(own.max_questions, server.max_questions);
+    let (max_options, options) = narrow(own.max_options, server.max_options);
+    let (max_input_bytes, input_bytes) = narrow(own.max_input_bytes, server.max_input_bytes);
+    (questions || options || input_bytes).then(|| Limits {
+        max_questions,
+        max_options,
+        max_input_bytes,
+        max_prompt_tokens: server.max_prompt_tokens,
+        narrowed: Some(Narrowed {
+            tenant: tenant.id.clone(),
+            max_questions: questions,
+            max_options: options,
+            max_input_bytes: input_bytes,
+        }),
+    })
 }
 
 /// Accepts the served model under its names, or refuses naming what is served.
@@ -97,8 +146,12 @@ pub fn check_model(
     }
 }
 
-/// Runs the pipeline on a blocking thread, counts the request against the caller's usage,
-/// and fails the request when every question failed.
+/// Runs the pipeline on a blocking thread under the caller's limits, counts the request
+/// against the caller's usage, and fails the request when every question failed.
+///
+/// Before any model work: the tenant's narrowed request limits, then its request and
+/// decision rates, then one of its concurrent slots (waiting in its queue if need be). Its
+/// input-token rate is taken by the pipeline as prompts go to the model.
 pub async fn decide(
     state: &AppState,
     caller: &Caller,
@@ -111,7 +164,21 @@ pub async fn decide(
                 .calibrations
                 .state_for(state.directory.store().as_ref(), &engine, tenant);
     }
+    if request.scope.limits.is_none() {
+        request.scope.limits = narrowed_limits(engine.limits(), caller);
+    }
+    let limits = request.scope.limits.as_ref().unwrap_or(engine.limits());
+    limits.check_request(request.questions.len(), request.state.len())?;
+    let limiter = state.limits.of(caller);
+    limiter.check_request(request.questions.len())?;
+    if limiter.limits_tokens() {
+        let limiter = limiter.clone();
+        request.scope.admit_tokens = Some(Arc::new(move |tokens| limiter.admit_tokens(tokens)));
+    }
+    let slot = limiter.enter().await?;
     let (decided, request) = tokio::task::spawn_blocking(move || {
+        // The slot is held while the request is computed, even if its client went away.
+        let _slot = slot;
         let decided = engine.decide(&request);
         (decided, request)
     })

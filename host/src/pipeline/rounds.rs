@@ -22,7 +22,6 @@ impl Engine {
         prompting: &Prompting<'_>,
         decided: &mut Decided,
     ) -> Vec<Result<(Planned, Read), Refusal>> {
-        let salt = prompting.salt;
         let prepare_all = |planned: &Planned, asks: &[readout::Ask]| {
             let loc = &questions[planned.index].loc;
             asks.iter()
@@ -44,7 +43,7 @@ impl Engine {
             .iter_mut()
             .filter_map(|w| w.as_mut().ok().map(|(_, p)| p.as_mut_slice()))
             .collect();
-        let mut reads = self.read_round(groups, salt, decided).into_iter();
+        let mut reads = self.read_round(groups, prompting, decided).into_iter();
         let mut after_first: Vec<Result<Stage, Refusal>> = Vec::with_capacity(first.len());
         for work in first {
             after_first.push(work.and_then(|(planned, prepared)| {
@@ -70,7 +69,7 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        let mut reads = self.read_round(groups, salt, decided).into_iter();
+        let mut reads = self.read_round(groups, prompting, decided).into_iter();
         after_first
             .into_iter()
             .map(|stage| match stage? {
@@ -95,7 +94,7 @@ impl Engine {
     fn read_round(
         &self,
         groups: Vec<&mut [Prepared]>,
-        salt: u64,
+        prompting: &Prompting<'_>,
         decided: &mut Decided,
     ) -> Vec<Vec<Result<(Readout, usize), ModelError>>> {
         if groups.is_empty() {
@@ -107,7 +106,7 @@ impl Engine {
             .flat_map(|g| g.iter_mut())
             .map(|p| std::mem::take(&mut p.prompt))
             .collect();
-        let mut reads = self.read_batch(prompts, salt, decided).into_iter();
+        let mut reads = self.read_batch(prompts, prompting, decided).into_iter();
         sizes
             .into_iter()
             .map(|size| reads.by_ref().take(size).collect())

@@ -251,9 +251,11 @@ pub fn delete_tenant(store: &dyn Store, id: &str) -> Result<(), ApiError> {
 }
 
 /// What a running server drops when a tenant is deleted through it: the tenant's usage
-/// counters (so its id leaves `/metrics`), its calibration in use and its plugins.
+/// counters (so its id leaves `/metrics`), its limiters, its calibration in use and its
+/// plugins.
 pub fn on_tenant_deleted(state: &AppState, id: &str) {
     state.usage.forget(id);
+    state.limits.forget(id);
     state.calibrations.remove_tenant(id);
     if let Ok(engine) = state.engine() {
         engine.plugins().remove_tenant(id);

@@ -12,6 +12,8 @@
 //!   SHA-256 is stored, and a presented key is compared with it in constant time.
 //! - [`calibration`]: a tenant's own calibration, fitted in the background on the labelled
 //!   questions it uploads.
+//! - [`limits`]: per-tenant rates (token buckets), concurrent and queued requests, with the
+//!   server-wide defaults of the `--tenant-*` flags.
 //! - [`usage`]: per-tenant counters for the admin API and `/metrics`.
 //! - [`admin`]: the operations of tenant administration (tenants, keys, limits, settings),
 //!   behind both the HTTP admin API ([`admin_http`]) and the `decide tenants` CLI ([`cli`]).
@@ -29,6 +31,7 @@ pub mod calibration;
 pub mod cli;
 pub mod directory;
 pub mod keys;
+pub mod limits;
 pub mod sqlite;
 pub mod store;
 pub mod usage;

@@ -1,0 +1,122 @@
+//! Fair share on the model worker: one tenant flooding the server cannot starve another.
+//!
+//! One server, two tenants. Tenant B's single sequential client measures its latency alone,
+//! then while tenant A's 64 concurrent clients loop on the same kind of request; B's p95
+//! during the flood must stay within 2x of its p95 alone (the ratio is measured in one run,
+//! so a loaded machine slows both sides). The GPU figure comes from `bench/fairness.py`.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use decide::tenancy::TenantLimits;
+
+use crate::server::{scratch_dir, Server};
+use crate::tenant_fixture::seed_tenant;
+
+/// A realistic decision request: a support ticket and two questions about it.
+fn request() -> Value {
+    json!({
+        "model": "smol",
+        "input": "Ticket 4471: the customer ordered a standing desk on May 2nd, paid by card, and says \
+    the motor stopped working after a week. They attached a video, ask for a replacement, and mention \
+    they will post a review if nothing happens by Friday.",
+        "questions": [
+            {"type": "predicate", "instructions": "The customer asks for a replacement."},
+            {"type": "choice", "instructions": "Which team owns this?", "choices": [{"value": "billing"}, {"value": "shipping"}, {"value": "support"}]}
+        ]
+    })
+}
+
+/// Nearest-rank 95th percentile.
+fn p95(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let rank = (samples.len() as f64 * 0.95).ceil() as usize;
+    samples[rank.clamp(1, samples.len()) - 1]
+}
+
+/// B's latencies (ms) over `count` sequential requests, after unmeasured ones until
+/// `warm()` says so (and at least `warmup`).
+fn measure(
+    server: &Server,
+    key: &str,
+    warmup: usize,
+    warm: impl Fn() -> bool,
+    count: usize,
+) -> Vec<f64> {
+    let body = request();
+    let mut samples = Vec::with_capacity(count);
+    let mut sent = 0;
+    while samples.len() < count {
+        let started = Instant::now();
+        let reply = server.post_as("/v1/decisions", key, &body);
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        sent += 1;
+        if sent > warmup && (!samples.is_empty() || warm()) {
+            samples.push(ms);
+        }
+    }
+    samples
+}
+
+#[test]
+fn a_flooding_tenant_does_not_starve_a_sequential_one() {
+    let data = scratch_dir("fairness");
+    let a = seed_tenant(&data, "flood", TenantLimits::default());
+    let b = seed_tenant(&data, "single", TenantLimits::default());
+    let server = Arc::new(Server::ready(&["--data-dir", data.to_str().unwrap()]));
+
+    let mut alone = measure(&server, &b.key, 3, || true, 20);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let flood: Vec<_> = (0..64)
+        .map(|_| {
+            let (stop, answered, key) = (stop.clone(), answered.clone(), a.key.clone());
+            let base = server.base.clone();
+            std::thread::spawn(move || {
+                let client = reqwest::blocking::Client::builder()
+                    .timeout(Duration::from_secs(120))
+                    .build()
+                    .unwrap();
+                let body = request();
+                while !stop.load(Ordering::Relaxed) {
+                    let reply = client
+                        .post(format!("{base}/v1/decisions"))
+                        .bearer_auth(&key)
+                        .json(&body)
+                        .send()
+                        .expect("tenant A's request");
+                    assert_eq!(reply.status(), 200);
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // B keeps sending (unmeasured) until A's requests are answered steadily.
+    let flood_started = Instant::now();
+    let steady = || answered.load(Ordering::Relaxed) >= 8;
+    let mut during = measure(&server, &b.key, 2, steady, 20);
+    let a_rate = answered.load(Ordering::Relaxed) as f64 / flood_started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for client in flood {
+        client.join().unwrap();
+    }
+
+    let (p_alone, p_during) = (p95(&mut alone), p95(&mut during));
+    let ratio = p_during / p_alone;
+    println!(
+        "fairness: B p95 alone {p_alone:.1} ms, during A's flood (64 clients) {p_during:.1} ms, ratio {ratio:.2}; A answered {a_rate:.1} requests/s meanwhile"
+    );
+    assert!(
+        answered.load(Ordering::Relaxed) >= 8,
+        "tenant A was starved"
+    );
+    assert!(
+        ratio < 2.0,
+        "B's p95 {p_during:.1} ms during the flood vs {p_alone:.1} ms alone: ratio {ratio:.2}"
+    );
+}
