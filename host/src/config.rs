@@ -266,10 +266,12 @@ pub struct Config {
 
     /// Fair share on the model worker: most rows of one forward pass (and prefill chunk)
     /// while several tenants are active, so a tenant with one request at a time waits for at
-    /// most one such pass. Small passes cost throughput; on a GPU, where a pass costs about
-    /// the same up to thousands of rows, raise it (e.g. 1024). With one tenant active passes
-    /// are as large as `--max-batch-tokens` allows.
-    #[arg(long, env = "DECIDE_FAIR_SHARE_PASS_TOKENS", default_value_t = 64)]
+    /// most one such pass. Small passes cost the busy tenant throughput. 0 (auto): 64 on CPU,
+    /// where a pass costs about its rows; 512 with decide's CUDA kernels, where a pass costs
+    /// about the same up to a few hundred rows (chosen on an H200 with q15:
+    /// bench/reports/h200-q15-tenancy/). With one tenant active passes are as large as
+    /// `--max-batch-tokens` allows.
+    #[arg(long, env = "DECIDE_FAIR_SHARE_PASS_TOKENS", default_value_t = 0)]
     pub fair_share_pass_tokens: usize,
 
     /// Directory of extra plugins (`NAME.wasm`); they add to or replace the built-ins, and are

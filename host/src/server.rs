@@ -212,7 +212,11 @@ pub fn load_engine(
             batch_wait: Duration::from_micros(config.batch_wait_us),
             max_batch_tokens: config.max_batch_tokens,
             fair_share_tokens: config.fair_share_tokens,
-            fair_share_pass_tokens: config.fair_share_pass_tokens,
+            fair_share_pass_tokens: match config.fair_share_pass_tokens {
+                0 if model.transformer().is_fused() => FUSED_FAIR_SHARE_PASS_TOKENS,
+                0 => CPU_FAIR_SHARE_PASS_TOKENS,
+                rows => rows,
+            },
         },
     };
     let engine = Engine::new(model, plugins, settings, metrics);
@@ -222,6 +226,15 @@ pub fn load_engine(
     );
     Ok((engine, served))
 }
+
+/// `--fair-share-pass-tokens` auto on the candle (CPU) path: a pass costs about its rows, so
+/// small passes keep a sequential tenant's wait short at little cost (bench/reports/tenancy-cpu/).
+pub const CPU_FAIR_SHARE_PASS_TOKENS: usize = 64;
+
+/// `--fair-share-pass-tokens` auto with decide's fused CUDA kernels. H200, q15, tenant A with
+/// 64 clients and B with one (bench/reports/h200-q15-tenancy/): 256 rows: B's p95 ratio 1.68, A
+/// 530 requests/s; 512: 1.59-1.68, A 708-720/s; 1024: 2.09, A 1,047/s; A alone ~1,900/s.
+pub const FUSED_FAIR_SHARE_PASS_TOKENS: usize = 512;
 
 /// `decide calibrate`: loads plugins and model like `serve`, runs the calibration (always
 /// re-fitting), prints the report lines and saves the result where `serve` reuses it.
