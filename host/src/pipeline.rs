@@ -77,8 +77,11 @@ pub struct RequestScope {
     pub flow: scheduler::Flow,
     /// Called with the prompt tokens of each batched read before it goes to the model; an
     /// error (a tokens-per-minute limit) fails the request with it.
-    pub admit_tokens: Option<Arc<dyn Fn(usize) -> Result<(), ApiError> + Send + Sync>>,
+    pub admit_tokens: Option<AdmitTokens>,
 }
+
+/// See [`RequestScope::admit_tokens`].
+pub type AdmitTokens = Arc<dyn Fn(usize) -> Result<(), ApiError> + Send + Sync>;
 
 impl std::fmt::Debug for RequestScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

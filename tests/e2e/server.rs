@@ -196,11 +196,6 @@ impl Server {
         Self::reply(response)
     }
 
-    /// The process id of the server (tests that kill it).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();

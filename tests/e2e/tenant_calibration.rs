@@ -150,6 +150,27 @@ fn a_tenants_uploaded_questions_calibrate_its_answers_only_and_survive_a_restart
         server.send_as("GET", "/v1/calibration", &b.key, None).body["status"],
         "none"
     );
+
+    // Tenant b's questions are harder for this small model: whether its fit is established
+    // or rejected (a temperature at the edge of the search range), the outcome is reported,
+    // and only an established fit changes b's answers.
+    let started = put_questions(&server, &b.key, builtin_questions(60));
+    assert_eq!(started.status, 202, "{}", started.body);
+    let finished = wait_finished(&server, &b.key);
+    match finished["status"].as_str() {
+        Some("done") => assert_eq!(temperature_source(&server, &b.key), "tenant"),
+        Some("failed") => {
+            let error = finished["progress"]["error"].as_str().unwrap_or("");
+            assert!(!error.is_empty(), "{finished}");
+            assert_ne!(temperature_source(&server, &b.key), "tenant");
+        }
+        other => panic!("unexpected status {other:?}: {finished}"),
+    }
+    assert_eq!(
+        temperature_source(&server, &a.key),
+        "tenant",
+        "b's fit does not touch a's"
+    );
     drop(server);
 
     let server = Server::ready(&["--data-dir", data_arg]);

@@ -93,6 +93,9 @@ impl Counters {
     }
 }
 
+/// One `/metrics` counter: its name, help text and how to read it from a report.
+type Series = (&'static str, &'static str, fn(&UsageReport) -> u64);
+
 /// Every tenant's counters.
 #[derive(Debug, Default)]
 pub struct Usage {
@@ -146,7 +149,7 @@ impl Usage {
             .map(|id| (id, tenants[id].report()))
             .collect();
         let mut out = String::new();
-        let series: [(&str, &str, fn(&UsageReport) -> u64); 8] = [
+        let series: [Series; 8] = [
             (
                 "decide_tenant_requests_total",
                 "Decision requests answered, per tenant.",
