@@ -501,7 +501,14 @@ fn upload_may_fail(base: &str, key: &str, bytes: Vec<u8>) -> Option<u16> {
 /// plugin with other bytes, hence another SHA-256, a fresh blob and a fresh compile.
 fn variant(component: &[u8], tag: usize) -> Vec<u8> {
     let name = b"decide-test";
-    let payload = tag.to_string();
+    // Unique to this run too: the server caches compiled components by content hash (in the
+    // test target dir, across runs), and a cached one would not compile, shrinking the
+    // upload's span to milliseconds and every kill to one before the upload is read.
+    let payload = format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        RUN.get_or_init(run_nonce)
+    );
     let size = 1 + name.len() + payload.len();
     assert!(size < 128, "one-byte LEB128 sizes");
     let mut bytes = component.to_vec();
@@ -509,6 +516,15 @@ fn variant(component: &[u8], tag: usize) -> Vec<u8> {
     bytes.extend_from_slice(name);
     bytes.extend_from_slice(payload.as_bytes());
     bytes
+}
+
+static RUN: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+
+fn run_nonce() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 #[test]
