@@ -390,17 +390,16 @@ fn read_batch(
         .filter(|(_, (_, prefix))| prefix.is_some())
         .flat_map(|(j, (job, _))| (0..job.prompts.len()).map(move |p| (j, p)))
         .collect();
-    // A fused model holds no score matrix: no score budget (0 heads), larger passes.
-    let (max_rows, heads) = if model.transformer().is_fused() {
-        (MAX_FUSED_PASS_TOKENS, 0)
-    } else {
-        (MAX_PASS_TOKENS, model.transformer().dims().n_head)
-    };
+    let bounds = PassBounds::of(model);
     // Passes are grouped one at a time, so a cap set by `between` applies to the next one.
     let mut rest: &[(usize, usize)] = &items;
     while !rest.is_empty() {
         let cap = step(cache);
-        let pass = passes(rest, batch, &prefixes, max_rows.min(cap), heads)
+        let bounds = PassBounds {
+            rows: bounds.rows.min(cap),
+            ..bounds
+        };
+        let pass = passes(rest, batch, &prefixes, bounds)
             .into_iter()
             .next()
             .expect("items left make a pass");
@@ -552,9 +551,13 @@ fn passes(
     items: &[(usize, usize)],
     batch: &[Job],
     prefixes: &[Option<JobPrefix>],
-    max_rows: usize,
-    heads: usize,
+    bounds: PassBounds,
 ) -> Vec<Vec<(usize, usize)>> {
+    let PassBounds {
+        rows: max_rows,
+        heads,
+        key_columns,
+    } = bounds;
     let mut passes = Vec::new();
     let mut current: Vec<(usize, usize)> = Vec::new();
     let (mut rows, mut prefix_cols) = (0, 0);
@@ -570,7 +573,11 @@ fn passes(
             }
         };
         let cols = prefix_cols + adds_prefix(&current);
+        // Prompts of one job share its prefix columns, so only another job's prompt is held
+        // to the column bound.
+        let one_job = current.iter().all(|&(other, _)| other == j);
         let fits = rows + own <= max_rows
+            && (one_job || cols + rows + own <= key_columns)
             && (rows + own) * (cols + rows + own) * heads <= PREFILL_SCORE_BUDGET;
         if !current.is_empty() && !fits {
             passes.push(std::mem::take(&mut current));
@@ -585,6 +592,56 @@ fn passes(
         passes.push(current);
     }
     passes
+}
+
+/// What one packed pass may hold.
+#[derive(Debug, Clone, Copy)]
+struct PassBounds {
+    /// Rows (query tokens).
+    rows: usize,
+    /// Heads for the score budget (0: no score matrix, no budget).
+    heads: usize,
+    /// Key columns once a second job joins: every job's prefix counts once, plus the
+    /// pass's own rows (one job's prompts alone are not bound by it).
+    key_columns: usize,
+}
+
+impl PassBounds {
+    /// Decide's fused kernels hold no score matrix and read only each row's own key bands:
+    /// large passes, no score or column bound. candle's ops compute every row against every
+    /// key column of the pass (masked), so a pass of k jobs costs ~k times the attention of
+    /// k lone reads; once several jobs share a pass its key columns are bounded where every
+    /// row's attention costs about a quarter of its matmuls ([`candle_key_columns`]).
+    fn of(model: &Model) -> PassBounds {
+        let transformer = model.transformer();
+        if transformer.is_fused() {
+            PassBounds {
+                rows: MAX_FUSED_PASS_TOKENS,
+                heads: 0,
+                key_columns: usize::MAX,
+            }
+        } else {
+            let dims = transformer.dims();
+            PassBounds {
+                rows: MAX_PASS_TOKENS,
+                heads: dims.n_head,
+                key_columns: candle_key_columns(dims),
+            }
+        }
+    }
+}
+
+/// Key columns at which a row's attention (~4 x width flops per column and layer: scores and
+/// weighted values) costs a quarter of its matmuls (~2 flops per weight): the layer's weights
+/// over eight times its width. The MLP is taken as 8 x hidden^2 weights (SwiGLU at
+/// 8/3 x hidden), a lower bound for the models here. SmolLM2-135M: 768 columns, so ~3 jobs
+/// of a 150-token prefix and 60 own rows share a pass.
+fn candle_key_columns(dims: &decide_models::forward::Dims) -> usize {
+    let q = dims.n_head * dims.head_dim;
+    let kv = dims.n_kv_head * dims.head_dim;
+    let attention = dims.hidden * (2 * q + 2 * kv);
+    let mlp = 8 * dims.hidden * dims.hidden;
+    ((attention + mlp) / (8 * dims.hidden.max(1))).max(1)
 }
 
 /// Longest common token prefix of all prompts, leaving every prompt at least one own token
@@ -632,6 +689,59 @@ mod tests {
     }
 
     #[test]
+    fn on_candle_a_pass_holds_only_so_many_jobs_prefixes() {
+        let (reply, _) = mpsc::channel();
+        let job = || Job {
+            prompts: vec![prompt(&vec![1; 160])],
+            salt: 0,
+            flow: Flow::default(),
+            reply: reply.clone(),
+        };
+        let batch: Vec<Job> = (0..10).map(|_| job()).collect();
+        // Each job continues its own 100-token prefix and reads 60 rows of its own.
+        let prefixes: Vec<Option<JobPrefix>> = (0..10)
+            .map(|_| {
+                Some(JobPrefix {
+                    cache: None,
+                    len: 100,
+                    hit: 0,
+                })
+            })
+            .collect();
+        let items: Vec<(usize, usize)> = (0..10).map(|j| (j, 0)).collect();
+        let bounds = PassBounds {
+            rows: MAX_PASS_TOKENS,
+            heads: 4,
+            key_columns: 500,
+        };
+        let grouped = passes(&items, &batch, &prefixes, bounds);
+        // 3 jobs: 300 prefix columns + 180 rows = 480 <= 500; a fourth would be 640.
+        assert_eq!(
+            grouped.iter().map(Vec::len).collect::<Vec<_>>(),
+            [3, 3, 3, 1]
+        );
+        let dims = decide_models::forward::Dims {
+            n_layers: 30,
+            hidden: 576,
+            n_head: 9,
+            n_kv_head: 3,
+            head_dim: 64,
+            vocab_size: 49152,
+            context_length: 8192,
+        };
+        assert_eq!(candle_key_columns(&dims), 768, "SmolLM2-135M");
+        // One job's prompts share its prefix: they are not held to the column bound.
+        let one = [Job {
+            prompts: (0..10).map(|_| prompt(&vec![1; 160])).collect(),
+            salt: 0,
+            flow: Flow::default(),
+            reply: reply.clone(),
+        }];
+        let items: Vec<(usize, usize)> = (0..10).map(|p| (0, p)).collect();
+        assert_eq!(passes(&items, &one, &prefixes[..1], bounds).len(), 1);
+    }
+
+    #[test]
     fn passes_are_bounded_by_rows_and_a_longer_prompt_runs_alone() {
         let (reply, _) = mpsc::channel();
         let job = |lengths: &[usize]| Job {
@@ -652,7 +762,12 @@ mod tests {
             })
             .collect();
         let items = [(0, 0), (0, 1), (0, 2), (1, 0)];
-        let grouped = passes(&items, &batch, &prefixes, MAX_PASS_TOKENS, 4);
+        let bounds = PassBounds {
+            rows: MAX_PASS_TOKENS,
+            heads: 4,
+            key_columns: usize::MAX,
+        };
+        let grouped = passes(&items, &batch, &prefixes, bounds);
         assert_eq!(
             grouped,
             [vec![(0, 0)], vec![(0, 1)], vec![(0, 2), (1, 0)]],
