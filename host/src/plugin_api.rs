@@ -57,9 +57,10 @@ fn internal(what: &str, error: impl std::fmt::Display) -> ApiError {
 
 /// The caller's tenant; the default tenant may read but not change plugins.
 fn tenant_of(caller: &Caller) -> Result<Arc<Tenant>, ApiError> {
-    caller.tenant().cloned().ok_or_else(|| ApiError::Forbidden {
-        message: "uploading or changing plugins needs a tenant's API key: create a tenant and a key with the admin API (/admin/v1/tenants); the server's own plugins are the files of the plugins directory (setting --plugins)".into(),
-    })
+    caller.require_tenant(
+        "uploading or changing plugins",
+        "the server's own plugins are the files of the plugins directory (setting --plugins)",
+    )
 }
 
 /// A plugin name: 1 to 64 of `a-z 0-9 - _ .`, starting with a letter or digit.

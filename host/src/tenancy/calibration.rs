@@ -286,15 +286,11 @@ fn fit(
 /// The tenant of a calibration request: a configured tenant, never the default one.
 fn tenant_caller(state: &SharedState, headers: &HeaderMap) -> Result<(Caller, String), ApiError> {
     let caller = state.directory.authenticate(headers)?;
-    match caller.tenant_id() {
-        Some(id) => {
-            let id = id.to_string();
-            Ok((caller, id))
-        }
-        None => Err(ApiError::Forbidden {
-            message: "a tenant calibration needs a tenant's API key (create one with POST /admin/v1/tenants/{id}/keys); the server's own calibration is set by the operator (decide calibrate, --calibration-questions)".into(),
-        }),
-    }
+    let tenant = caller.require_tenant(
+        "a tenant calibration",
+        "the server's own calibration is set by the operator (decide calibrate, --calibration-questions)",
+    )?;
+    Ok((caller, tenant.id.clone()))
 }
 
 /// `PUT /v1/calibration`: starts fitting the uploaded labelled questions.

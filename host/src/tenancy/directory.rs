@@ -47,6 +47,16 @@ impl Caller {
         }
     }
 
+    /// The tenant, or a 403 for the default tenant: `what` (e.g. "uploading plugins") needs
+    /// a tenant's key; `instead` says what the operator does for the server itself.
+    pub fn require_tenant(&self, what: &str, instead: &str) -> Result<Arc<Tenant>, ApiError> {
+        self.tenant().cloned().ok_or_else(|| ApiError::Forbidden {
+            message: format!(
+                "{what} needs a tenant's API key: create a tenant and a key with the admin API (/admin/v1/tenants); {instead}"
+            ),
+        })
+    }
+
     /// The name used for this caller in metrics and logs of its own (`default` or the
     /// tenant's id: ids, not names, so a metrics reader learns no team names).
     pub fn label(&self) -> &str {
