@@ -295,9 +295,30 @@ pub struct Config {
     #[arg(long, env = "DECIDE_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
 
-    /// Renderer plugin that turns a compiled question into chat messages.
-    #[arg(long, env = "DECIDE_RENDERER", default_value = "direct-options")]
-    pub renderer: String,
+    /// Renderer plugin that turns a compiled question into chat messages, pinned: startup
+    /// tuning is then not run and questions read with letters and `auto`. Default: what
+    /// tuning chose (see --tune-questions), else `direct-options`.
+    #[arg(long, env = "DECIDE_RENDERER")]
+    pub renderer: Option<String>,
+
+    /// Labelled questions that startup tuning measures every renderer x label scheme x
+    /// readout on (JSONL, the calibration format); default: the built-in tuning set
+    /// (calibration/tune.jsonl); `none` skips tuning (direct-options, letters, auto).
+    /// The result is saved in --calibration-dir and reused while the model, the candidates
+    /// and the question file are unchanged.
+    #[arg(long, env = "DECIDE_TUNE_QUESTIONS")]
+    pub tune_questions: Option<String>,
+
+    /// Renderer plugins startup tuning compares (comma-separated); default: every renderer
+    /// loaded (built-ins and the plugins directory).
+    #[arg(long, env = "DECIDE_TUNE_RENDERERS", value_delimiter = ',')]
+    pub tune_renderers: Vec<String>,
+
+    /// Answers whose true next-token mass on the option labels is below this become
+    /// refusals (`low_option_mass`) naming the mass: the model wanted to say something else.
+    /// 0 turns abstention off. A tenant setting and `extra.min_option_mass` override it.
+    #[arg(long, env = "DECIDE_MIN_OPTION_MASS", default_value_t = 0.0, value_parser = parse_mass)]
+    pub min_option_mass: f64,
 
     /// Calibration policy plugin that maps option scores to probabilities and fits its parameters
     /// at startup (built-ins: `temperature`, `bias-temperature`).
@@ -419,5 +440,13 @@ fn unit_interval(text: &str) -> Result<f64, String> {
         Ok(value)
     } else {
         Err(format!("{value} is outside [0, 1]"))
+    }
+}
+
+/// A probability mass in [0, 1] (`--min-option-mass`).
+fn parse_mass(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(mass) if (0.0..=1.0).contains(&mass) => Ok(mass),
+        _ => Err(format!("`{text}` is not a probability mass from 0 to 1")),
     }
 }

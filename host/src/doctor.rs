@@ -76,7 +76,7 @@ fn print_readouts(engine: &Engine, max_options: usize) {
     let picks: Vec<String> = counts
         .iter()
         .map(
-            |&n| match readout::plan(&readout::Options::default(), n, sets) {
+            |&n| match readout::plan(&readout::Options::default(), &numbered_question(n), sets) {
                 Ok(plan) => format!("{n} options -> {}", plan.name()),
                 Err(why) => format!("{n} options -> refused ({why})"),
             },
@@ -88,6 +88,20 @@ fn print_readouts(engine: &Engine, max_options: usize) {
             "wide labels: {} .. {last}",
             sets.wide[..sets.wide.len().min(28)].join(" ")
         );
+    }
+}
+
+/// A question of `n` options named `option 1`.. (what `auto` picks depends on the count only).
+fn numbered_question(n: usize) -> crate::plugins::CompiledQuestion {
+    crate::plugins::CompiledQuestion {
+        instructions: None,
+        options: (1..=n)
+            .map(|i| crate::plugins::OptionDef {
+                key: i.to_string(),
+                text: format!("option {i}"),
+                description: None,
+            })
+            .collect(),
     }
 }
 

@@ -180,6 +180,9 @@ fn ask_all(
             // Each evaluated readout reads cold: no prefix cached by an earlier readout.
             cache_salt: crate::prefix_cache::tenant_salt(&["decide-eval", &format!("{options:?}")]),
             readout: options,
+            renderer: None,
+            // Evaluation measures every answer; abstaining would hide the ones it scores.
+            min_option_mass: Some(0.0),
             scope: Default::default(),
         };
         match engine.decide(&request) {

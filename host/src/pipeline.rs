@@ -23,11 +23,16 @@ use crate::readout;
 use crate::scheduler::{self, Scheduler, SchedulerConfig};
 
 mod rounds;
+pub mod setup;
 use rounds::Read;
+pub use setup::{Resolved, Setup, SetupSource};
 
-/// Version of the prompt layout; part of every audit block so that a change of rendering is
-/// visible in answers and invalidates saved calibrations.
-pub const RENDER_VERSION: &str = "direct-options/1";
+/// The render version of a renderer plugin, `<name>/<plugin version>`: part of every audit
+/// block (with the label scheme) and of saved calibrations, so a change of rendering is
+/// visible in answers and re-fits what was measured with another.
+pub fn render_version(renderer: &crate::plugins::Renderer) -> String {
+    format!("{}/{}", renderer.name(), renderer.info().version)
+}
 
 /// One question as a frontend hands it over.
 #[derive(Debug, Clone)]
@@ -51,8 +56,13 @@ pub struct DecisionRequest {
     /// The tenant's prefix-cache salt ([`crate::frontends::cache_salt`]): requests share
     /// cached prefixes only with requests of the same salt.
     pub cache_salt: u64,
-    /// `extra.backend_options` of the request (readout, shortlist, permutations).
+    /// `extra.backend_options` of the request (readout, shortlist, permutations, labels).
     pub readout: readout::Options,
+    /// `extra.renderer` of the request: a renderer plugin by name instead of the tenant's or
+    /// the server's.
+    pub renderer: Option<String>,
+    /// `extra.min_option_mass` of the request (see [`EngineSettings::min_option_mass`]).
+    pub min_option_mass: Option<f64>,
     /// What the request's tenant changes about how it is answered.
     pub scope: RequestScope,
 }
@@ -69,6 +79,8 @@ pub struct RequestScope {
     pub renderer: Option<String>,
     /// Calibration policy instead of `--calibration`.
     pub calibration: Option<String>,
+    /// The tenant's `min_option_mass` instead of `--min-option-mass`.
+    pub min_option_mass: Option<f64>,
     /// The tenant's own fitted calibration (answers report source `tenant`).
     pub calibrated: Option<Arc<CalibrationState>>,
     /// Limits narrower than the server's (each at most the server's).
@@ -144,6 +156,19 @@ pub struct RawRead {
     pub option_mass: f32,
 }
 
+/// How an answer's prompt was made, for the audit block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendering {
+    /// The renderer plugin.
+    pub renderer: String,
+    /// `<renderer>/<plugin version>` ([`render_version`]).
+    pub render_version: String,
+    /// The label scheme asked for (a question it cannot hold is read with letters).
+    pub labels: readout::Scheme,
+    /// Who chose the renderer.
+    pub source: SetupSource,
+}
+
 /// A question the model answered.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -172,6 +197,10 @@ pub struct Answer {
     /// policies such as `bias-temperature`).
     pub calibration_policy: String,
     pub calibration_params: Vec<f64>,
+    /// How the prompt was made.
+    pub rendering: Rendering,
+    /// The least option mass an answer needs (0: no abstention).
+    pub min_option_mass: f64,
 }
 
 /// A question that failed while others may have succeeded.
@@ -182,6 +211,16 @@ pub struct Refusal {
     pub code: &'static str,
     pub message: String,
     pub loc: Loc,
+    /// Set when the model was read but abstained: its option mass fell below the threshold.
+    pub abstained: Option<Abstention>,
+}
+
+/// Why an answer became a refusal: the model's next-token mass on the option labels fell
+/// below `min_option_mass` (it wanted to say something else).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Abstention {
+    pub option_mass: f32,
+    pub min_option_mass: f64,
 }
 
 /// The outcome of one question.
@@ -300,8 +339,10 @@ impl Limits {
 /// What an engine is configured with, besides the model and plugins.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
-    /// Renderer plugin name (`--renderer`).
-    pub renderer: String,
+    /// The server's setup until tuning replaces it: `--renderer` pinned, else the default.
+    pub setup: Setup,
+    /// Answers whose option mass is below this become refusals (`--min-option-mass`; 0: off).
+    pub min_option_mass: f64,
     /// Calibration policy plugin name (`--calibration`).
     pub calibration: String,
     /// `--temperature`, when set.
@@ -317,7 +358,9 @@ pub struct Engine {
     /// core; two interleaved forwards only slow each other), batching concurrent requests.
     scheduler: Scheduler,
     plugins: Arc<PluginRegistry>,
-    renderer: String,
+    /// The server's renderer, label scheme and readout (pinned, tuned or default).
+    setup: Setup,
+    min_option_mass: f64,
     calibration: String,
     operator_temperature: Option<f64>,
     /// What startup calibration measured (or the default when it did not run).
@@ -361,7 +404,8 @@ impl Engine {
         metrics: Arc<Metrics>,
     ) -> Self {
         let EngineSettings {
-            renderer,
+            setup,
+            min_option_mass,
             calibration,
             operator_temperature,
             limits,
@@ -376,7 +420,8 @@ impl Engine {
             model,
             plugins,
             calibrated: CalibrationState::default_for(&calibration),
-            renderer,
+            setup,
+            min_option_mass,
             calibration,
             operator_temperature,
             limits,
@@ -387,6 +432,21 @@ impl Engine {
     /// Installs the result of startup calibration (before the engine is shared).
     pub fn set_calibration(&mut self, state: CalibrationState) {
         self.calibrated = state;
+    }
+
+    /// Installs the setup tuning chose (before the engine is shared).
+    pub fn set_setup(&mut self, setup: Setup) {
+        self.setup = setup;
+    }
+
+    /// The server's renderer, label scheme and readout.
+    pub fn setup(&self) -> &Setup {
+        &self.setup
+    }
+
+    /// The server's `--min-option-mass`.
+    pub fn min_option_mass(&self) -> f64 {
+        self.min_option_mass
     }
 
     /// Sets the model's answer suffix (the self-check's fix for a template that leaves the
@@ -417,9 +477,9 @@ impl Engine {
         &self.calibrated
     }
 
-    /// The configured renderer and calibration plugin names.
+    /// The server's renderer and the configured calibration plugin names.
     pub fn plugin_names(&self) -> (&str, &str) {
-        (&self.renderer, &self.calibration)
+        (&self.setup.renderer, &self.calibration)
     }
 
     pub fn model(&self) -> &Model {
@@ -439,6 +499,7 @@ impl Engine {
     fn compile(
         &self,
         request: &DecisionRequest,
+        options: &readout::Options,
         session: &Session,
     ) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
         let limits = request.scope.limits.as_ref().unwrap_or(&self.limits);
@@ -448,7 +509,7 @@ impl Engine {
             planned.push(self.compile_one(
                 index,
                 question,
-                &request.readout,
+                options,
                 &request.scope,
                 session,
             )?);
@@ -513,7 +574,7 @@ impl Engine {
                 ),
             ));
         }
-        Ok(match readout::plan(options, count, &self.label_sets) {
+        Ok(match readout::plan(options, &compiled, &self.label_sets) {
             Ok(plan) => Ok(Planned {
                 index,
                 plugin,
@@ -525,6 +586,7 @@ impl Engine {
                 code: "readout_capacity",
                 message: format!("{}: {message}", dotted(&question.loc)),
                 loc: question.loc.clone(),
+                abstained: None,
             }),
         })
     }
@@ -582,14 +644,29 @@ impl Engine {
         let started = Instant::now();
         // Plugin instances for this request's calls, dropped with it.
         let session = Session::new();
-        let compiled = self.compile(request, &session)?;
-        let compiled_at = Instant::now();
         let scope = &request.scope;
-        let renderer_name = scope.renderer.as_deref().unwrap_or(&self.renderer);
+        let resolved = setup::resolve(
+            &self.setup,
+            scope.renderer.as_deref(),
+            request.renderer.as_deref(),
+            &request.readout,
+        );
         let renderer = self
             .plugins
-            .renderer_in(scope.plugins.as_deref(), renderer_name)
-            .ok_or_else(|| missing_plugin("renderer", renderer_name, scope, "--renderer"))?;
+            .renderer_in(scope.plugins.as_deref(), &resolved.renderer)
+            .ok_or_else(|| missing_renderer(&resolved))?;
+        let compiled = self.compile(request, &resolved.options, &session)?;
+        let compiled_at = Instant::now();
+        let rendering = Rendering {
+            renderer: resolved.renderer.clone(),
+            render_version: render_version(&renderer),
+            labels: resolved.options.labels.unwrap_or_default(),
+            source: resolved.source,
+        };
+        let min_option_mass = request
+            .min_option_mass
+            .or(scope.min_option_mass)
+            .unwrap_or(self.min_option_mass);
         let calibration_name = scope.calibration.as_deref().unwrap_or(&self.calibration);
         let calibration = self
             .plugins
@@ -634,7 +711,14 @@ impl Engine {
                 Err(refusal) => Outcome::Refusal(refusal),
                 Ok((planned, read)) => {
                     let question = &request.questions[planned.index];
-                    self.answer_one(question, planned, read, &calibration, &applied, &session)
+                    let given = Given {
+                        calibration: &calibration,
+                        applied: &applied,
+                        rendering: &rendering,
+                        min_option_mass,
+                        session: &session,
+                    };
+                    self.answer_one(question, planned, read, &given)
                 }
             };
             decided.outcomes.push(outcome);
@@ -654,22 +738,39 @@ impl Engine {
         self.read_raw_in(&RequestScope::default(), state, questions)
     }
 
-    /// [`Engine::read_raw`] with a tenant's plugins and renderer (its own calibration fit).
+    /// [`Engine::read_raw`] with a tenant's plugins and renderer (its own calibration fit),
+    /// read with the setup a request of that scope naming nothing would get.
     pub fn read_raw_in(
         &self,
         scope: &RequestScope,
         state: &str,
         questions: &[Question],
     ) -> Vec<Result<RawRead, String>> {
-        let renderer_name = scope.renderer.as_deref().unwrap_or(&self.renderer);
+        let resolved = self.resolve_setup(scope.renderer.as_deref(), None);
+        self.read_raw_with(scope, &resolved, state, questions)
+    }
+
+    /// What a request of a scope with this tenant renderer and request renderer is read with.
+    pub fn resolve_setup(&self, tenant: Option<&str>, request: Option<&str>) -> Resolved {
+        setup::resolve(&self.setup, tenant, request, &readout::Options::default())
+    }
+
+    /// [`Engine::read_raw_in`] with an explicit setup (what `decide tune` compares).
+    pub fn read_raw_with(
+        &self,
+        scope: &RequestScope,
+        resolved: &Resolved,
+        state: &str,
+        questions: &[Question],
+    ) -> Vec<Result<RawRead, String>> {
         let Some(renderer) = self
             .plugins
-            .renderer_in(scope.plugins.as_deref(), renderer_name)
+            .renderer_in(scope.plugins.as_deref(), &resolved.renderer)
         else {
-            let reason = missing_plugin("renderer", renderer_name, scope, "--renderer").to_string();
+            let reason = missing_renderer(resolved).to_string();
             return questions.iter().map(|_| Err(reason.clone())).collect();
         };
-        let options = readout::Options::default();
+        let options = resolved.options;
         let session = Session::new();
         let planned: Vec<Result<Planned, Refusal>> = questions
             .iter()
@@ -682,6 +783,7 @@ impl Engine {
                         code: "invalid_question",
                         message: error.to_string(),
                         loc: question.loc.clone(),
+                        abstained: None,
                     }),
                 }
             })
@@ -748,6 +850,7 @@ impl Engine {
                     self.limits.max_prompt_tokens
                 ),
                 loc: loc.clone(),
+                abstained: None,
             });
         }
         let label_ids = match self.model.label_ids_cached(&prompt, &ask.labels, salt) {
@@ -810,16 +913,16 @@ impl Engine {
         result.reads
     }
 
-    /// Calibrates a read and lets the question type turn it into its answer.
-    fn answer_one(
-        &self,
-        question: &Question,
-        planned: Planned,
-        read: Read,
-        calibration: &crate::plugins::Calibration,
-        applied: &Applied,
-        session: &Session,
-    ) -> Outcome {
+    /// Calibrates a read and lets the question type turn it into its answer, or abstains
+    /// when the model's mass on the option labels is below the request's `min_option_mass`.
+    fn answer_one(&self, question: &Question, planned: Planned, read: Read, given: &Given) -> Outcome {
+        let Given {
+            calibration,
+            applied,
+            rendering,
+            min_option_mass,
+            session,
+        } = *given;
         let loc = &question.loc;
         let refuse_plugin =
             |error: PluginCallError| Outcome::Refusal(plugin_call_refusal(loc, error));
@@ -828,6 +931,9 @@ impl Engine {
             input_tokens,
             cached_tokens,
         } = read;
+        if f64::from(combined.option_mass) < min_option_mass {
+            return Outcome::Refusal(abstention(loc, combined.option_mass, min_option_mass));
+        }
         let params = match &applied.params {
             Ok(params) => params.clone(),
             Err(error) => return refuse_plugin(error.clone()),
@@ -861,7 +967,36 @@ impl Engine {
             temperature_source: applied.source,
             calibration_policy: applied.policy.clone(),
             calibration_params: params,
+            rendering: rendering.clone(),
+            min_option_mass,
         }))
+    }
+}
+
+/// What every answer of one request is given besides its own read.
+#[derive(Clone, Copy)]
+struct Given<'a> {
+    calibration: &'a crate::plugins::Calibration,
+    applied: &'a Applied,
+    rendering: &'a Rendering,
+    min_option_mass: f64,
+    session: &'a Session,
+}
+
+/// The refusal of an answer whose option mass fell below `min_option_mass`.
+fn abstention(loc: &Loc, option_mass: f32, min_option_mass: f64) -> Refusal {
+    Refusal {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        code: "low_option_mass",
+        message: format!(
+            "{}: abstained: the model put {option_mass:.3} of its next-token probability on the option labels, below min_option_mass {min_option_mass} (extra.min_option_mass, tenant setting min_option_mass, or --min-option-mass / DECIDE_MIN_OPTION_MASS): it wanted to say something else, as when text in the input steers it or no option fits",
+            dotted(loc)
+        ),
+        loc: loc.clone(),
+        abstained: Some(Abstention {
+            option_mass,
+            min_option_mass,
+        }),
     }
 }
 
@@ -872,6 +1007,26 @@ struct Prepared {
     prompt: scheduler::Prompt,
     /// How many tokens the prompt has (kept once the prompt has gone to the worker).
     tokens: usize,
+}
+
+/// The error for a renderer that is not loaded: the request's field or the tenant's setting
+/// when either chose it (a 400 for the caller to fix), else the server's (a 503).
+fn missing_renderer(resolved: &Resolved) -> ApiError {
+    let name = &resolved.renderer;
+    match resolved.source {
+        SetupSource::Request => ApiError::invalid(
+            crate::loc!["extra", "renderer"],
+            format!("extra.renderer: no renderer plugin `{name}` is loaded; see GET /v1/plugins for the renderers"),
+        ),
+        SetupSource::Tenant => ApiError::invalid(
+            vec![],
+            format!("the tenant's renderer plugin `{name}` is not loaded (tenant setting `renderer`; upload it or change the setting)"),
+        ),
+        _ => ApiError::NotReady {
+            reason: format!("renderer plugin `{name}` is not loaded (setting --renderer)"),
+            retry_after_s: None,
+        },
+    }
 }
 
 /// The error for a renderer or calibration plugin that is not loaded: the tenant's setting
@@ -902,6 +1057,7 @@ fn plugin_call_refusal(loc: &Loc, error: PluginCallError) -> Refusal {
             code: "invalid_question",
             message: format!("{}: {message}", dotted(loc)),
             loc: loc.clone(),
+            abstained: None,
         },
         PluginCallError::Failed { message, .. } => plugin_refusal(loc, &message),
     }
@@ -961,6 +1117,7 @@ fn plugin_refusal(loc: &Loc, message: &str) -> Refusal {
         code: "plugin_failed",
         message: format!("{}: {message}", dotted(loc)),
         loc: loc.clone(),
+        abstained: None,
     }
 }
 
@@ -975,6 +1132,7 @@ fn model_refusal(loc: &Loc, error: ModelError) -> Refusal {
         code,
         message: format!("{}: {error}", dotted(loc)),
         loc: loc.clone(),
+        abstained: None,
     }
 }
 

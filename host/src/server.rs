@@ -13,7 +13,7 @@ use crate::api::{self, AppState, SharedState};
 use crate::calibration;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::pipeline::{Engine, EngineSettings, Limits};
+use crate::pipeline::{Engine, EngineSettings, Limits, Setup};
 use crate::plugins::{PluginRegistry, RuntimeConfig};
 use crate::scheduler::SchedulerConfig;
 use crate::selfcheck;
@@ -159,7 +159,7 @@ pub fn load_engine(
         poll_interval: Duration::from_millis(config.plugin_poll_ms),
     };
     let plugins = PluginRegistry::start(runtime).context("loading plugins")?;
-    for name in [&config.renderer] {
+    for name in config.renderer.iter() {
         if plugins.renderer(name).is_none() {
             anyhow::bail!("renderer plugin `{name}` is not loaded (setting --renderer)");
         }
@@ -203,7 +203,11 @@ pub fn load_engine(
         narrowed: None,
     };
     let settings = EngineSettings {
-        renderer: config.renderer.clone(),
+        setup: match &config.renderer {
+            Some(name) => Setup::pinned(name),
+            None => Setup::default_setup(),
+        },
+        min_option_mass: config.min_option_mass,
         calibration: config.calibration.clone(),
         operator_temperature: config.temperature,
         limits,

@@ -23,7 +23,7 @@ pub mod store;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::pipeline::{Engine, Question, RequestScope, TemperatureSource, RENDER_VERSION};
+use crate::pipeline::{render_version, Engine, Question, RequestScope, TemperatureSource};
 use crate::plugins::Calibration;
 use cv::{PolicyReport, Sample};
 use questions::QuestionSet;
@@ -154,7 +154,10 @@ pub fn run(
     progress: &dyn Fn(String),
 ) -> Result<Saved, String> {
     let started = Instant::now();
-    let (renderer_name, policy_name) = engine.plugin_names();
+    let (_, policy_name) = engine.plugin_names();
+    // The questions read with the server's setup (pinned, tuned or default), as answers do.
+    let setup = engine.resolve_setup(None, None);
+    let renderer_name = setup.renderer.as_str();
     let plugins = engine.plugins();
     let policy = plugins.calibration(policy_name).ok_or_else(|| {
         format!("calibration plugin `{policy_name}` is not loaded (setting --calibration)")
@@ -179,20 +182,25 @@ pub fn run(
             settings.model_file.display()
         )
     })?;
-    // The calibration set reads with `auto` (all its questions fit `direct`); an answer suffix
-    // kept by the self-check changes every prompt, so it is part of the key.
+    // The readout and label scheme of the setup are part of the key; so is an answer suffix
+    // kept by the self-check, which changes every prompt.
     let suffix = engine.model().answer_suffix();
+    let readout = format!(
+        "{} labels {}",
+        setup.options.choice.as_str(),
+        setup.options.labels.unwrap_or_default().as_str()
+    );
     let key = Key {
         model_sha256,
         forward: engine.model().info().forward.clone(),
         readout: if suffix.is_empty() {
-            "direct".into()
+            readout
         } else {
-            format!("direct after {suffix:?}")
+            format!("{readout} after {suffix:?}")
         },
         policy: policy_name.to_string(),
         policy_sha256: policy.sha256().to_string(),
-        render_version: RENDER_VERSION.into(),
+        render_version: render_version(&renderer),
         renderer: renderer_name.to_string(),
         renderer_sha256: renderer.sha256().to_string(),
         question_types,
@@ -531,7 +539,7 @@ mod tests {
             readout: "direct".into(),
             policy: "temperature".into(),
             policy_sha256: policy.sha256().into(),
-            render_version: RENDER_VERSION.into(),
+            render_version: "direct-options/0.1.0".into(),
             renderer: "direct-options".into(),
             renderer_sha256: String::new(),
             question_types: vec![],

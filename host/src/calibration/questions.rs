@@ -1,16 +1,28 @@
 //! The labelled question file: JSONL, one question per line,
-//! `{"state", "question", "expected", "group"?, "id"?}`.
+//! `{"state", "question", "expected", "group"?, "id"?, "domain"?, "difficulty"?}`.
 //!
 //! `question` is a `/v1/systemone` typed question (`noul`, `choice`, `score`, or any
 //! `systemone-*` question-type plugin); `expected` is the answer value on that endpoint: a
 //! boolean for `noul`, a criterion label for `choice`, a level index (or the level's text) for
 //! `score`. `group` keeps related questions in one cross-validation fold (default: the state, so
 //! questions about one text stay together); `id` names the question in messages (default:
-//! `line N`). Blank lines and lines starting with `#` are ignored. A malformed line makes the
+//! `line N`); `domain` and `difficulty` (text) are kept for reports broken down by them.
+//! Blank lines and lines starting with `#` are ignored. A malformed line makes the
 //! whole file malformed: the message names the line and the field.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+/// The fields of a line.
+const FIELDS: [&str; 7] = [
+    "state",
+    "question",
+    "expected",
+    "group",
+    "id",
+    "domain",
+    "difficulty",
+];
 
 /// The built-in question set (`calibration/default.jsonl`), embedded in the binary.
 pub const DEFAULT_SET: &str = include_str!("../../../calibration/default.jsonl");
@@ -30,6 +42,10 @@ pub struct LabelledQuestion {
     pub expected: Value,
     /// Cross-validation group.
     pub group: String,
+    /// `domain` of the line, for reports.
+    pub domain: Option<String>,
+    /// `difficulty` of the line (`easy`, `standard`, `hard`), for reports.
+    pub difficulty: Option<String>,
 }
 
 /// A parsed question file.
@@ -58,14 +74,20 @@ impl QuestionSet {
             let Value::Object(object) = value else {
                 return Err(at("expected a JSON object".into()));
             };
-            if let Some(unknown) = object
-                .keys()
-                .find(|k| !["state", "question", "expected", "group", "id"].contains(&k.as_str()))
-            {
+            if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
                 return Err(at(format!(
-                    "unknown field `{unknown}` (fields: state, question, expected, group, id)"
+                    "unknown field `{unknown}` (fields: {})",
+                    FIELDS.join(", ")
                 )));
             }
+            let label = |field: &str| -> Result<Option<String>, String> {
+                match object.get(field) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::String(s)) => Ok(Some(s.clone())),
+                    Some(_) => Err(at(format!("`{field}` must be text"))),
+                }
+            };
+            let (domain, difficulty) = (label("domain")?, label("difficulty")?);
             let state = match object.get("state") {
                 Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
                 Some(v @ (Value::Object(_) | Value::Array(_))) => v.to_string(),
@@ -117,6 +139,8 @@ impl QuestionSet {
                 json: question.1,
                 expected,
                 group,
+                domain,
+                difficulty,
             });
         }
         if questions.is_empty() {

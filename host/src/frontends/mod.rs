@@ -88,6 +88,7 @@ pub fn request_scope(caller: &Caller) -> RequestScope {
     RequestScope {
         plugins: Some(tenant.id.clone()),
         renderer: tenant.settings.renderer.clone(),
+        min_option_mass: tenant.settings.min_option_mass,
         calibration: tenant.settings.calibration.clone(),
         flow: crate::scheduler::Flow {
             id: crate::prefix_cache::tenant_salt(&["fair-share-flow", &tenant.id]),

@@ -16,7 +16,7 @@ use super::json::{self as j, at};
 use crate::api::SharedState;
 use crate::error::{ApiError, Loc, Wire};
 use crate::loc;
-use crate::pipeline::{Answer, Decided, DecisionRequest, Outcome, Question, RENDER_VERSION};
+use crate::pipeline::{Answer, Decided, DecisionRequest, Outcome, Question};
 use crate::readout;
 use crate::tenancy::Caller;
 
@@ -124,7 +124,13 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
         j::only_fields(map, &["mode", "ttl"], &loc!["prompt_cache_options"])?;
     }
     let state = render_input(j::required(body, "input", &root)?, &loc!["input"])?;
-    let (temperature, detail, readout) = parse_extra(body.get("extra"))?;
+    let Extra {
+        temperature,
+        detail,
+        readout,
+        renderer,
+        min_option_mass,
+    } = parse_extra(body.get("extra"))?;
 
     let questions_loc = loc!["questions"];
     let list = j::array(j::required(body, "questions", &root)?, &questions_loc)?;
@@ -174,6 +180,8 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             temperature,
             cache_salt: 0,
             readout,
+            renderer,
+            min_option_mass,
             scope: Default::default(),
         },
         names,
@@ -182,10 +190,28 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
     })
 }
 
+/// `extra` of a request: decide's own options.
+struct Extra {
+    temperature: Option<f64>,
+    detail: Detail,
+    readout: readout::Options,
+    renderer: Option<String>,
+    min_option_mass: Option<f64>,
+}
+
+/// Longest renderer name `extra.renderer` accepts (plugin names are file names).
+const MAX_RENDERER_NAME: usize = 128;
+
 /// `extra` of the request: decide's own options.
-fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail, readout::Options), ApiError> {
+fn parse_extra(extra: Option<&Value>) -> Result<Extra, ApiError> {
     let Some(extra) = extra.filter(|v| !v.is_null()) else {
-        return Ok((None, Detail::Basic, readout::Options::default()));
+        return Ok(Extra {
+            temperature: None,
+            detail: Detail::Basic,
+            readout: readout::Options::default(),
+            renderer: None,
+            min_option_mass: None,
+        });
     };
     let loc = loc!["extra"];
     let map = j::object(extra, &loc)?;
@@ -196,9 +222,40 @@ fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail, readout::O
             "backend_options",
             "seed",
             "detail",
+            "renderer",
+            "min_option_mass",
         ],
         &loc,
     )?;
+    let renderer = match map.get("renderer").filter(|v| !v.is_null()) {
+        None => None,
+        Some(value) => {
+            let loc = at(&loc, "renderer");
+            let name = j::string(value, &loc)?;
+            if name.is_empty() || name.len() > MAX_RENDERER_NAME {
+                return Err(j::invalid(
+                    &loc,
+                    format!("a renderer plugin name of 1 to {MAX_RENDERER_NAME} bytes, got {} bytes", name.len()),
+                ));
+            }
+            Some(name.to_string())
+        }
+    };
+    let min_option_mass = match map.get("min_option_mass").filter(|v| !v.is_null()) {
+        None => None,
+        Some(value) => {
+            let loc = at(&loc, "min_option_mass");
+            match value.as_f64() {
+                Some(mass) if (0.0..=1.0).contains(&mass) => Some(mass),
+                _ => {
+                    return Err(j::invalid(
+                        &loc,
+                        format!("{value} is out of range; a probability mass from 0 to 1 (0: never abstain)"),
+                    ))
+                }
+            }
+        }
+    };
     let temperature = match map.get("calibration_temperature") {
         None | Some(Value::Null) => None,
         Some(value) => {
@@ -242,7 +299,13 @@ fn parse_extra(extra: Option<&Value>) -> Result<(Option<f64>, Detail, readout::O
             ))
         }
     };
-    Ok((temperature, detail, readout))
+    Ok(Extra {
+        temperature,
+        detail,
+        readout,
+        renderer,
+        min_option_mass,
+    })
 }
 
 /// Most finalists `two-stage` reads directly (the single-letter labels).
@@ -250,12 +313,25 @@ const MAX_SHORTLIST: usize = 26;
 /// Most label shifts `permutation` reads (each is one more read of the question).
 const MAX_PERMUTATIONS: usize = 16;
 
-/// `extra.backend_options`: `{readout?, shortlist?, permutations?}`. A `permutations` count
-/// without a readout (or with `auto`) selects `permutation`.
+/// `extra.backend_options`: `{readout?, shortlist?, permutations?, labels?}`. A
+/// `permutations` count without a readout (or with `auto`) selects `permutation`.
 fn parse_backend_options(value: &Value, loc: &Loc) -> Result<readout::Options, ApiError> {
     let map = j::object(value, loc)?;
-    j::only_fields(map, &["readout", "shortlist", "permutations"], loc)?;
+    j::only_fields(map, &["readout", "shortlist", "permutations", "labels"], loc)?;
     let mut options = readout::Options::default();
+    if let Some(value) = map.get("labels").filter(|v| !v.is_null()) {
+        let loc = at(loc, "labels");
+        let name = j::string(value, &loc)?;
+        options.labels = Some(readout::Scheme::parse(name).ok_or_else(|| {
+            j::invalid(
+                &loc,
+                format!(
+                    "`{name}` is not a label scheme; use one of {}",
+                    readout::Scheme::NAMES.join(", ")
+                ),
+            )
+        })?);
+    }
     let mut named = false;
     if let Some(value) = map.get("readout").filter(|v| !v.is_null()) {
         let loc = at(loc, "readout");
@@ -520,9 +596,13 @@ fn respond(
                             "calibration_temperature": answer.temperature,
                             "temperature_source": answer.temperature_source.as_str(),
                             "option_mass": answer.option_mass,
+                            "min_option_mass": answer.min_option_mass,
                             "input_tokens": answer.input_tokens,
                             "cached_input_tokens": answer.cached_tokens,
                             "readout": answer.readout.readout,
+                            "renderer": answer.rendering.renderer,
+                            "label_scheme": answer.rendering.labels.as_str(),
+                            "setup_source": answer.rendering.source.as_str(),
                         });
                         readout_audit(
                             answer,
@@ -545,7 +625,10 @@ fn respond(
                             audit.insert("served_model".into(), json!(model));
                             audit.insert("state_sha256".into(), json!(state_sha));
                             audit.insert("confidence_formula".into(), json!("(k*max-1)/(k-1)"));
-                            audit.insert("render_version".into(), json!(RENDER_VERSION));
+                            audit.insert(
+                                "render_version".into(),
+                                json!(answer.rendering.render_version),
+                            );
                             audit.insert(
                                 "calibration_policy".into(),
                                 json!(answer.calibration_policy),
@@ -562,11 +645,16 @@ fn respond(
                     }
                     Value::Object(object)
                 }
-                Outcome::Refusal(refusal) => json!({
-                    "type": "refusal",
-                    "name": name,
-                    "extra": {"error": {"message": refusal.message, "code": refusal.code}},
-                }),
+                Outcome::Refusal(refusal) => {
+                    let mut extra = json!({"error": {"message": refusal.message, "code": refusal.code}});
+                    if let Some(abstained) = &refusal.abstained {
+                        extra["audit"] = json!({
+                            "option_mass": abstained.option_mass,
+                            "min_option_mass": abstained.min_option_mass,
+                        });
+                    }
+                    json!({"type": "refusal", "name": name, "extra": extra})
+                }
             }
         })
         .collect();

@@ -135,6 +135,8 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             cache_salt: 0,
             // The Jev format has no backend-options slot: its questions read with `auto`.
             readout: crate::readout::Options::default(),
+            renderer: None,
+            min_option_mass: None,
             scope: Default::default(),
         },
         ids,

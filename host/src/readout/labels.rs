@@ -26,6 +26,14 @@
 //!
 //! Measured capacities (`decide doctor`): SmolLM2-135M `direct` 26, `wide-direct` 403; Qwen2.5
 //! `direct` 26, `wide-direct` 578.
+//!
+//! # Other label schemes ([`Scheme`])
+//!
+//! What the model is asked to answer with changes what it answers, so the label scheme is one
+//! of the things `decide tune` measures: `letters` (the scheme above), `numbers` (`1`..`9`, for
+//! questions of up to 9 options: single digits are single tokens in both vocabularies) and
+//! `words` (a yes/no question answered with `Yes` / `No` themselves, its option texts). A
+//! question a scheme cannot hold is read with letters.
 
 use decide_models::{ChatMessage, Model};
 
@@ -40,6 +48,51 @@ pub fn pairs() -> impl Iterator<Item = String> {
         .flat_map(|a| (b'A'..=b'Z').map(move |b| format!("{}{}", char::from(a), char::from(b))))
 }
 
+/// The digits of the `numbers` scheme, in order.
+pub fn digits() -> impl Iterator<Item = String> {
+    (1..=9).map(|d| d.to_string())
+}
+
+/// The option texts the `words` scheme answers with, in option order (yes/no questions).
+pub const YES_NO: [&str; 2] = ["Yes", "No"];
+
+/// How a single read labels its options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Scheme {
+    /// `A`, `B`, ... (then letter pairs past 26 options).
+    #[default]
+    Letters,
+    /// `1`..`9`; questions of more options use letters.
+    Numbers,
+    /// A yes/no question's option texts, `Yes` and `No`; other questions use letters.
+    Words,
+}
+
+impl Scheme {
+    /// Every accepted name, for messages.
+    pub const NAMES: [&'static str; 3] = ["letters", "numbers", "words"];
+
+    /// Every scheme, in the order `decide tune` tries them.
+    pub const ALL: [Scheme; 3] = [Scheme::Letters, Scheme::Numbers, Scheme::Words];
+
+    pub fn parse(name: &str) -> Option<Scheme> {
+        Some(match name {
+            "letters" => Scheme::Letters,
+            "numbers" => Scheme::Numbers,
+            "words" => Scheme::Words,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Letters => "letters",
+            Scheme::Numbers => "numbers",
+            Scheme::Words => "words",
+        }
+    }
+}
+
 /// The label sets of one model (tokenizer + chat-template ending).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelSets {
@@ -47,6 +100,10 @@ pub struct LabelSets {
     pub direct: Vec<String>,
     /// Labels of `wide-direct`: `direct`'s letters, then the usable letter pairs.
     pub wide: Vec<String>,
+    /// Labels of the `numbers` scheme: the leading digits `1`.. that are single tokens.
+    pub numbers: Vec<String>,
+    /// Whether `Yes` and `No` read as two distinct single tokens (the `words` scheme).
+    pub yes_no: bool,
     /// Why the sets are empty, when the model could not be probed (e.g. no chat template).
     pub unavailable: Option<String>,
 }
@@ -75,7 +132,20 @@ impl LabelSets {
         LabelSets {
             direct,
             wide,
+            numbers: digits().take_while(|d| fits(d)).collect(),
+            yes_no: YES_NO.iter().all(|w| fits(w)),
             unavailable: None,
+        }
+    }
+
+    /// The labels `scheme` gives a single read of `option_texts`, when it holds them.
+    pub fn scheme_labels(&self, scheme: Scheme, option_texts: &[&str]) -> Option<Vec<String>> {
+        match scheme {
+            Scheme::Letters => None,
+            Scheme::Numbers => (option_texts.len() <= self.numbers.len())
+                .then(|| self.numbers[..option_texts.len()].to_vec()),
+            Scheme::Words => (self.yes_no && option_texts == YES_NO)
+                .then(|| YES_NO.iter().map(|w| w.to_string()).collect()),
         }
     }
 
@@ -100,6 +170,11 @@ impl LabelSets {
             sets.unavailable = Some(format!("the wide label set is not readable: {error}"));
             sets.wide = sets.direct.clone();
         }
+        if model.label_ids(&prompt, &sets.numbers).is_err() {
+            sets.numbers.clear();
+        }
+        let words: Vec<String> = YES_NO.iter().map(|w| w.to_string()).collect();
+        sets.yes_no = sets.yes_no && model.label_ids(&prompt, &words).is_ok();
         sets
     }
 
@@ -116,9 +191,11 @@ impl LabelSets {
     /// One line for logs and `decide doctor`: `direct up to 26, wide-direct up to 403`.
     pub fn summary(&self) -> String {
         let mut line = format!(
-            "direct up to {}, wide-direct up to {}, two-stage any count (shortlist read directly)",
+            "direct up to {}, wide-direct up to {}, two-stage any count (shortlist read directly); labels: numbers up to {}, words {}",
             self.direct_capacity(),
-            self.wide_capacity()
+            self.wide_capacity(),
+            self.numbers.len(),
+            if self.yes_no { "Yes/No" } else { "unavailable" }
         );
         if let Some(why) = &self.unavailable {
             line.push_str(&format!(" ({why})"));
@@ -152,5 +229,28 @@ mod tests {
         assert!(no_x
             .summary()
             .starts_with("direct up to 25, wide-direct up to 701"));
+    }
+
+    #[test]
+    fn schemes_hold_what_they_can_and_leave_the_rest_to_letters() {
+        let sets = LabelSets::select(|l| l != "8");
+        assert_eq!(sets.numbers, ["1", "2", "3", "4", "5", "6", "7"]);
+        assert!(sets.yes_no);
+        let three = ["a", "b", "c"];
+        assert_eq!(
+            sets.scheme_labels(Scheme::Numbers, &three).unwrap(),
+            ["1", "2", "3"]
+        );
+        assert_eq!(sets.scheme_labels(Scheme::Numbers, &["x"; 8]), None);
+        assert_eq!(
+            sets.scheme_labels(Scheme::Words, &["Yes", "No"]).unwrap(),
+            ["Yes", "No"]
+        );
+        assert_eq!(sets.scheme_labels(Scheme::Words, &["No", "Yes"]), None);
+        assert_eq!(sets.scheme_labels(Scheme::Words, &three), None);
+        assert_eq!(sets.scheme_labels(Scheme::Letters, &three), None);
+        for name in Scheme::NAMES {
+            assert_eq!(Scheme::parse(name).unwrap().as_str(), name);
+        }
     }
 }

@@ -21,7 +21,7 @@ pub mod two_stage;
 
 use decide_models::Readout;
 
-pub use labels::LabelSets;
+pub use labels::{LabelSets, Scheme};
 
 use crate::plugins::CompiledQuestion;
 
@@ -72,6 +72,9 @@ pub struct Options {
     pub shortlist: usize,
     /// Shifts of `permutation` (`extra.backend_options.permutations`).
     pub permutations: usize,
+    /// The label scheme of single reads (`extra.backend_options.labels`); none: the server's
+    /// setup (what `decide tune` chose, else letters).
+    pub labels: Option<Scheme>,
 }
 
 impl Default for Options {
@@ -80,6 +83,7 @@ impl Default for Options {
             choice: Choice::Auto,
             shortlist: two_stage::DEFAULT_SHORTLIST,
             permutations: permutation::DEFAULT_PERMUTATIONS,
+            labels: None,
         }
     }
 }
@@ -152,8 +156,34 @@ pub enum Step {
     Again(Pending),
 }
 
-/// Plans the read of a question with `count` options, or says why `options` cannot hold it.
-pub fn plan(options: &Options, count: usize, sets: &LabelSets) -> Result<Plan, String> {
+/// Plans the read of `question`, or says why `options` cannot hold it. A single read
+/// (`direct`, or `auto` choosing it) takes its labels from the label scheme when the scheme
+/// holds the question; everything else reads with letters.
+pub fn plan(
+    options: &Options,
+    question: &CompiledQuestion,
+    sets: &LabelSets,
+) -> Result<Plan, String> {
+    let count = question.options.len();
+    let texts: Vec<&str> = question.options.iter().map(|o| o.text.as_str()).collect();
+    let scheme = options.labels.unwrap_or_default();
+    if matches!(options.choice, Choice::Auto | Choice::Direct) {
+        if let Some(labels) = sets.scheme_labels(scheme, &texts) {
+            return Ok(Plan::Single {
+                readout: Choice::Direct,
+                labels,
+            });
+        }
+    }
+    // `words` labels name options, not positions: a permutation cannot rotate them.
+    if options.choice == Choice::Permutation && scheme == Scheme::Numbers {
+        if let Some(labels) = sets.scheme_labels(scheme, &texts) {
+            return Ok(Plan::Permutation {
+                labels,
+                shifts: permutation::shifts(count, options.permutations),
+            });
+        }
+    }
     let single = |readout: Choice, labels: &[String], capacity_of: &str| {
         if count > labels.len() {
             Err(format!(
@@ -363,16 +393,16 @@ mod tests {
     #[test]
     fn auto_picks_the_first_readout_that_fits() {
         let s = sets(); // direct 26, wide 78
-        assert_eq!(plan(&opts(Choice::Auto), 26, &s).unwrap().name(), "direct");
+        assert_eq!(plan(&opts(Choice::Auto), &question(26), &s).unwrap().name(), "direct");
         assert_eq!(
-            plan(&opts(Choice::Auto), 27, &s).unwrap().name(),
+            plan(&opts(Choice::Auto), &question(27), &s).unwrap().name(),
             "wide-direct"
         );
         assert_eq!(
-            plan(&opts(Choice::Auto), 79, &s).unwrap().name(),
+            plan(&opts(Choice::Auto), &question(79), &s).unwrap().name(),
             "two-stage"
         );
-        match plan(&opts(Choice::Auto), 28, &s).unwrap() {
+        match plan(&opts(Choice::Auto), &question(28), &s).unwrap() {
             Plan::Single { labels, .. } => assert_eq!(&labels[25..], ["Z", "AA", "AB"]),
             other => panic!("{other:?}"),
         }
@@ -381,15 +411,47 @@ mod tests {
     #[test]
     fn explicit_readouts_that_cannot_hold_the_options_refuse_with_a_reason() {
         let s = sets();
-        let why = plan(&opts(Choice::Direct), 27, &s).unwrap_err();
+        let why = plan(&opts(Choice::Direct), &question(27), &s).unwrap_err();
         assert!(
             why.contains("27 options") && why.contains("capacity of 26"),
             "{why}"
         );
         assert!(why.contains("extra.backend_options.readout"), "{why}");
-        assert!(plan(&opts(Choice::WideDirect), 79, &s).is_err());
-        assert!(plan(&opts(Choice::TwoStage), 200, &s).is_ok());
-        assert!(plan(&opts(Choice::Permutation), 79, &s).is_err());
+        assert!(plan(&opts(Choice::WideDirect), &question(79), &s).is_err());
+        assert!(plan(&opts(Choice::TwoStage), &question(200), &s).is_ok());
+        assert!(plan(&opts(Choice::Permutation), &question(79), &s).is_err());
+    }
+
+    #[test]
+    fn label_schemes_apply_to_single_reads_they_hold() {
+        let s = sets();
+        let with = |choice, labels| Options {
+            choice,
+            labels: Some(labels),
+            ..Options::default()
+        };
+        let labels_of = |plan: Plan| match plan {
+            Plan::Single { labels, .. } | Plan::Permutation { labels, .. } => labels,
+            other => panic!("{other:?}"),
+        };
+        let numbers = plan(&with(Choice::Auto, Scheme::Numbers), &question(3), &s).unwrap();
+        assert_eq!(numbers.name(), "direct");
+        assert_eq!(labels_of(numbers), ["1", "2", "3"]);
+        // Past nine options, numbers give way to letters.
+        let ten = plan(&with(Choice::Auto, Scheme::Numbers), &question(10), &s).unwrap();
+        assert_eq!(labels_of(ten)[9], "J");
+        let mut yes_no = question(2);
+        yes_no.options[0].text = "Yes".into();
+        yes_no.options[1].text = "No".into();
+        let words = plan(&with(Choice::Auto, Scheme::Words), &yes_no, &s).unwrap();
+        assert_eq!(labels_of(words), ["Yes", "No"]);
+        let other = plan(&with(Choice::Auto, Scheme::Words), &question(2), &s).unwrap();
+        assert_eq!(labels_of(other), ["A", "B"]);
+        // Words name options, so a permutation of a yes/no question reads letters.
+        let rotated = plan(&with(Choice::Permutation, Scheme::Words), &yes_no, &s).unwrap();
+        assert_eq!(labels_of(rotated), ["A", "B"]);
+        let rotated = plan(&with(Choice::Permutation, Scheme::Numbers), &question(3), &s).unwrap();
+        assert_eq!(labels_of(rotated), ["1", "2", "3"]);
     }
 
     #[test]
@@ -431,7 +493,7 @@ mod tests {
                 permutations: 3,
                 ..Options::default()
             },
-            3,
+            &question(3),
             &sets(),
         )
         .unwrap();

@@ -159,6 +159,16 @@ fn check_setting(field: &str, value: &Value, loc: &Loc) -> Result<(), ApiError> 
                 ),
             )),
         },
+        "min_option_mass" => match value.as_f64() {
+            Some(mass) if (0.0..=1.0).contains(&mass) => Ok(()),
+            _ => Err(invalid(
+                loc,
+                format!(
+                    "must be a probability mass from 0 to 1 (0: never abstain; null for the server's --min-option-mass), got {}",
+                    crate::frontends::json::compact(value)
+                ),
+            )),
+        },
         "renderer" | "calibration" => match value {
             Value::String(text)
                 if !text.trim().is_empty() && text.chars().count() <= MAX_PLUGIN_NAME_CHARS =>

@@ -65,6 +65,9 @@ pub struct TenantSettings {
     /// tokens per round of one of weight 1 when both are waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Least option mass an answer needs, else it is a refusal (default `--min-option-mass`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_option_mass: Option<f64>,
 }
 
 /// A tenant as stored.
