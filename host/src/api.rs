@@ -46,6 +46,8 @@ pub struct AppState {
     /// Each tenant's rates, concurrent and queued requests.
     pub limits: Limiters,
     phase: RwLock<Phase>,
+    /// What startup tuning measured (none: pinned, skipped or failed), for `/health`.
+    tuned: RwLock<Option<Arc<crate::tune::store::Saved>>>,
 }
 
 /// What handlers receive.
@@ -62,6 +64,7 @@ impl AppState {
             calibrations: Arc::default(),
             limits,
             phase: RwLock::new(Phase::Loading("starting".into())),
+            tuned: RwLock::new(None),
         });
         // A tenant deleted anywhere (this server's admin API, the CLI, another replica)
         // leaves no per-tenant state behind here.
@@ -82,6 +85,11 @@ impl AppState {
     /// The engine is ready; `served` is the model name reported in responses.
     pub fn set_ready(&self, engine: Arc<Engine>, served: String) {
         *self.phase.write().unwrap_or_else(|p| p.into_inner()) = Phase::Ready(engine, served);
+    }
+
+    /// Records what startup tuning measured.
+    pub fn set_tuned(&self, saved: Option<crate::tune::store::Saved>) {
+        *self.tuned.write().unwrap_or_else(|p| p.into_inner()) = saved.map(Arc::new);
     }
 
     /// Loading failed; decision requests get 503 with this reason.
@@ -164,12 +172,33 @@ async fn health(State(state): State<SharedState>) -> Response {
                 })
             });
             let sets = engine.label_sets();
+            let setup = engine.setup();
+            let tuned = state.tuned.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let tuning = tuned.map(|saved| {
+                let chosen = saved.candidates.iter().find(|c| c.setup == saved.chosen);
+                json!({
+                    "reason": saved.reason, "baseline": saved.baseline,
+                    "candidates": saved.candidates.len(), "questions": saved.questions,
+                    "origin": saved.origin, "measured_on": saved.forward, "date": saved.date,
+                    "accuracy": chosen.map(|c| c.accuracy),
+                    "gain": chosen.and_then(|c| c.gain),
+                })
+            });
+            let calibrated = engine.calibration();
             (
                 StatusCode::OK,
                 json!({
                     "status": "ok", "model": served, "arch": info.arch, "device": state.config.device,
-                    "readouts": {"direct": sets.direct_capacity(), "wide-direct": sets.wide_capacity()},
+                    "readouts": {"direct": sets.direct_capacity(), "wide-direct": sets.wide_capacity(),
+                                 "numbers": sets.numbers.len(), "words": sets.yes_no},
                     "self_check": self_check,
+                    "setup": {"renderer": setup.renderer, "labels": setup.labels.as_str(),
+                              "readout": setup.readout.as_str(), "source": setup.source.as_str(),
+                              "tuning": tuning},
+                    "calibration": {"policy": calibrated.policy, "params": calibrated.params,
+                                    "temperature": calibrated.temperature,
+                                    "source": calibrated.source.as_str()},
+                    "min_option_mass": engine.min_option_mass(),
                 }),
             )
         }

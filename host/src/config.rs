@@ -22,6 +22,11 @@ pub enum Command {
     /// Run startup calibration offline: read the question file through the model, fit, print
     /// the report and save the result where `serve` reuses it.
     Calibrate(Box<CalibrateArgs>),
+    /// Measure which prompt setup (renderer x label scheme x readout) answers a labelled
+    /// question set best on this model, keep it only by a clear accuracy gain over the
+    /// default, and save it where `serve` reuses it; with --heldout, score every setup x
+    /// calibration policy on a held-out file too.
+    Tune(Box<TuneArgs>),
     /// Check a model without serving: load it, report the template's answer slot, the
     /// readouts' capacities and the self-check; exit non-zero with the reason when the model
     /// cannot serve decisions.
@@ -156,6 +161,32 @@ pub struct EvalArgs {
     pub limit: usize,
 
     /// Write the figures as JSON here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub config: Config,
+}
+
+/// `decide tune`: the server's settings plus the question files.
+#[derive(Debug, Clone, Args)]
+pub struct TuneArgs {
+    /// Labelled questions to select on (JSONL, the calibration format); default: the
+    /// built-in tuning set (calibration/tune.jsonl).
+    #[arg(long)]
+    pub questions: Option<PathBuf>,
+
+    /// Labelled questions never used to select or fit (e.g. calibration/heldout.jsonl):
+    /// every setup x policy is fitted on --questions and scored here.
+    #[arg(long)]
+    pub heldout: Option<PathBuf>,
+
+    /// With --heldout: the label-order flip rate of each setup under K cyclic option orders
+    /// (K reads per question). 0: skip.
+    #[arg(long, default_value_t = 0)]
+    pub permute: usize,
+
+    /// Write the figures as JSON here (and the held-out table as markdown next to it).
     #[arg(long)]
     pub report: Option<PathBuf>,
 
@@ -321,8 +352,10 @@ pub struct Config {
     pub min_option_mass: f64,
 
     /// Calibration policy plugin that maps option scores to probabilities and fits its parameters
-    /// at startup (built-ins: `temperature`, `bias-temperature`).
-    #[arg(long, env = "DECIDE_CALIBRATION", default_value = "temperature")]
+    /// at startup (built-ins: `temperature`, `bias-temperature`, `contextual`); `auto`: every
+    /// loaded policy is measured and the kept one of lowest held-out log loss is served
+    /// (none kept: `temperature` at T = 1).
+    #[arg(long, env = "DECIDE_CALIBRATION", default_value = "auto")]
     pub calibration: String,
 
     /// Temperature applied when a request sets none (operator override; startup calibration

@@ -29,3 +29,4 @@ pub mod scheduler;
 pub mod selfcheck;
 pub mod server;
 pub mod tenancy;
+pub mod tune;

@@ -1,5 +1,5 @@
 //! The `decide` binary: `decide serve --model FILE`, `decide calibrate --model FILE [--questions FILE]`,
-//! `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`,
+//! `decide tune --model FILE [--questions FILE] [--heldout FILE]`, `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`,
 //! `decide tenants {create,list,show,update,delete,keys} ... [--data-dir DIR]`,
 //! `decide plugin check FILE.wasm`.
 
@@ -23,6 +23,7 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(decide::server::serve(*config))
         }
         Command::Calibrate(args) => decide::server::calibrate(*args),
+        Command::Tune(args) => decide::server::tune(*args),
         Command::Doctor(config) => std::process::exit(decide::doctor::run(&config)),
         Command::Eval(args) => decide::eval::run(&args),
         Command::Tenants(args) => std::process::exit(decide::tenancy::cli::run(&args)),

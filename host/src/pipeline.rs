@@ -154,6 +154,8 @@ pub struct RawRead {
     pub scores: Vec<f64>,
     /// True next-token mass on the labels of the deciding read.
     pub option_mass: f32,
+    /// `permutation`: the top option under each label shift (how often the order changes it).
+    pub shift_top: Option<Vec<usize>>,
 }
 
 /// How an answer's prompt was made, for the audit block.
@@ -361,7 +363,10 @@ pub struct Engine {
     /// The server's renderer, label scheme and readout (pinned, tuned or default).
     setup: Setup,
     min_option_mass: f64,
+    /// The policy answers get: `--calibration`, or what startup calibration chose for `auto`.
     calibration: String,
+    /// `--calibration` as given (`auto` or a policy name).
+    calibration_choice: String,
     operator_temperature: Option<f64>,
     /// What startup calibration measured (or the default when it did not run).
     calibrated: CalibrationState,
@@ -413,25 +418,38 @@ impl Engine {
         } = settings;
         let label_sets = readout::LabelSets::measure(&model);
         let model = Arc::new(model);
+        let served_policy = if calibration == crate::calibration::AUTO {
+            crate::calibration::AUTO_FALLBACK.to_string()
+        } else {
+            calibration.clone()
+        };
         Engine {
             scheduler: Scheduler::start(model.clone(), scheduler, metrics.clone()),
             label_sets,
             self_check: None,
             model,
             plugins,
-            calibrated: CalibrationState::default_for(&calibration),
+            calibrated: CalibrationState::default_for(&served_policy),
             setup,
             min_option_mass,
-            calibration,
+            calibration: served_policy,
+            calibration_choice: calibration,
             operator_temperature,
             limits,
             metrics,
         }
     }
 
-    /// Installs the result of startup calibration (before the engine is shared).
+    /// Installs the result of startup calibration (before the engine is shared); its policy
+    /// is the one answers get.
     pub fn set_calibration(&mut self, state: CalibrationState) {
+        self.calibration = state.policy.clone();
         self.calibrated = state;
+    }
+
+    /// `--calibration` as given: `auto` or a policy name.
+    pub fn calibration_choice(&self) -> &str {
+        &self.calibration_choice
     }
 
     /// Installs the setup tuning chose (before the engine is shared).
@@ -810,6 +828,7 @@ impl Engine {
                     options: planned.compiled.options,
                     scores: read.combined.scores,
                     option_mass: read.combined.option_mass,
+                    shift_top: read.combined.detail.shift_top,
                 })
             })
             .collect()

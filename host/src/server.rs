@@ -19,6 +19,7 @@ use crate::scheduler::SchedulerConfig;
 use crate::selfcheck;
 use crate::tenancy::sqlite::SqliteStore;
 use crate::tenancy::Directory;
+use crate::tune;
 
 /// Runs the server until Ctrl-C / SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -102,6 +103,8 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     load_tenant_plugins(engine.plugins(), &state.directory);
     state.set_loading("answer-slot self-check");
     check_answer_slot(&mut engine, config)?;
+    let tuned = startup_tuning(&mut engine, config, &|step| state.set_loading(step));
+    state.set_tuned(tuned);
     if config.temperature.is_some() {
         tracing::info!("startup calibration not run: the operator temperature (--temperature) applies to every answer without one of its own");
     } else {
@@ -164,7 +167,7 @@ pub fn load_engine(
             anyhow::bail!("renderer plugin `{name}` is not loaded (setting --renderer)");
         }
     }
-    if plugins.calibration(&config.calibration).is_none() {
+    if config.calibration != calibration::AUTO && plugins.calibration(&config.calibration).is_none() {
         anyhow::bail!(
             "calibration plugin `{}` is not loaded (setting --calibration)",
             config.calibration
@@ -240,6 +243,86 @@ pub const CPU_FAIR_SHARE_PASS_TOKENS: usize = 64;
 /// 530 requests/s; 512: 1.59-1.68, A 708-720/s; 1024: 2.09, A 1,047/s; A alone ~1,900/s.
 pub const FUSED_FAIR_SHARE_PASS_TOKENS: usize = 512;
 
+/// Startup tuning (after the self-check, before calibration): installs the setup it chose in
+/// the engine and returns the saved result, unless `--renderer` pins one or
+/// `--tune-questions none` skips it.
+fn startup_tuning(
+    engine: &mut Engine,
+    config: &Config,
+    progress: &dyn Fn(String),
+) -> Option<tune::store::Saved> {
+    if let Some(renderer) = &config.renderer {
+        tracing::info!("startup tuning not run: --renderer pins `{renderer}` (letters, auto)");
+        return None;
+    }
+    let settings = tune::Settings {
+        questions: tune::Questions::from_flag(config.tune_questions.as_deref()),
+        dir: config.resolved_calibration_dir(),
+        model_file: &config.model,
+        renderers: config.tune_renderers.clone(),
+        reuse: true,
+    };
+    let (setup, saved) = tune::startup(engine, &settings, progress);
+    tracing::info!(setup = %setup.label(), source = setup.source.as_str(), "prompt setup");
+    engine.set_setup(setup);
+    saved
+}
+
+/// `decide tune`: loads plugins and model like `serve`, measures every candidate setup
+/// (always anew), prints the report lines and saves the result where `serve` reuses it; with
+/// `--heldout`, scores every setup x policy on the held-out file and prints the table.
+pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
+    let config = &args.config;
+    let (mut engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| {
+        tracing::info!("{step}")
+    })?;
+    check_answer_slot(&mut engine, config)?;
+    let settings = tune::Settings {
+        questions: match &args.questions {
+            Some(path) => tune::Questions::File(path.clone()),
+            None => tune::Questions::Builtin,
+        },
+        dir: config.resolved_calibration_dir(),
+        model_file: &config.model,
+        renderers: config.tune_renderers.clone(),
+        reuse: false,
+    };
+    let (saved, measured) = tune::run_measured(&engine, &settings, &|step| tracing::info!("{step}"))
+        .map_err(|cause| anyhow::anyhow!("tuning failed: {cause}"))?;
+    println!("model {served} ({})", config.model.display());
+    for line in tune::report_lines(&saved) {
+        println!("{line}");
+    }
+    let mut report = serde_json::json!({"model": served, "tune": saved});
+    if let Some(path) = &args.heldout {
+        let heldout = calibration::questions::QuestionSet::read(path).map_err(anyhow::Error::msg)?;
+        let chosen = saved.setup();
+        let table = tune::heldout::evaluate(
+            &engine,
+            &measured,
+            &heldout,
+            &chosen,
+            &config.calibration,
+            args.permute,
+            &|step| tracing::info!("{step}"),
+        );
+        let markdown = tune::heldout::markdown(&table);
+        println!("{markdown}");
+        if let Some(path) = &args.report {
+            std::fs::write(path.with_extension("md"), &markdown)
+                .with_context(|| format!("writing {}", path.with_extension("md").display()))?;
+        }
+        report["heldout"] = serde_json::to_value(&table)?;
+    }
+    if let Some(path) = &args.report {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("report written to {}", path.display());
+    }
+    println!("saved under {}", settings.dir.display());
+    Ok(())
+}
+
 /// `decide calibrate`: loads plugins and model like `serve`, runs the calibration (always
 /// re-fitting), prints the report lines and saves the result where `serve` reuses it.
 pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
@@ -248,6 +331,8 @@ pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
         tracing::info!("{step}")
     })?;
     check_answer_slot(&mut engine, config)?;
+    // Calibrate the setup answers will get (a saved tuning result is reused).
+    startup_tuning(&mut engine, config, &|step| tracing::info!("{step}"));
     let questions = match &args.questions {
         Some(path) => calibration::Questions::File(path.clone()),
         None => calibration::Questions::from_flag(config.calibration_questions.as_deref()),

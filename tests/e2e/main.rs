@@ -14,6 +14,7 @@ mod isolation;
 mod lifecycle;
 mod limits;
 mod plugins;
+mod quality;
 mod readouts;
 mod tenant_calibration;
 mod tenant_plugins;

@@ -81,6 +81,10 @@ impl Server {
         if !extra.contains(&"--calibration-questions") {
             command.args(["--calibration-questions", "none"]);
         }
+        // So does startup tuning (every renderer x label scheme over a question set).
+        if !extra.contains(&"--tune-questions") {
+            command.args(["--tune-questions", "none"]);
+        }
         let mut child = command
             .args(["--port", "0", "--host", "127.0.0.1"])
             .arg("--cache-dir")

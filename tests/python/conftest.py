@@ -26,7 +26,7 @@ class Server:
         # Each server gets a fresh tenant store, so nothing left from elsewhere turns tenancy on.
         self.data_dir = tempfile.mkdtemp(prefix="decide-data-")
         self.process = subprocess.Popen(
-            [binary, "serve", "--model", model, "--port", "0", "--calibration-questions", "none",
+            [binary, "serve", "--model", model, "--port", "0", "--calibration-questions", "none", "--tune-questions", "none",
              "--data-dir", self.data_dir, *extra],
             stdout=subprocess.PIPE,
             env={**os.environ, "DECIDE_LOG": "warn"},

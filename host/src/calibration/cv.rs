@@ -5,7 +5,9 @@
 //! applied to the held-out one. ECE of the raw scores (softmax at T = 1) and of the held-out
 //! calibrated probabilities are compared with bootstrap intervals over groups, and the keep
 //! rule decides: keep the parameters fitted on all questions only when the calibrated
-//! interval's top is below the raw interval's bottom. A fold whose fit the policy rejects (an
+//! interval's top is below the raw interval's bottom, or when the held-out accuracy gain (a
+//! label-bias policy reorders answers) has a paired bootstrap interval above zero and the
+//! held-out log loss is no worse than the raw one. A fold whose fit the policy rejects (an
 //! edge fit) gets what the server would then serve, `default-params(1.0)`, so the held-out ECE
 //! measures the whole procedure; the rejections are listed in the report.
 
@@ -87,6 +89,14 @@ pub struct PolicyReport {
     /// Accuracy of the top option (raw; calibration may reorder for label-bias policies).
     pub accuracy_raw: f64,
     pub accuracy_calibrated: Option<f64>,
+    /// Held-out calibrated accuracy minus raw, with its 95% paired bootstrap interval.
+    #[serde(default)]
+    pub accuracy_gain: Option<Interval>,
+    /// Mean negative log-likelihood of the raw and of the held-out calibrated answers.
+    #[serde(default)]
+    pub log_loss_raw: f64,
+    #[serde(default)]
+    pub log_loss_calibrated: Option<f64>,
     /// The keep rule's verdict: calibrated interval's top below the raw interval's bottom.
     pub keep: bool,
     /// Why nothing was fitted, when a fit failed (an edge fit, a plugin failure).
@@ -103,9 +113,17 @@ impl PolicyReport {
     }
 }
 
-/// The keep rule.
+/// The keep rule on ECE.
 pub fn keep(raw: &Interval, calibrated: &Interval) -> bool {
     calibrated.high < raw.low
+}
+
+/// The keep rule on accuracy: a clear gain, and log loss no worse.
+pub fn keep_for_accuracy(report: &PolicyReport) -> bool {
+    report.accuracy_gain.is_some_and(|g| g.low > 0.0)
+        && report
+            .log_loss_calibrated
+            .is_some_and(|l| l <= report.log_loss_raw)
 }
 
 /// Cross-validates `policy` on `samples`.
@@ -115,6 +133,7 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
         .map(|s| Top::of(&raw_probabilities(&s.scores), s.expected))
         .collect();
     let groups = group_indices(samples);
+    let raw: Vec<Vec<f64>> = samples.iter().map(|s| raw_probabilities(&s.scores)).collect();
     let mut report = PolicyReport {
         policy: policy.name().to_string(),
         policy_sha256: policy.sha256().to_string(),
@@ -123,18 +142,31 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
         ece_calibrated: None,
         accuracy_raw: accuracy(&raw_tops),
         accuracy_calibrated: None,
+        accuracy_gain: None,
+        log_loss_raw: log_loss(&raw, samples),
+        log_loss_calibrated: None,
         keep: false,
         error: None,
         rejected_folds: Vec::new(),
     };
     let describe = |e: PluginCallError| e.to_string();
-    match held_out(policy, samples) {
-        Ok((tops, rejected)) => {
+    match held_out_probabilities(policy, samples) {
+        Ok((probabilities, rejected)) => {
+            let tops: Vec<Top> = probabilities
+                .iter()
+                .zip(samples)
+                .map(|(p, s)| Top::of(p, s.expected))
+                .collect();
             report.rejected_folds = rejected;
             let intervals = ece::with_intervals(&[&raw_tops, &tops], &groups);
             report.ece_raw = intervals[0];
             report.ece_calibrated = Some(intervals[1]);
             report.accuracy_calibrated = Some(accuracy(&tops));
+            let right = |t: &Top| f64::from(u8::from(t.correct));
+            let calibrated: Vec<f64> = tops.iter().map(right).collect();
+            let base: Vec<f64> = raw_tops.iter().map(right).collect();
+            report.accuracy_gain = Some(ece::paired_gain(&calibrated, &base, &groups));
+            report.log_loss_calibrated = Some(log_loss(&probabilities, samples));
         }
         Err(error) => report.error = Some(error),
     }
@@ -151,10 +183,11 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
     }
     report.keep = report.params.is_some()
         && report.error.is_none()
-        && report
+        && (report
             .ece_calibrated
             .as_ref()
-            .is_some_and(|c| keep(&report.ece_raw, c));
+            .is_some_and(|c| keep(&report.ece_raw, c))
+            || keep_for_accuracy(&report));
     report
 }
 
@@ -171,17 +204,25 @@ fn labelled<'a>(samples: impl Iterator<Item = &'a Sample>) -> Vec<LabelledScores
         .collect()
 }
 
-/// Held-out calibrated top answers: fit on the other folds, apply to this one. A fold whose
-/// fit the policy rejects (`failure`) is served `default-params(1.0)`; invalid samples fail.
-fn held_out(policy: &Calibration, samples: &[Sample]) -> Result<(Vec<Top>, Vec<String>), String> {
+/// Mean negative log-likelihood of the expected options (probabilities floored at 1e-12, so
+/// one confident miss costs at most ~27.6 nats instead of infinity).
+pub fn log_loss(probabilities: &[Vec<f64>], samples: &[Sample]) -> f64 {
+    probabilities
+        .iter()
+        .zip(samples)
+        .map(|(p, s)| -p[s.expected].max(1e-12).ln())
+        .sum::<f64>()
+        / samples.len().max(1) as f64
+}
+
+/// Held-out calibrated probabilities of every sample (fit on the other folds, applied to
+/// the sample's fold) and the folds whose fit was rejected.
+pub fn held_out_probabilities(
+    policy: &Calibration,
+    samples: &[Sample],
+) -> Result<(Vec<Vec<f64>>, Vec<String>), String> {
     let (fold_of, folds) = assign_folds(samples)?;
-    let mut tops = vec![
-        Top {
-            confidence: 0.0,
-            correct: false
-        };
-        samples.len()
-    ];
+    let mut out = vec![Vec::new(); samples.len()];
     let mut rejected = Vec::new();
     for fold in 0..folds {
         let train = labelled(
@@ -206,13 +247,12 @@ fn held_out(policy: &Calibration, samples: &[Sample]) -> Result<(Vec<Top>, Vec<S
             .enumerate()
             .filter(|(i, _)| fold_of[*i] == fold)
         {
-            let probabilities = policy
+            out[i] = policy
                 .apply(&sample.scores, &params)
                 .map_err(|e| format!("fold {}/{folds}: apply: {e}", fold + 1))?;
-            tops[i] = Top::of(&probabilities, sample.expected);
         }
     }
-    Ok((tops, rejected))
+    Ok((out, rejected))
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //! 2. the policy plugin fits its parameters (`fit` in `wit/plugin.wit`); the host does what is
 //!    the same for every policy ([`cv`]): 5-fold cross-validation with groups kept in one fold,
 //!    ECE raw vs held-out calibrated with 95% bootstrap intervals over groups ([`ece`]), and the
-//!    keep rule; the configured policy is compared with another built-in one in the log;
+//!    keep rule; every loaded policy is measured and compared in the log. With `--calibration
+//!    auto` (the default) the kept policy of lowest held-out log loss is served (none kept:
+//!    `temperature` at T = 1.0); with a named policy, that one;
 //! 3. the result is saved ([`store`]) and reused at the next start when the model file, the
 //!    readout, the policy, the render version and the question file are all unchanged.
 //!
@@ -21,6 +23,7 @@ pub mod questions;
 pub mod store;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::pipeline::{render_version, Engine, Question, RequestScope, TemperatureSource};
@@ -34,6 +37,12 @@ pub const MIN_ANSWERED: usize = 50;
 
 /// Value of `--calibration-questions` that skips startup calibration.
 pub const SKIP: &str = "none";
+
+/// Value of `--calibration` that lets startup calibration choose the policy.
+pub const AUTO: &str = "auto";
+
+/// The policy `auto` serves before (or without) calibration, and when no policy is kept.
+pub const AUTO_FALLBACK: &str = "temperature";
 
 /// The calibration answers get when neither the request nor the operator sets a temperature.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,7 +130,7 @@ pub fn startup(
         return (fallback, None);
     }
     match run(engine, settings, progress) {
-        Ok(saved) => (state_of(&saved, engine), Some(saved)),
+        Ok(saved) => (state_of(&saved), Some(saved)),
         Err(cause) => {
             tracing::warn!(
                 "startup calibration not applied: {cause}; answers use T = 1.0, source default"
@@ -131,8 +140,8 @@ pub fn startup(
     }
 }
 
-fn state_of(saved: &Saved, engine: &Engine) -> CalibrationState {
-    let (_, policy_name) = engine.plugin_names();
+fn state_of(saved: &Saved) -> CalibrationState {
+    let policy_name = saved.policy.as_str();
     let source = if saved.source == "calibrated" {
         TemperatureSource::Calibrated
     } else {
@@ -140,7 +149,12 @@ fn state_of(saved: &Saved, engine: &Engine) -> CalibrationState {
     };
     CalibrationState {
         policy: policy_name.to_string(),
-        plugin_sha256: saved.key.policy_sha256.clone(),
+        plugin_sha256: saved
+            .reports
+            .iter()
+            .find(|r| r.policy == saved.policy)
+            .map(|r| r.policy_sha256.clone())
+            .unwrap_or_else(|| saved.key.policy_sha256.clone()),
         params: saved.params.clone(),
         temperature: saved.temperature,
         source,
@@ -154,7 +168,9 @@ pub fn run(
     progress: &dyn Fn(String),
 ) -> Result<Saved, String> {
     let started = Instant::now();
-    let (_, policy_name) = engine.plugin_names();
+    let choice = engine.calibration_choice();
+    let auto = choice == AUTO;
+    let policy_name = if auto { AUTO_FALLBACK } else { choice };
     // The questions read with the server's setup (pinned, tuned or default), as answers do.
     let setup = engine.resolve_setup(None, None);
     let renderer_name = setup.renderer.as_str();
@@ -198,8 +214,16 @@ pub fn run(
         } else {
             format!("{readout} after {suffix:?}")
         },
-        policy: policy_name.to_string(),
-        policy_sha256: policy.sha256().to_string(),
+        policy: choice.to_string(),
+        policy_sha256: if auto {
+            compared_policies(engine, policy_name)
+                .iter()
+                .map(|p| format!("{}={}", p.name(), p.sha256()))
+                .collect::<Vec<_>>()
+                .join(",")
+        } else {
+            policy.sha256().to_string()
+        },
         render_version: render_version(&renderer),
         renderer: renderer_name.to_string(),
         renderer_sha256: renderer.sha256().to_string(),
@@ -231,21 +255,34 @@ pub fn run(
                 .unwrap_or_default()
         ));
     }
-    progress(format!("calibrating (fitting {policy_name})"));
-    let mut reports = vec![cv::evaluate(&policy, &samples)];
-    for other in ["temperature", "bias-temperature"] {
-        if other != policy_name {
-            if let Some(plugin) = plugins.calibration(other) {
-                reports.push(cv::evaluate(&plugin, &samples));
-                break;
-            }
+    let policies = compared_policies(engine, policy_name);
+    let mut reports = Vec::with_capacity(policies.len());
+    for plugin in &policies {
+        progress(format!("calibrating (fitting {})", plugin.name()));
+        reports.push(cv::evaluate(plugin, &samples));
+    }
+    // `auto`: the kept policy of lowest held-out log loss goes first and is served.
+    if auto {
+        if let Some(best) = (0..reports.len())
+            .filter(|&i| reports[i].keep)
+            .min_by(|&a, &b| {
+                let loss = |i: usize| reports[i].log_loss_calibrated.unwrap_or(f64::INFINITY);
+                loss(a).total_cmp(&loss(b))
+            })
+        {
+            reports.swap(0, best);
         }
     }
+    let served = policies
+        .iter()
+        .find(|p| p.name() == reports[0].policy)
+        .cloned()
+        .unwrap_or_else(|| policy.clone());
     let mut saved = decide(
         key,
         counts,
         reports,
-        &policy,
+        &served,
         started.elapsed().as_secs_f64(),
     );
     saved.samples = samples;
@@ -257,6 +294,23 @@ pub fn run(
         }
     }
     Ok(saved)
+}
+
+/// The policies startup calibration measures: `first`, then every other loaded one by name.
+fn compared_policies(engine: &Engine, first: &str) -> Vec<Arc<Calibration>> {
+    let plugins = engine.plugins();
+    let mut names: Vec<String> = plugins
+        .list()
+        .into_iter()
+        .filter(|p| p.kind == crate::plugins::PluginKind::Calibration && p.name != first)
+        .map(|p| p.name)
+        .collect();
+    names.sort();
+    names.insert(0, first.to_string());
+    names
+        .iter()
+        .filter_map(|name| plugins.calibration(name))
+        .collect()
 }
 
 /// What a policy's cross-validation report means for answers.
@@ -292,14 +346,21 @@ pub fn verdict(report: &PolicyReport, policy: &Calibration) -> Verdict {
             temperature: params.first().copied().unwrap_or(1.0),
             measured: true,
             kept: true,
-            reason: "held-out ECE interval lies below the raw one".to_string(),
+            reason: if report
+                .ece_calibrated
+                .is_some_and(|c| cv::keep(&report.ece_raw, &c))
+            {
+                "held-out ECE interval lies below the raw one".to_string()
+            } else {
+                "held-out accuracy gain is clear of zero and log loss is no worse".to_string()
+            },
         },
         (None, Some(_)) => Verdict {
             params: one.clone(),
             temperature: 1.0,
             measured: true,
             kept: false,
-            reason: "held-out ECE interval does not lie below the raw one: no correction established, T = 1.0".to_string(),
+            reason: "neither the held-out ECE interval lies below the raw one nor is the accuracy gain clear: no correction established, T = 1.0".to_string(),
         },
     }
 }
@@ -416,7 +477,7 @@ pub fn collect_in(
 pub fn report_lines(saved: &Saved) -> Vec<String> {
     let mut lines = Vec::new();
     for (i, report) in saved.reports.iter().enumerate() {
-        let role = if i == 0 { "configured" } else { "compared" };
+        let role = if i == 0 { "served" } else { "compared" };
         let fitted = match &report.params {
             Some(params) if params.len() > 1 => {
                 let biases: Vec<String> = params[1..].iter().map(|b| format!("{b:+.2}")).collect();
@@ -443,12 +504,20 @@ pub fn report_lines(saved: &Saved) -> Vec<String> {
             .ece_calibrated
             .map(|c| c.to_string())
             .unwrap_or_else(|| "n/a".into());
-        let accuracy = match report.accuracy_calibrated {
-            Some(a) => format!("accuracy {:.3} -> {:.3}", report.accuracy_raw, a),
-            None => format!("accuracy {:.3}", report.accuracy_raw),
+        let accuracy = match (report.accuracy_calibrated, report.accuracy_gain) {
+            (Some(a), Some(g)) => format!(
+                "accuracy {:.3} -> {:.3} (gain {:+.3} [{:+.3}, {:+.3}])",
+                report.accuracy_raw, a, g.value, g.low, g.high
+            ),
+            (Some(a), None) => format!("accuracy {:.3} -> {:.3}", report.accuracy_raw, a),
+            _ => format!("accuracy {:.3}", report.accuracy_raw),
+        };
+        let log_loss = match report.log_loss_calibrated {
+            Some(l) => format!("log loss {:.3} -> {l:.3}", report.log_loss_raw),
+            None => format!("log loss {:.3}", report.log_loss_raw),
         };
         let mut line = format!(
-            "calibration {} ({role}): {fitted}, {verdict}; ECE raw {} -> calibrated {calibrated} (held-out, 5-fold, 95% bootstrap over groups); {accuracy}; n = {} questions ({} skipped); {:.1} s",
+            "calibration {} ({role}): {fitted}, {verdict}; ECE raw {} -> calibrated {calibrated} (held-out, 5-fold, 95% bootstrap over groups); {accuracy}; {log_loss}; n = {} questions ({} skipped); {:.1} s",
             report.policy, report.ece_raw, saved.questions.used, saved.questions.skipped, saved.seconds
         );
         if !report.rejected_folds.is_empty() {

@@ -1,0 +1,549 @@
+//! Tuning: measure which prompt setup (renderer plugin x label scheme x readout) answers a
+//! labelled question set best on the loaded model, and keep it only when its gain over the
+//! default is clear.
+//!
+//! The read is exact, so what decides accuracy is what the model is asked. Flow ([`startup`],
+//! also `decide tune`):
+//! 1. the candidates: every renderer loaded (or `--tune-renderers`) x every label scheme
+//!    ([`Scheme::ALL`]) read with `auto`, then the best of those read with `permutation` too;
+//! 2. every candidate reads every question through the server's own pipeline
+//!    ([`Engine::read_raw_with`]), questions about one input in one request;
+//! 3. per candidate: accuracy, and the held-out log loss and ECE of the `temperature` policy
+//!    fitted by the same group-disjoint 5-fold cross-validation calibration uses
+//!    ([`crate::calibration::cv`]); per candidate its accuracy gain over the default
+//!    (`direct-options`, letters, `auto`) on the questions both answered, with a 95% paired
+//!    bootstrap interval over groups ([`ece::paired_gain`]);
+//! 4. the rule: the most accurate candidate is kept only when its gain's interval lies above
+//!    zero; otherwise the default stays. The result is saved ([`store`]) and reused while the
+//!    model, the candidates' rendering, the question types and the question file are unchanged.
+//!
+//! With a held-out file (`decide tune --heldout FILE`), every candidate x policy is also
+//! fitted on the tuning set and scored on the held-out one ([`heldout`]), which is what
+//! `bench/reports/quality/` reports; nothing of the held-out file reaches the selection.
+
+pub mod heldout;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::calibration::cv::{self, Sample};
+use crate::calibration::ece::{self, Interval, Top};
+use crate::calibration::questions::{self, QuestionSet};
+use crate::pipeline::{Engine, Question, RequestScope, Resolved, Setup, SetupSource};
+use crate::plugins::PluginKind;
+use crate::readout::{self, Choice, Scheme};
+use store::Saved;
+
+/// Value of `--tune-questions` that skips tuning.
+pub const SKIP: &str = "none";
+
+/// The built-in tuning set (`calibration/tune.jsonl`, four fifths of decide's own labelled
+/// set; the other fifth, `calibration/heldout.jsonl`, is never used to select or fit).
+pub const BUILTIN_SET: &str = include_str!("../../../calibration/tune.jsonl");
+
+/// Fewest answered questions a candidate is compared on.
+pub const MIN_ANSWERED: usize = 50;
+
+/// Seconds between progress lines.
+const PROGRESS_EVERY_S: f64 = 5.0;
+
+/// Bump when the selection rule changes, so saved results made by another rule are not reused.
+pub const RULE: &str = "best-accuracy-kept-if-paired-gain-interval-above-zero/1";
+
+/// Where the questions come from.
+#[derive(Debug, Clone)]
+pub enum Questions {
+    Builtin,
+    File(PathBuf),
+    Skip,
+}
+
+impl Questions {
+    /// From `--tune-questions`: none given = the built-in set, `none` = skip.
+    pub fn from_flag(flag: Option<&str>) -> Questions {
+        match flag {
+            None | Some("") => Questions::Builtin,
+            Some(SKIP) => Questions::Skip,
+            Some(path) => Questions::File(PathBuf::from(path)),
+        }
+    }
+
+    pub fn load(&self) -> Result<QuestionSet, String> {
+        match self {
+            Questions::Builtin => QuestionSet::parse("built-in set calibration/tune.jsonl", BUILTIN_SET),
+            Questions::File(path) => QuestionSet::read(path),
+            Questions::Skip => Err("skipped".into()),
+        }
+    }
+}
+
+/// What tuning needs to know.
+pub struct Settings<'a> {
+    pub questions: Questions,
+    /// Where results are saved (`--calibration-dir`).
+    pub dir: PathBuf,
+    pub model_file: &'a Path,
+    /// Renderers to compare; empty: every renderer loaded.
+    pub renderers: Vec<String>,
+    /// Reuse a saved result when the key matches (`decide tune` always measures).
+    pub reuse: bool,
+}
+
+/// One answered question of one candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answered {
+    /// Index of the question in its file.
+    pub question: usize,
+    pub sample: Sample,
+    pub option_mass: f32,
+    /// `permutation` reads: the top option under each shift.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shift_top: Option<Vec<usize>>,
+}
+
+/// What one candidate measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateReport {
+    /// `renderer+labels+readout`.
+    pub setup: String,
+    pub answered: usize,
+    pub skipped: usize,
+    /// The first reason a question was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_skipped: Option<String>,
+    pub accuracy: f64,
+    /// Held-out (5-fold, `temperature` fitted on the other folds) mean negative log-likelihood.
+    pub log_loss: Option<f64>,
+    /// Held-out ECE of the same, with its 95% bootstrap interval over groups.
+    pub ece: Option<Interval>,
+    pub mean_option_mass: f64,
+    /// Accuracy minus the default's on the questions both answered, with its interval.
+    pub gain: Option<Interval>,
+    /// On how many questions the gain was measured.
+    pub compared: usize,
+    pub seconds: f64,
+}
+
+/// Runs startup tuning and returns the setup answers get; never fails (a problem keeps the
+/// default setup, with a warning naming the cause).
+pub fn startup(
+    engine: &Engine,
+    settings: &Settings,
+    progress: &dyn Fn(String),
+) -> (Setup, Option<Saved>) {
+    if matches!(settings.questions, Questions::Skip) {
+        tracing::info!("startup tuning skipped (--tune-questions {SKIP}): direct-options, letters, auto");
+        return (Setup::default_setup(), None);
+    }
+    match run(engine, settings, progress) {
+        Ok(saved) => (saved.setup(), Some(saved)),
+        Err(cause) => {
+            tracing::warn!("startup tuning not applied: {cause}; answers use direct-options, letters, auto");
+            (Setup::default_setup(), None)
+        }
+    }
+}
+
+/// The candidates read with `auto`: every renderer x every label scheme, the default first.
+pub fn candidates(renderers: &[String]) -> Vec<Setup> {
+    let mut names: Vec<&String> = renderers.iter().collect();
+    names.sort_by_key(|name| (name.as_str() != crate::pipeline::setup::DEFAULT_RENDERER, name.as_str()));
+    names
+        .into_iter()
+        .flat_map(|renderer| {
+            Scheme::ALL.into_iter().map(move |labels| Setup {
+                renderer: renderer.clone(),
+                labels,
+                readout: Choice::Auto,
+                source: SetupSource::Tuned,
+            })
+        })
+        .collect()
+}
+
+/// Measures (or reuses) and saves; errors name the cause.
+pub fn run(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> Result<Saved, String> {
+    run_measured(engine, settings, progress).map(|(saved, _)| saved)
+}
+
+/// Every candidate's setup and reads (empty when a saved result was reused).
+pub type Measured = Vec<(Setup, Vec<Answered>)>;
+
+/// [`run`], also returning what each candidate read (for [`heldout::evaluate`]).
+pub fn run_measured(
+    engine: &Engine,
+    settings: &Settings,
+    progress: &dyn Fn(String),
+) -> Result<(Saved, Measured), String> {
+    let started = Instant::now();
+    let set = settings.questions.load()?;
+    let renderers = renderer_names(engine, &settings.renderers)?;
+    let mut setups = candidates(&renderers);
+    let key = store::key(engine, settings.model_file, &set, &setups)?;
+    if settings.reuse {
+        match store::load(&settings.dir, &key) {
+            Ok(Some((saved, path))) => {
+                log_lines(&saved, &format!("saved result {} reused", path.display()));
+                return Ok((saved, Vec::new()));
+            }
+            Ok(None) => {}
+            Err(cause) => tracing::warn!("{cause}; tuning again"),
+        }
+    }
+    let expected_reads = (setups.len() + 4) * set.questions.len();
+    let mut done_reads = 0usize;
+    let mut measured: Vec<(CandidateReport, Vec<Answered>)> = Vec::new();
+    // A progress line every few seconds (each is a log line in `decide tune`).
+    let last = std::cell::Cell::new(None::<Instant>);
+    let tick = |done: usize| {
+        if last.get().is_some_and(|at| at.elapsed().as_secs_f64() < PROGRESS_EVERY_S) {
+            return;
+        }
+        last.set(Some(Instant::now()));
+        let elapsed = started.elapsed().as_secs_f64();
+        let eta = if done > 0 {
+            format!(", ETA {:.0} s", elapsed / done as f64 * expected_reads.saturating_sub(done) as f64)
+        } else {
+            String::new()
+        };
+        progress(format!(
+            "tuning ({done}/{expected_reads} question reads, {elapsed:.0} s{eta})"
+        ));
+    };
+    for setup in &setups {
+        let (report, answered) = measure(engine, setup, &set, &mut |n| {
+            done_reads += n;
+            tick(done_reads)
+        });
+        measured.push((report, answered));
+    }
+    // The most accurate single-read candidate, read under label shifts as well.
+    if let Some(best) = best_index(&measured) {
+        let mut permuted = setups[best].clone();
+        permuted.readout = Choice::Permutation;
+        let (report, answered) = measure(engine, &permuted, &set, &mut |n| {
+            done_reads += n * 4;
+            tick(done_reads)
+        });
+        setups.push(permuted);
+        measured.push((report, answered));
+    }
+    compare_with_default(&mut measured);
+    let reads: Measured = setups
+        .into_iter()
+        .zip(measured.iter().map(|(_, answered)| answered.clone()))
+        .collect();
+    let saved = store::decide(key, &set, measured, started.elapsed().as_secs_f64(), engine);
+    match store::save(&settings.dir, &saved) {
+        Ok(path) => log_lines(&saved, &format!("saved to {}", path.display())),
+        Err(cause) => {
+            log_lines(&saved, "not saved");
+            tracing::warn!("tuning result not saved: {cause}");
+        }
+    }
+    Ok((saved, reads))
+}
+
+/// The renderers to compare: the named ones (each must be loaded) or every loaded renderer.
+fn renderer_names(engine: &Engine, named: &[String]) -> Result<Vec<String>, String> {
+    let plugins = engine.plugins();
+    if !named.is_empty() {
+        for name in named {
+            if plugins.renderer(name).is_none() {
+                return Err(format!("renderer plugin `{name}` is not loaded (setting --tune-renderers)"));
+            }
+        }
+        return Ok(named.to_vec());
+    }
+    Ok(plugins
+        .list()
+        .into_iter()
+        .filter(|p| p.kind == PluginKind::Renderer)
+        .map(|p| p.name)
+        .collect())
+}
+
+/// Index of the most accurate measured candidate (enough answers; ties: lower log loss).
+fn best_index(measured: &[(CandidateReport, Vec<Answered>)]) -> Option<usize> {
+    (0..measured.len())
+        .filter(|&i| measured[i].0.answered >= MIN_ANSWERED)
+        .max_by(|&a, &b| {
+            let (ra, rb) = (&measured[a].0, &measured[b].0);
+            ra.accuracy.total_cmp(&rb.accuracy).then_with(|| {
+                rb.log_loss.unwrap_or(f64::INFINITY).total_cmp(&ra.log_loss.unwrap_or(f64::INFINITY))
+            })
+        })
+}
+
+/// Reads every question of `set` with `setup` and scores the answers.
+pub fn measure(
+    engine: &Engine,
+    setup: &Setup,
+    set: &QuestionSet,
+    progress: &mut dyn FnMut(usize),
+) -> (CandidateReport, Vec<Answered>) {
+    let started = Instant::now();
+    let (answered, skipped) = read_set(engine, setup, set, progress);
+    let report = score(setup, &answered, &skipped, started.elapsed().as_secs_f64());
+    (report, answered)
+}
+
+/// Reads every question with `setup`, one request per input text; returns the answered ones
+/// (in file order) and why the others were skipped.
+pub fn read_set(
+    engine: &Engine,
+    setup: &Setup,
+    set: &QuestionSet,
+    progress: &mut dyn FnMut(usize),
+) -> (Vec<Answered>, Vec<String>) {
+    let resolved = Resolved {
+        renderer: setup.renderer.clone(),
+        options: readout::Options {
+            choice: setup.readout,
+            labels: Some(setup.labels),
+            ..readout::Options::default()
+        },
+        source: SetupSource::Tuned,
+    };
+    let mut by_state: Vec<(&str, Vec<usize>)> = Vec::new();
+    let mut position: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, q) in set.questions.iter().enumerate() {
+        match position.get(q.state.as_str()) {
+            Some(&at) => by_state[at].1.push(i),
+            None => {
+                position.insert(&q.state, by_state.len());
+                by_state.push((&q.state, vec![i]));
+            }
+        }
+    }
+    let mut answered = Vec::with_capacity(set.questions.len());
+    let mut skipped = Vec::new();
+    for (state, indices) in by_state {
+        let batch: Vec<Question> = indices
+            .iter()
+            .map(|&i| Question {
+                loc: crate::loc!["tune", set.questions[i].id.as_str()],
+                plugin: set.questions[i].plugin.clone(),
+                json: set.questions[i].json.clone(),
+            })
+            .collect();
+        let reads = engine.read_raw_with(&RequestScope::default(), &resolved, state, &batch);
+        for (&i, read) in indices.iter().zip(reads) {
+            let q = &set.questions[i];
+            match read {
+                Err(reason) => skipped.push(format!("{}: {reason}", q.id)),
+                Ok(read) if read.scores.iter().any(|s| !s.is_finite()) => {
+                    skipped.push(format!("{}: a raw option score is not finite", q.id))
+                }
+                Ok(read) => match questions::expected_index(&read.options, &q.expected) {
+                    Some(expected) => answered.push(Answered {
+                        question: i,
+                        sample: Sample {
+                            scores: read.scores,
+                            expected,
+                            group: q.group.clone(),
+                        },
+                        option_mass: read.option_mass,
+                        shift_top: read.shift_top,
+                    }),
+                    None => skipped.push(format!(
+                        "{}: expected {} is not one of the question's options",
+                        q.id, q.expected
+                    )),
+                },
+            }
+        }
+        progress(indices.len());
+    }
+    answered.sort_by_key(|a| a.question);
+    (answered, skipped)
+}
+
+/// Accuracy, and held-out log loss and ECE under a cross-validated temperature.
+fn score(setup: &Setup, answered: &[Answered], skipped: &[String], seconds: f64) -> CandidateReport {
+    let samples: Vec<Sample> = answered.iter().map(|a| a.sample.clone()).collect();
+    let correct = |s: &Sample| Top::of(&s.scores, s.expected).correct;
+    let accuracy = samples.iter().filter(|s| correct(s)).count() as f64 / samples.len().max(1) as f64;
+    let (log_loss, ece) = match held_out_temperature(&samples) {
+        Some(probabilities) => {
+            let tops: Vec<Top> = probabilities
+                .iter()
+                .zip(&samples)
+                .map(|(p, s)| Top::of(p, s.expected))
+                .collect();
+            let groups = cv::group_indices(&samples);
+            (
+                Some(cv::log_loss(&probabilities, &samples)),
+                Some(ece::with_intervals(&[&tops], &groups)[0]),
+            )
+        }
+        None => (None, None),
+    };
+    CandidateReport {
+        setup: setup.label(),
+        answered: answered.len(),
+        skipped: skipped.len(),
+        first_skipped: skipped.first().cloned(),
+        accuracy,
+        log_loss,
+        ece,
+        mean_option_mass: answered.iter().map(|a| f64::from(a.option_mass)).sum::<f64>()
+            / answered.len().max(1) as f64,
+        gain: None,
+        compared: 0,
+        seconds,
+    }
+}
+
+/// Held-out probabilities under a temperature fitted (in the host, by the same Newton fit
+/// the `temperature` plugin makes) on the other folds; none with fewer than 2 groups.
+fn held_out_temperature(samples: &[Sample]) -> Option<Vec<Vec<f64>>> {
+    let (fold_of, folds) = cv::assign_folds(samples).ok()?;
+    let mut out = vec![Vec::new(); samples.len()];
+    for fold in 0..folds {
+        let train: Vec<&Sample> = samples.iter().zip(&fold_of).filter(|(_, f)| **f != fold).map(|(s, _)| s).collect();
+        let t = fit_temperature(&train);
+        for (i, s) in samples.iter().enumerate().filter(|(i, _)| fold_of[*i] == fold) {
+            let scaled: Vec<f64> = s.scores.iter().map(|x| x / t).collect();
+            out[i] = cv::raw_probabilities(&scaled);
+        }
+    }
+    Some(out)
+}
+
+/// The temperature minimising the mean NLL of `samples`, by golden-section search on
+/// ln T in [ln 0.05, ln 20] (the range the `temperature` plugin accepts).
+pub fn fit_temperature(samples: &[&Sample]) -> f64 {
+    let nll = |log_t: f64| {
+        let t = log_t.exp();
+        samples
+            .iter()
+            .map(|s| {
+                let scaled: Vec<f64> = s.scores.iter().map(|x| x / t).collect();
+                -cv::raw_probabilities(&scaled)[s.expected].max(1e-300).ln()
+            })
+            .sum::<f64>()
+    };
+    let (mut a, mut b) = (0.05f64.ln(), 20f64.ln());
+    let ratio = (5f64.sqrt() - 1.0) / 2.0;
+    let (mut c, mut d) = (b - ratio * (b - a), a + ratio * (b - a));
+    let (mut fc, mut fd) = (nll(c), nll(d));
+    for _ in 0..60 {
+        if fc < fd {
+            b = d;
+            d = c;
+            fd = fc;
+            c = b - ratio * (b - a);
+            fc = nll(c);
+        } else {
+            a = c;
+            c = d;
+            fc = fd;
+            d = a + ratio * (b - a);
+            fd = nll(d);
+        }
+    }
+    ((a + b) / 2.0).exp()
+}
+
+/// Each candidate's accuracy gain over the first (the default) on the questions both answered.
+fn compare_with_default(measured: &mut [(CandidateReport, Vec<Answered>)]) {
+    let Some(((_, baseline), rest)) = measured.split_first_mut() else {
+        return;
+    };
+    let baseline: std::collections::HashMap<usize, bool> = baseline
+        .iter()
+        .map(|a| (a.question, Top::of(&a.sample.scores, a.sample.expected).correct))
+        .collect();
+    for (report, answered) in rest.iter_mut() {
+        let both: Vec<&Answered> = answered.iter().filter(|a| baseline.contains_key(&a.question)).collect();
+        let as_f64 = |b: bool| f64::from(u8::from(b));
+        let candidate: Vec<f64> = both.iter().map(|a| as_f64(Top::of(&a.sample.scores, a.sample.expected).correct)).collect();
+        let base: Vec<f64> = both.iter().map(|a| as_f64(baseline[&a.question])).collect();
+        let samples: Vec<Sample> = both.iter().map(|a| a.sample.clone()).collect();
+        report.compared = both.len();
+        if both.len() >= MIN_ANSWERED {
+            report.gain = Some(ece::paired_gain(&candidate, &base, &cv::group_indices(&samples)));
+        }
+    }
+}
+
+/// The report lines: one per candidate, then the verdict.
+pub fn report_lines(saved: &Saved) -> Vec<String> {
+    let mut lines: Vec<String> = saved
+        .candidates
+        .iter()
+        .map(|c| {
+            let gain = match &c.gain {
+                Some(g) => format!("gain {:+.3} [{:+.3}, {:+.3}] over {} on {} questions", g.value, g.low, g.high, saved.baseline, c.compared),
+                None if c.setup == saved.baseline => "the default".to_string(),
+                None => "gain not measured".to_string(),
+            };
+            format!(
+                "tune {}: accuracy {:.3}, log loss {}, ECE {} (held-out, 5-fold, temperature), option mass {:.3}; {gain}; n = {} ({} skipped{}); {:.1} s",
+                c.setup,
+                c.accuracy,
+                c.log_loss.map(|l| format!("{l:.3}")).unwrap_or_else(|| "n/a".into()),
+                c.ece.map(|e| e.to_string()).unwrap_or_else(|| "n/a".into()),
+                c.mean_option_mass,
+                c.answered,
+                c.skipped,
+                c.first_skipped.as_deref().map(|r| format!(", first: {r}")).unwrap_or_default(),
+                c.seconds,
+            )
+        })
+        .collect();
+    lines.push(format!(
+        "tune chose {} ({}): {}; {} questions from {}, {:.1} s",
+        saved.chosen, saved.source, saved.reason, saved.questions, saved.origin, saved.seconds
+    ));
+    lines
+}
+
+fn log_lines(saved: &Saved, how: &str) {
+    for line in report_lines(saved) {
+        tracing::info!("{line} [{how}]");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(scores: Vec<f64>, expected: usize, group: usize) -> Sample {
+        Sample {
+            scores,
+            expected,
+            group: format!("g{group}"),
+        }
+    }
+
+    #[test]
+    fn candidates_put_the_default_first_and_cover_every_scheme() {
+        let list = candidates(&["plain-letter".into(), "direct-options".into()]);
+        assert_eq!(list.len(), 6);
+        assert_eq!(list[0].label(), "direct-options+letters+auto");
+        assert_eq!(list[3].label(), "plain-letter+letters+auto");
+        assert!(list.iter().all(|s| s.readout == Choice::Auto && s.source == SetupSource::Tuned));
+    }
+
+    #[test]
+    fn the_temperature_fit_recovers_a_scale() {
+        // Scores 3x too sharp: labels drawn so that softmax(scores / 3) is calibrated.
+        let mut rng = ece::Rng::new(7);
+        let samples: Vec<Sample> = (0..3000)
+            .map(|i| {
+                let scores = vec![0.0, -((rng.below(100) as f64) / 10.0)];
+                let p = cv::raw_probabilities(&[scores[0] / 3.0, scores[1] / 3.0]);
+                let expected = usize::from((rng.below(10_000) as f64) / 10_000.0 >= p[0]);
+                sample(scores, expected, i / 3)
+            })
+            .collect();
+        let refs: Vec<&Sample> = samples.iter().collect();
+        let t = fit_temperature(&refs);
+        assert!((t - 3.0).abs() < 0.35, "T = {t}");
+    }
+}

@@ -1,0 +1,290 @@
+//! Saved tuning results: one JSON file per model and candidate set in the calibration
+//! directory, reused only when nothing that could change a read or the selection changed.
+//!
+//! The key holds the model file's sha256, the answer suffix the self-check kept, the question
+//! types' sha256, the question file's sha256, the selection rule, and per candidate its setup
+//! and a *render fingerprint*: the sha256 of what its renderer renders for a few fixed probe
+//! questions with every label scheme. A renderer rebuilt byte-differently but rendering the
+//! same text keeps its result; one that renders differently is measured again. How the model
+//! computes (CPU or CUDA, weight format) is recorded but not keyed: it moves scores by rounding,
+//! not which prompt reads best, and the calibration that follows tuning is keyed by it.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{best_index, Answered, CandidateReport, MIN_ANSWERED, RULE};
+use crate::calibration::questions::QuestionSet;
+use crate::calibration::store::{file_sha256, now_rfc3339};
+use crate::pipeline::{Engine, Setup, SetupSource};
+use crate::plugins::{CompiledQuestion, OptionDef};
+
+/// One candidate as keyed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CandidateKey {
+    /// `renderer+labels+readout`.
+    pub setup: String,
+    /// sha256 of the renderer's renders of the probe questions ([`fingerprint`]).
+    pub fingerprint: String,
+}
+
+/// What a saved result depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Key {
+    pub model_sha256: String,
+    pub answer_suffix: String,
+    /// `name=sha256` of each question-type plugin the question file uses, sorted.
+    pub question_types: Vec<String>,
+    pub questions_sha256: String,
+    pub rule: String,
+    pub candidates: Vec<CandidateKey>,
+}
+
+impl Key {
+    fn path_in(&self, dir: &Path) -> PathBuf {
+        let digest = hex::encode(Sha256::digest(
+            serde_json::to_vec(self).expect("a key serializes"),
+        ));
+        dir.join(format!("tune-{}.json", &digest[..16]))
+    }
+}
+
+/// A saved tuning result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Saved {
+    pub key: Key,
+    pub date: String,
+    pub decide_version: String,
+    /// How the model computed when this was measured (not keyed, see the module doc).
+    pub forward: String,
+    /// The setup answers get (`renderer+labels+readout`).
+    pub chosen: String,
+    /// `tuned` (a candidate's gain was clear) or `default`.
+    pub source: String,
+    /// One line on why.
+    pub reason: String,
+    /// The default every candidate is compared with.
+    pub baseline: String,
+    pub candidates: Vec<CandidateReport>,
+    /// Questions in the file, and where it came from.
+    pub questions: usize,
+    pub origin: String,
+    pub seconds: f64,
+}
+
+impl Saved {
+    /// The setup answers get.
+    pub fn setup(&self) -> Setup {
+        let source = if self.source == "tuned" {
+            SetupSource::Tuned
+        } else {
+            SetupSource::Default
+        };
+        Setup::parse_label(&self.chosen, source).unwrap_or_else(Setup::default_setup)
+    }
+}
+
+/// The probe questions of the render fingerprint: a yes/no question with a description, a
+/// lettered choice with descriptions, and a choice without instructions.
+fn probes() -> Vec<CompiledQuestion> {
+    let option = |key: &str, text: &str, description: Option<&str>| OptionDef {
+        key: key.into(),
+        text: text.into(),
+        description: description.map(String::from),
+    };
+    vec![
+        CompiledQuestion {
+            instructions: Some("Does the customer ask for a refund?".into()),
+            options: vec![
+                option("true", "Yes", Some("Money back is requested")),
+                option("false", "No", None),
+            ],
+        },
+        CompiledQuestion {
+            instructions: Some("Which team should handle this ticket?".into()),
+            options: vec![
+                option("\"billing\"", "billing", Some("Charges and invoices")),
+                option("\"shipping\"", "shipping", None),
+                option("\"technical\"", "technical", Some("Bugs and crashes")),
+            ],
+        },
+        CompiledQuestion {
+            instructions: None,
+            options: vec![option("0", "low", None), option("1", "high", None)],
+        },
+    ]
+}
+
+/// sha256 over a renderer's renders of the probe questions with letters, digits and (for the
+/// yes/no probe) the option texts as labels. An error renders as its text.
+pub fn fingerprint(engine: &Engine, renderer: &str) -> Result<String, String> {
+    let plugin = engine
+        .plugins()
+        .renderer(renderer)
+        .ok_or_else(|| format!("renderer plugin `{renderer}` is not loaded"))?;
+    let mut hasher = Sha256::new();
+    hasher.update(renderer.as_bytes());
+    let state = "I was charged twice. Please refund the extra charge.";
+    for question in probes() {
+        let n = question.options.len();
+        let letters: Vec<String> = crate::readout::labels::letters().take(n).collect();
+        let digits: Vec<String> = crate::readout::labels::digits().take(n).collect();
+        let texts: Vec<String> = question.options.iter().map(|o| o.text.clone()).collect();
+        for labels in [letters, digits, texts] {
+            match plugin.render(state, &question, &labels) {
+                Ok(messages) => {
+                    for m in messages {
+                        hasher.update([0u8]);
+                        hasher.update(m.role.as_bytes());
+                        hasher.update([1u8]);
+                        hasher.update(m.content.as_bytes());
+                    }
+                }
+                Err(error) => hasher.update(format!("error: {error}").as_bytes()),
+            }
+            hasher.update([2u8]);
+        }
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// The key of tuning `setups` on `set` with `engine`'s model.
+pub fn key(
+    engine: &Engine,
+    model_file: &Path,
+    set: &QuestionSet,
+    setups: &[Setup],
+) -> Result<Key, String> {
+    let plugins = engine.plugins();
+    let mut question_types: Vec<String> = set
+        .questions
+        .iter()
+        .map(|q| match plugins.question_type(&q.plugin) {
+            Some(p) => format!("{}={}", q.plugin, p.sha256()),
+            None => format!("{}=missing", q.plugin),
+        })
+        .collect();
+    question_types.sort();
+    question_types.dedup();
+    let mut fingerprints = std::collections::HashMap::new();
+    let mut candidates = Vec::with_capacity(setups.len());
+    for setup in setups {
+        if !fingerprints.contains_key(&setup.renderer) {
+            fingerprints.insert(setup.renderer.clone(), fingerprint(engine, &setup.renderer)?);
+        }
+        candidates.push(CandidateKey {
+            setup: setup.label(),
+            fingerprint: fingerprints[&setup.renderer].clone(),
+        });
+    }
+    Ok(Key {
+        model_sha256: file_sha256(model_file)
+            .map_err(|e| format!("cannot hash the model file {}: {e}", model_file.display()))?,
+        answer_suffix: engine.model().answer_suffix(),
+        question_types,
+        questions_sha256: set.sha256.clone(),
+        rule: RULE.into(),
+        candidates,
+    })
+}
+
+/// Applies the rule to the measured candidates (the default first).
+pub fn decide(
+    key: Key,
+    set: &QuestionSet,
+    measured: Vec<(CandidateReport, Vec<Answered>)>,
+    seconds: f64,
+    engine: &Engine,
+) -> Saved {
+    let baseline = measured
+        .first()
+        .map(|(r, _)| r.setup.clone())
+        .unwrap_or_else(|| Setup::default_setup().label());
+    let best = best_index(&measured);
+    let (chosen, source, reason) = match best {
+        None => (
+            baseline.clone(),
+            "default",
+            format!("no candidate answered {MIN_ANSWERED} questions"),
+        ),
+        Some(0) => (
+            baseline.clone(),
+            "default",
+            "the default is the most accurate candidate".to_string(),
+        ),
+        Some(i) => {
+            let report = &measured[i].0;
+            match &report.gain {
+                Some(gain) if gain.low > 0.0 => (
+                    report.setup.clone(),
+                    "tuned",
+                    format!(
+                        "the most accurate candidate; its accuracy gain over {baseline} is {:+.3} [{:+.3}, {:+.3}] (95% paired bootstrap over groups), clear of zero",
+                        gain.value, gain.low, gain.high
+                    ),
+                ),
+                Some(gain) => (
+                    baseline.clone(),
+                    "default",
+                    format!(
+                        "the most accurate candidate, {}, gains {:+.3} [{:+.3}, {:+.3}] over the default: not clear of zero, so the default stays",
+                        report.setup, gain.value, gain.low, gain.high
+                    ),
+                ),
+                None => (
+                    baseline.clone(),
+                    "default",
+                    format!("the gain of {} over the default could not be measured", report.setup),
+                ),
+            }
+        }
+    };
+    Saved {
+        key,
+        date: now_rfc3339(),
+        decide_version: env!("CARGO_PKG_VERSION").to_string(),
+        forward: engine.model().info().forward.clone(),
+        chosen,
+        source: source.to_string(),
+        reason,
+        baseline,
+        candidates: measured.into_iter().map(|(r, _)| r).collect(),
+        questions: set.questions.len(),
+        origin: set.origin.clone(),
+        seconds,
+    }
+}
+
+/// The saved result for `key` in `dir`, if one with exactly this key is there.
+pub fn load(dir: &Path, key: &Key) -> Result<Option<(Saved, PathBuf)>, String> {
+    let path = key.path_in(dir);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let saved: Saved = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a saved tuning result: {e}", path.display()))?;
+    Ok((saved.key == *key).then_some((saved, path)))
+}
+
+/// Saves under `dir` (a temporary name, fsynced, renamed into place).
+pub fn save(dir: &Path, saved: &Saved) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        format!("cannot create {} (setting --calibration-dir): {e}", dir.display())
+    })?;
+    let path = saved.key.path_in(dir);
+    let staged = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    let text = serde_json::to_string_pretty(saved).expect("a saved result serializes") + "\n";
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&staged)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()
+    };
+    write().map_err(|e| format!("cannot write {}: {e}", staged.display()))?;
+    std::fs::rename(&staged, &path)
+        .map_err(|e| format!("cannot rename to {}: {e}", path.display()))?;
+    Ok(path)
+}
