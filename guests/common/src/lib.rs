@@ -277,3 +277,55 @@ macro_rules! calibration_plugin {
         export!(Plugin);
     };
 }
+
+/// Defines a crate's whole renderer plugin component from one function of [`render`] (a
+/// `fn(&str, &Compiled, &[String]) -> Result<Vec<(String, String)>>`), as
+/// [`question_type_plugin!`] does for question types: the wit-bindgen glue is the same for
+/// every renderer.
+#[macro_export]
+macro_rules! renderer_plugin {
+    (function: $function:ident, name: $name:literal, description: $description:literal $(,)?) => {
+        wit_bindgen::generate!({ path: "../../wit", world: "renderer-plugin" });
+
+        use decide::plugin::types::{ChatMessage, CompiledQuestion, PluginError, PluginInfo};
+        use exports::decide::plugin::renderer::Guest;
+        use $crate::{render, Compiled, Error, Opt};
+
+        struct Plugin;
+
+        impl Guest for Plugin {
+            fn info() -> PluginInfo {
+                PluginInfo {
+                    name: $name.into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    description: $description.into(),
+                }
+            }
+
+            fn render(
+                state: String,
+                question: CompiledQuestion,
+                labels: Vec<String>,
+            ) -> Result<Vec<ChatMessage>, PluginError> {
+                let q = Compiled {
+                    instructions: question.instructions,
+                    options: question
+                        .options
+                        .into_iter()
+                        .map(|o| Opt::new(o.key, o.text, o.description))
+                        .collect(),
+                };
+                match render::$function(&state, &q, &labels) {
+                    Ok(m) => Ok(m
+                        .into_iter()
+                        .map(|(role, content)| ChatMessage { role, content })
+                        .collect()),
+                    Err(Error::Invalid(m)) => Err(PluginError::InvalidQuestion(m)),
+                    Err(Error::Failure(m)) => Err(PluginError::Failure(m)),
+                }
+            }
+        }
+
+        export!(Plugin);
+    };
+}
