@@ -90,9 +90,13 @@ fn builtins_are_listed_with_kinds() {
         vec![
             ("bias-temperature", PluginKind::Calibration),
             ("direct-options", PluginKind::Renderer),
+            ("framed", PluginKind::Renderer),
             ("openai-choice", PluginKind::QuestionType),
             ("openai-predicate", PluginKind::QuestionType),
             ("openai-score", PluginKind::QuestionType),
+            ("options-first", PluginKind::Renderer),
+            ("plain-letter", PluginKind::Renderer),
+            ("restated", PluginKind::Renderer),
             ("systemone-choice", PluginKind::QuestionType),
             ("systemone-noul", PluginKind::QuestionType),
             ("systemone-score", PluginKind::QuestionType),
@@ -286,6 +290,90 @@ fn direct_options_renders_the_documented_prompt() {
         .content
         .contains("Question: Which option best fits the input?"));
     assert!(failed_message(r.render("s", &q, &["A".into()])).contains("got 1 labels for 2 options"));
+}
+
+/// Every built-in renderer, through wasm: its info, the label rules (a label count that differs
+/// from the option count fails the question; the last user message ends with the instruction to
+/// answer with one label) and the start of its text (the exact texts are unit-tested in
+/// `guests/common/src/render*`).
+#[test]
+fn every_renderer_ends_on_the_label_instruction() {
+    let q = CompiledQuestion {
+        instructions: Some("Is it red?".into()),
+        options: vec![
+            OptionDef {
+                key: "true".into(),
+                text: "Yes".into(),
+                description: Some("It is red".into()),
+            },
+            OptionDef {
+                key: "false".into(),
+                text: "No".into(),
+                description: None,
+            },
+        ],
+    };
+    let cases = [
+        (
+            "direct-options",
+            true,
+            "Input:\na red car\n",
+            "Reply with one label: A, B.",
+        ),
+        (
+            "options-first",
+            true,
+            "Options:\nA. Yes - It is red\nB. No\n",
+            "\nReply with one label: A, B.",
+        ),
+        (
+            "restated",
+            true,
+            "Input:\na red car\n",
+            "\nQuestion again: Is it red?\nReply with one label: A, B.",
+        ),
+        (
+            "plain-letter",
+            false,
+            "a red car\n\nIs it red?\n\nA. It is red\n",
+            "Answer with the letter of the correct option only.",
+        ),
+        (
+            "framed",
+            true,
+            "<input>\na red car\n</input>\n",
+            "Definitions:\nYes: It is red\n\nReply with one label: A, B.",
+        ),
+    ];
+    for (name, system, start, end) in cases {
+        let r = builtins()
+            .renderer(name)
+            .unwrap_or_else(|| panic!("no renderer {name}"));
+        assert_eq!(r.info().name, name);
+        assert!(!r.info().description.is_empty());
+        let m = r
+            .render("a red car", &q, &["A".into(), "B".into()])
+            .unwrap();
+        assert_eq!(m.len(), if system { 2 } else { 1 }, "{name}");
+        assert_eq!(m[0].role == "system", system, "{name}");
+        let user = m.last().unwrap();
+        assert_eq!(user.role, "user", "{name}");
+        assert!(user.content.starts_with(start), "{name}: {}", user.content);
+        assert!(user.content.ends_with(end), "{name}: {}", user.content);
+        // Labels that are the option texts are shown once.
+        let m = r
+            .render("a red car", &q, &["Yes".into(), "No".into()])
+            .unwrap();
+        let user = &m.last().unwrap().content;
+        assert!(
+            !user.contains("Yes. Yes") && !user.contains("No. No"),
+            "{name}: {user}"
+        );
+        assert!(
+            failed_message(r.render("s", &q, &["A".into()])).contains("got 1 labels for 2 options"),
+            "{name}"
+        );
+    }
 }
 
 #[test]
