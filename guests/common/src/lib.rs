@@ -10,6 +10,7 @@
 //! `compiled-question`, `plugin-error`) and the wrappers convert.
 
 pub mod bias_temperature;
+pub mod contextual;
 pub mod json;
 pub mod questions;
 pub mod render;
@@ -230,11 +231,37 @@ macro_rules! question_type_plugin {
 /// Defines a crate's whole calibration-policy plugin component from one module of this crate
 /// (its `default_params`, `fit` and `apply`), as [`question_type_plugin!`] does for question
 /// types: the wit-bindgen glue is the same for every policy.
+///
+/// Built-ins sit at `guests/NAME/`; crates elsewhere pass `wit: "PATH"` (the test guest built
+/// against an older contract passes `wit: "../../../wit/compat/0.1.0"`). A policy that also
+/// exports `content-free` (world `contextual-calibration-plugin`, added in 0.1.1) passes
+/// `neutral_states: true`, and its module has `fn neutral_states() -> Vec<String>`.
 #[macro_export]
 macro_rules! calibration_plugin {
     (module: $module:ident, name: $name:literal, description: $description:literal $(,)?) => {
-        wit_bindgen::generate!({ path: "../../wit", world: "calibration-plugin" });
+        $crate::calibration_plugin! {
+            wit: "../../wit", module: $module, name: $name, description: $description,
+        }
+    };
+    (wit: $wit:tt, module: $module:ident, name: $name:literal, description: $description:literal $(,)?) => {
+        wit_bindgen::generate!({ path: $wit, world: "calibration-plugin" });
+        $crate::calibration_plugin!(@calibration $module, $name, $description);
+        export!(Plugin);
+    };
+    (module: $module:ident, name: $name:literal, description: $description:literal,
+     neutral_states: true $(,)?) => {
+        wit_bindgen::generate!({ path: "../../wit", world: "contextual-calibration-plugin" });
+        $crate::calibration_plugin!(@calibration $module, $name, $description);
 
+        impl exports::decide::plugin::content_free::Guest for Plugin {
+            fn neutral_states() -> Vec<String> {
+                policy::neutral_states()
+            }
+        }
+
+        export!(Plugin);
+    };
+    (@calibration $module:ident, $name:literal, $description:literal) => {
         use decide::plugin::types::{LabelledScores, PluginError, PluginInfo};
         use exports::decide::plugin::calibration::Guest;
         use $crate::{$module as policy, Error};
@@ -273,8 +300,6 @@ macro_rules! calibration_plugin {
                 policy::apply(&scores, &params).map_err(err)
             }
         }
-
-        export!(Plugin);
     };
 }
 
