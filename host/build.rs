@@ -10,7 +10,7 @@
 //!   build's `target/release` lock.
 //!
 //! Outputs:
-//! - `$OUT_DIR/builtin_plugins.rs`: `BUILTIN_PLUGINS: &[(&str, PluginKind, &[u8])]`, the nine
+//! - `$OUT_DIR/builtin_plugins.rs`: `BUILTIN_PLUGINS: &[(&str, PluginKind, &[u8])]`, the fourteen
 //!   built-ins embedded with `include_bytes!` (included by `src/plugins/mod.rs`);
 //! - `$OUT_DIR/guests/<name>.wasm`: every built guest, test-only ones included, under its plugin
 //!   name; `DECIDE_TEST_GUESTS_DIR` points there so tests can copy guests into a plugins dir.
@@ -30,8 +30,13 @@ const BUILTINS: &[(&str, &str)] = &[
     ("systemone-choice", "QuestionType"),
     ("systemone-score", "QuestionType"),
     ("direct-options", "Renderer"),
+    ("options-first", "Renderer"),
+    ("restated", "Renderer"),
+    ("plain-letter", "Renderer"),
+    ("framed", "Renderer"),
     ("temperature", "Calibration"),
     ("bias-temperature", "Calibration"),
+    ("contextual", "Calibration"),
 ];
 
 /// Test-only guests (not embedded): copied to `DECIDE_TEST_GUESTS_DIR`.
@@ -41,6 +46,8 @@ const TEST_GUESTS: &[&str] = &[
     "spin-question",
     "hog-question",
     "broken-example",
+    // The temperature policy built against the 0.1.0 contract (wit/compat/0.1.0).
+    "temperature-v010",
     // The third-party example of guests/examples/, uploaded by the tenant-plugin tests.
     "openai-sentiment",
 ];

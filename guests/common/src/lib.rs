@@ -10,6 +10,7 @@
 //! `compiled-question`, `plugin-error`) and the wrappers convert.
 
 pub mod bias_temperature;
+pub mod contextual;
 pub mod json;
 pub mod questions;
 pub mod render;
@@ -230,11 +231,37 @@ macro_rules! question_type_plugin {
 /// Defines a crate's whole calibration-policy plugin component from one module of this crate
 /// (its `default_params`, `fit` and `apply`), as [`question_type_plugin!`] does for question
 /// types: the wit-bindgen glue is the same for every policy.
+///
+/// Built-ins sit at `guests/NAME/`; crates elsewhere pass `wit: "PATH"` (the test guest built
+/// against an older contract passes `wit: "../../../wit/compat/0.1.0"`). A policy that also
+/// exports `content-free` (world `contextual-calibration-plugin`, added in 0.1.1) passes
+/// `neutral_states: true`, and its module has `fn neutral_states() -> Vec<String>`.
 #[macro_export]
 macro_rules! calibration_plugin {
     (module: $module:ident, name: $name:literal, description: $description:literal $(,)?) => {
-        wit_bindgen::generate!({ path: "../../wit", world: "calibration-plugin" });
+        $crate::calibration_plugin! {
+            wit: "../../wit", module: $module, name: $name, description: $description,
+        }
+    };
+    (wit: $wit:tt, module: $module:ident, name: $name:literal, description: $description:literal $(,)?) => {
+        wit_bindgen::generate!({ path: $wit, world: "calibration-plugin" });
+        $crate::calibration_plugin!(@calibration $module, $name, $description);
+        export!(Plugin);
+    };
+    (module: $module:ident, name: $name:literal, description: $description:literal,
+     neutral_states: true $(,)?) => {
+        wit_bindgen::generate!({ path: "../../wit", world: "contextual-calibration-plugin" });
+        $crate::calibration_plugin!(@calibration $module, $name, $description);
 
+        impl exports::decide::plugin::content_free::Guest for Plugin {
+            fn neutral_states() -> Vec<String> {
+                policy::neutral_states()
+            }
+        }
+
+        export!(Plugin);
+    };
+    (@calibration $module:ident, $name:literal, $description:literal) => {
         use decide::plugin::types::{LabelledScores, PluginError, PluginInfo};
         use exports::decide::plugin::calibration::Guest;
         use $crate::{$module as policy, Error};
@@ -271,6 +298,56 @@ macro_rules! calibration_plugin {
 
             fn apply(scores: Vec<f64>, params: Vec<f64>) -> Result<Vec<f64>, PluginError> {
                 policy::apply(&scores, &params).map_err(err)
+            }
+        }
+    };
+}
+
+/// Defines a crate's whole renderer plugin component from one function of [`render`] (a
+/// `fn(&str, &Compiled, &[String]) -> Result<Vec<(String, String)>>`), as
+/// [`question_type_plugin!`] does for question types: the wit-bindgen glue is the same for
+/// every renderer.
+#[macro_export]
+macro_rules! renderer_plugin {
+    (function: $function:ident, name: $name:literal, description: $description:literal $(,)?) => {
+        wit_bindgen::generate!({ path: "../../wit", world: "renderer-plugin" });
+
+        use decide::plugin::types::{ChatMessage, CompiledQuestion, PluginError, PluginInfo};
+        use exports::decide::plugin::renderer::Guest;
+        use $crate::{render, Compiled, Error, Opt};
+
+        struct Plugin;
+
+        impl Guest for Plugin {
+            fn info() -> PluginInfo {
+                PluginInfo {
+                    name: $name.into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    description: $description.into(),
+                }
+            }
+
+            fn render(
+                state: String,
+                question: CompiledQuestion,
+                labels: Vec<String>,
+            ) -> Result<Vec<ChatMessage>, PluginError> {
+                let q = Compiled {
+                    instructions: question.instructions,
+                    options: question
+                        .options
+                        .into_iter()
+                        .map(|o| Opt::new(o.key, o.text, o.description))
+                        .collect(),
+                };
+                match render::$function(&state, &q, &labels) {
+                    Ok(m) => Ok(m
+                        .into_iter()
+                        .map(|(role, content)| ChatMessage { role, content })
+                        .collect()),
+                    Err(Error::Invalid(m)) => Err(PluginError::InvalidQuestion(m)),
+                    Err(Error::Failure(m)) => Err(PluginError::Failure(m)),
+                }
             }
         }
 

@@ -1,6 +1,6 @@
 //! Host bindings of the WIT contract (`wit/plugin.wit`), one module per world.
 //!
-//! `decide:plugin/types` is generated once (in `question_type`) and shared by the other two
+//! `decide:plugin/types` is generated once (in `question_type`) and shared by the other
 //! worlds through `with`, so a `CompiledQuestion` from a question type can be handed to a
 //! renderer without conversion between identical generated types.
 
@@ -26,6 +26,18 @@ pub mod calibration {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "calibration-plugin",
+        with: { "decide:plugin/types": super::question_type::decide::plugin::types },
+    });
+}
+
+/// World `contextual-calibration-plugin` (added in 0.1.1): `calibration` plus `content-free`.
+/// Only its `content-free` export is called through these bindings (the neutral states, once at
+/// load); the `calibration` calls of every policy go through [`calibration`], whose export
+/// lookup finds the same interface.
+pub mod contextual_calibration {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "contextual-calibration-plugin",
         with: { "decide:plugin/types": super::question_type::decide::plugin::types },
     });
 }

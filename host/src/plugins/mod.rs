@@ -59,7 +59,8 @@ pub mod builtin {
     include!(concat!(env!("OUT_DIR"), "/builtin_plugins.rs"));
 }
 
-/// The three kinds of plugin, one per WIT world.
+/// The three kinds of plugin, one per WIT world (a contextual-calibration policy is a
+/// calibration policy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PluginKind {
@@ -67,7 +68,8 @@ pub enum PluginKind {
     QuestionType,
     /// World `renderer-plugin`: turns a compiled question into chat messages.
     Renderer,
-    /// World `calibration-plugin`: maps option scores to probabilities.
+    /// World `calibration-plugin` (or `contextual-calibration-plugin`, which also exports
+    /// `content-free`): maps option scores to probabilities.
     Calibration,
 }
 

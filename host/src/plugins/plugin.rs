@@ -1,4 +1,10 @@
-//! Typed wrappers over the three plugin worlds: what the pipeline calls.
+//! Typed wrappers over the plugin worlds: what the pipeline calls.
+//!
+//! Contract versions: the bindings are generated from the current `wit/plugin.wit` (0.1.1);
+//! wasmtime looks an export up by its semver-compatible name, so a component built against
+//! 0.1.0 (exporting `decide:plugin/calibration@0.1.0`) binds to the same calls. A calibration
+//! policy that also exports `content-free` (0.1.1) names neutral states, kept at load
+//! ([`Calibration::neutral_states`]), and takes 2k scores (see `wit/plugin.wit`).
 //!
 //! A wrapper holds a compiled component pre-linked for instantiation ([`InstancePre`]); a call
 //! instantiates it in a fresh store, or, for the `*_in` calls of a request, runs on an instance
@@ -28,14 +34,29 @@ use super::{
 const QUESTION_TYPE_EXPORT: &str = "decide:plugin/question-type";
 const RENDERER_EXPORT: &str = "decide:plugin/renderer";
 const CALIBRATION_EXPORT: &str = "decide:plugin/calibration";
+/// The interface a contextual-calibration policy exports besides `calibration` (added in 0.1.1).
+const CONTENT_FREE_EXPORT: &str = "decide:plugin/content-free";
+/// The contract version that added `content-free`.
+const CONTENT_FREE_SINCE: &str = "0.1.1";
+
+/// Most neutral states a content-free policy may name (each is one more read per question).
+pub const MAX_NEUTRAL_STATES: usize = 8;
+/// Longest neutral state, in bytes.
+pub const MAX_NEUTRAL_STATE_BYTES: usize = 4096;
 
 /// The exports each kind's calls go through.
 type QuestionTypeExports = bindings::question_type::exports::decide::plugin::question_type::Guest;
 type RendererExports = bindings::renderer::exports::decide::plugin::renderer::Guest;
 type CalibrationExports = bindings::calibration::exports::decide::plugin::calibration::Guest;
 
-/// Contract versions this host links (`decide:plugin@<version>`).
-pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0"];
+/// Contract versions this host links (`decide:plugin@<version>`), oldest first; the last is the
+/// current `wit/plugin.wit`.
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.1.1"];
+
+/// The current contract version (what the bindings are generated from).
+fn current_version() -> &'static str {
+    SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.len() - 1]
+}
 
 /// What every wrapper knows about its plugin.
 #[derive(Debug, Clone)]
@@ -68,6 +89,8 @@ pub struct Calibration {
     meta: Meta,
     runtime: Arc<PluginRuntime>,
     pre: bindings::calibration::CalibrationPluginPre<super::runtime::PluginState>,
+    /// What `content-free.neutral-states` returned at load; `None` when it is not exported.
+    neutral_states: Option<Vec<String>>,
 }
 
 /// A loaded plugin of any kind.
@@ -183,7 +206,11 @@ impl Plugin {
         let sha256 = sha256_hex(bytes);
         let (component, cache) = runtime.component(bytes, &sha256)?;
         let compiled_at = started.elapsed();
-        let (kind, contract) = detect_kind(runtime, &component)?;
+        let Detected {
+            kind,
+            contract,
+            content_free,
+        } = detect_kind(runtime, &component)?;
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(|e| {
             anyhow::anyhow!("cannot be linked (it may import something beyond WASI 0.2): {e:#}")
         })?;
@@ -197,7 +224,7 @@ impl Plugin {
         let mismatch = |e: wasmtime::Error| {
             anyhow::anyhow!(
                 "its {kind} exports do not match decide:plugin@{} (supported: {}): {e:#}",
-                SUPPORTED_VERSIONS[0],
+                current_version(),
                 SUPPORTED_VERSIONS.join(", ")
             )
         };
@@ -226,14 +253,28 @@ impl Plugin {
                 Plugin::Renderer(Arc::new(p))
             }
             PluginKind::Calibration => {
+                let content_free = if content_free {
+                    Some(
+                        bindings::contextual_calibration::ContextualCalibrationPluginPre::new(
+                            instance_pre.clone(),
+                        )
+                        .map_err(mismatch)?,
+                    )
+                } else {
+                    None
+                };
                 let pre = bindings::calibration::CalibrationPluginPre::new(instance_pre)
                     .map_err(mismatch)?;
                 let mut p = Calibration {
                     meta: meta(placeholder),
                     runtime: runtime.clone(),
                     pre,
+                    neutral_states: None,
                 };
                 p.meta.info = p.fetch_info()?;
+                if let Some(content_free) = content_free {
+                    p.neutral_states = Some(p.fetch_neutral_states(&content_free)?);
+                }
                 Plugin::Calibration(Arc::new(p))
             }
         };
@@ -249,7 +290,9 @@ impl Plugin {
 
     /// The check a plugin must pass before it is served: question type: `compile(example())`
     /// then `answer` with uniform probabilities gives a JSON object; renderer: renders a fixed
-    /// question; calibration: `apply([0, 1], default_params(1))` sums to 1.
+    /// question; calibration: `apply([0, 1], default_params(1))` gives 2 probabilities summing
+    /// to 1 (a content-free policy gets `[0, 1, ln 0.5, ln 0.5]`: the same read over a uniform
+    /// prior).
     pub fn self_test(&self) -> Result<(), String> {
         let describe = |e: PluginCallError| match e {
             PluginCallError::InvalidQuestion(m) => format!("rejected its own test input: {m}"),
@@ -303,12 +346,18 @@ impl Plugin {
                 let params = p
                     .default_params(1.0)
                     .map_err(|e| format!("default-params(1): {}", describe(e)))?;
+                let half = 0.5f64.ln();
+                let scores: &[f64] = if p.neutral_states().is_some() {
+                    &[0.0, 1.0, half, half]
+                } else {
+                    &[0.0, 1.0]
+                };
                 let probs = p
-                    .apply(&[0.0, 1.0], &params)
+                    .apply(scores, &params)
                     .map_err(|e| format!("apply: {}", describe(e)))?;
                 let sum: f64 = probs.iter().sum();
                 if probs.len() != 2 || (sum - 1.0).abs() > 1e-6 {
-                    return Err(format!("apply([0, 1], default-params(1)) gave {probs:?}, not 2 probabilities summing to 1"));
+                    return Err(format!("apply({scores:?}, default-params(1)) gave {probs:?}, not 2 probabilities summing to 1"));
                 }
                 Ok(())
             }
@@ -327,22 +376,31 @@ pub struct LoadStats {
     pub total: std::time::Duration,
 }
 
-/// The kind of a component, from the plugin interfaces it exports.
-/// Returns the kind and the contract version it was built against (`0.1.0`).
-fn detect_kind(
-    runtime: &PluginRuntime,
-    component: &Component,
-) -> anyhow::Result<(PluginKind, String)> {
+/// What a component's exports say it is.
+struct Detected {
+    kind: PluginKind,
+    /// The contract version it was built against (`0.1.0`), from its kind's export.
+    contract: String,
+    /// Whether it exports `content-free` (a calibration policy's neutral states).
+    content_free: bool,
+}
+
+/// The kind of a component, from the plugin interfaces it exports, with the contract version it
+/// was built against and whether it exports `content-free` (only a calibration policy may, and
+/// only from 0.1.1 on).
+fn detect_kind(runtime: &PluginRuntime, component: &Component) -> anyhow::Result<Detected> {
     let ty = component.component_type();
     let mut kinds = Vec::new();
     let mut names = Vec::new();
+    let mut content_free = false;
     for (name, _) in ty.exports(runtime.engine()) {
         names.push(name.to_string());
         let (interface, version) = name.split_once('@').unwrap_or((name, ""));
         let kind = match interface {
-            QUESTION_TYPE_EXPORT => PluginKind::QuestionType,
-            RENDERER_EXPORT => PluginKind::Renderer,
-            CALIBRATION_EXPORT => PluginKind::Calibration,
+            QUESTION_TYPE_EXPORT => Some(PluginKind::QuestionType),
+            RENDERER_EXPORT => Some(PluginKind::Renderer),
+            CALIBRATION_EXPORT => Some(PluginKind::Calibration),
+            CONTENT_FREE_EXPORT => None,
             _ => continue,
         };
         if !SUPPORTED_VERSIONS.contains(&version) {
@@ -351,10 +409,34 @@ fn detect_kind(
                 SUPPORTED_VERSIONS.join(", @")
             );
         }
-        kinds.push((kind, version.to_string()));
+        match kind {
+            Some(kind) => kinds.push((kind, version.to_string())),
+            None => {
+                let since = SUPPORTED_VERSIONS
+                    .iter()
+                    .position(|v| *v == CONTENT_FREE_SINCE);
+                let at = SUPPORTED_VERSIONS.iter().position(|v| *v == version);
+                if at < since {
+                    anyhow::bail!(
+                        "exports {name}, but content-free was added in decide:plugin@{CONTENT_FREE_SINCE}"
+                    );
+                }
+                content_free = true;
+            }
+        }
+    }
+    if content_free && kinds.iter().any(|(k, _)| *k != PluginKind::Calibration) {
+        anyhow::bail!(
+            "exports {CONTENT_FREE_EXPORT}, which only a calibration policy may export (world contextual-calibration-plugin); it exports: [{}]",
+            names.join(", ")
+        );
     }
     match kinds.as_slice() {
-        [kind] => Ok(kind.clone()),
+        [(kind, contract)] => Ok(Detected {
+            kind: *kind,
+            contract: contract.clone(),
+            content_free,
+        }),
         [] => anyhow::bail!(
             "exports no decide:plugin interface (question-type, renderer or calibration); it exports: [{}]",
             names.join(", ")
@@ -632,6 +714,44 @@ impl Calibration {
             .map_err(|e| anyhow::anyhow!("info(): {e}"))
     }
 
+    /// Calls `content-free.neutral-states` (once, at load) and checks what it returns.
+    fn fetch_neutral_states(
+        &self,
+        pre: &bindings::contextual_calibration::ContextualCalibrationPluginPre<PluginState>,
+    ) -> anyhow::Result<Vec<String>> {
+        let states = self
+            .runtime
+            .call(
+                &self.meta.call,
+                None,
+                |store| pre.instantiate(store),
+                |store, instance| {
+                    instance
+                        .decide_plugin_content_free()
+                        .call_neutral_states(store)
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("neutral-states(): {e}"))?;
+        check_neutral_states(&self.meta.name, states)
+    }
+
+    /// The neutral states this policy has each question read over, besides the real input:
+    /// `Some` for a policy that exports `decide:plugin/content-free` (contextual calibration;
+    /// its `fit` and `apply` then take 2k scores, the real read's then the content-free ones,
+    /// see `wit/plugin.wit`), `None` for every other policy (k scores).
+    pub fn neutral_states(&self) -> Option<&[String]> {
+        self.neutral_states.as_deref()
+    }
+
+    /// How many scores `apply` takes per option: 2 for a content-free policy, else 1.
+    fn scores_per_option(&self) -> usize {
+        if self.neutral_states.is_some() {
+            2
+        } else {
+            1
+        }
+    }
+
     fn check_params(&self, params: Vec<f64>) -> Result<Vec<f64>, PluginCallError> {
         if params.len() > limits::MAX_PARAMS {
             return Err(failed(
@@ -671,7 +791,9 @@ impl Calibration {
         self.check_params(params)
     }
 
-    /// Probabilities (one per score, summing to 1) from raw option scores and parameters.
+    /// Probabilities (one per option, summing to 1) from raw option scores and parameters. For a
+    /// policy with [`Calibration::neutral_states`], `scores` holds 2k numbers (the real read's
+    /// k scores, then the k content-free scores) and k probabilities come back.
     pub fn apply(&self, scores: &[f64], params: &[f64]) -> Result<Vec<f64>, PluginCallError> {
         self.apply_at(None, scores, params)
     }
@@ -692,22 +814,34 @@ impl Calibration {
         scores: &[f64],
         params: &[f64],
     ) -> Result<Vec<f64>, PluginCallError> {
-        if scores.len() > limits::MAX_OPTIONS || params.len() > limits::MAX_PARAMS {
+        let per_option = self.scores_per_option();
+        let max_scores = limits::MAX_OPTIONS * per_option;
+        if scores.len() > max_scores || params.len() > limits::MAX_PARAMS {
             return Err(PluginCallError::InvalidQuestion(format!(
                 "{} scores and {} parameters exceed the limits of {} and {}",
                 scores.len(),
                 params.len(),
-                limits::MAX_OPTIONS,
+                max_scores,
                 limits::MAX_PARAMS
             )));
         }
-        let result = self.call(session, |c, store| c.call_apply(store, scores, params))?;
-        let probs = result.map_err(|e| plugin_error(&self.meta.name, e))?;
-        if probs.len() != scores.len() {
+        if !scores.len().is_multiple_of(per_option) {
             return Err(failed(
                 &self.meta.name,
                 format!(
-                    "apply() returned {} probabilities for {} scores",
+                    "takes 2k scores (the real read's k, then k content-free scores), not {}",
+                    scores.len()
+                ),
+            ));
+        }
+        let options = scores.len() / per_option;
+        let result = self.call(session, |c, store| c.call_apply(store, scores, params))?;
+        let probs = result.map_err(|e| plugin_error(&self.meta.name, e))?;
+        if probs.len() != options {
+            return Err(failed(
+                &self.meta.name,
+                format!(
+                    "apply() returned {} probabilities for {} scores ({options} options)",
                     probs.len(),
                     scores.len()
                 ),
@@ -745,6 +879,29 @@ impl Calibration {
         let params = result.map_err(|e| plugin_error(&self.meta.name, e))?;
         self.check_params(params)
     }
+}
+
+/// Refuses a content-free policy's neutral states unless there are 1 to
+/// [`MAX_NEUTRAL_STATES`] of them, each at most [`MAX_NEUTRAL_STATE_BYTES`] long (each state is
+/// one more read of every question).
+fn check_neutral_states(plugin: &str, states: Vec<String>) -> anyhow::Result<Vec<String>> {
+    if states.is_empty() || states.len() > MAX_NEUTRAL_STATES {
+        anyhow::bail!(
+            "plugin {plugin}: neutral-states() returned {} states; a content-free policy names 1 to {MAX_NEUTRAL_STATES}",
+            states.len()
+        );
+    }
+    if let Some((i, s)) = states
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.len() > MAX_NEUTRAL_STATE_BYTES)
+    {
+        anyhow::bail!(
+            "plugin {plugin}: neutral state {i} is {} bytes, over the limit of {MAX_NEUTRAL_STATE_BYTES}",
+            s.len()
+        );
+    }
+    Ok(states)
 }
 
 fn failed(plugin: &str, what: String) -> PluginCallError {
@@ -823,4 +980,35 @@ fn check_compiled(plugin: &str, c: &wit::CompiledQuestion) -> Result<(), PluginC
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn neutral_states_are_bounded() {
+        let states = |n: usize, len: usize| vec!["x".repeat(len); n];
+        assert_eq!(check_neutral_states("p", states(1, 0)).unwrap(), vec![""]);
+        assert!(
+            check_neutral_states("p", states(MAX_NEUTRAL_STATES, MAX_NEUTRAL_STATE_BYTES)).is_ok()
+        );
+        let none = check_neutral_states("ctx", vec![]).unwrap_err().to_string();
+        assert!(
+            none.contains("plugin ctx") && none.contains("returned 0 states"),
+            "{none}"
+        );
+        let many = check_neutral_states("ctx", states(MAX_NEUTRAL_STATES + 1, 1)).unwrap_err();
+        assert!(
+            many.to_string()
+                .contains("returned 9 states; a content-free policy names 1 to 8"),
+            "{many}"
+        );
+        let long = check_neutral_states("ctx", states(2, MAX_NEUTRAL_STATE_BYTES + 1)).unwrap_err();
+        assert!(
+            long.to_string()
+                .contains("plugin ctx: neutral state 0 is 4097 bytes, over the limit of 4096"),
+            "{long}"
+        );
+    }
 }

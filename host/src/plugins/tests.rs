@@ -89,10 +89,15 @@ fn builtins_are_listed_with_kinds() {
         names,
         vec![
             ("bias-temperature", PluginKind::Calibration),
+            ("contextual", PluginKind::Calibration),
             ("direct-options", PluginKind::Renderer),
+            ("framed", PluginKind::Renderer),
             ("openai-choice", PluginKind::QuestionType),
             ("openai-predicate", PluginKind::QuestionType),
             ("openai-score", PluginKind::QuestionType),
+            ("options-first", PluginKind::Renderer),
+            ("plain-letter", PluginKind::Renderer),
+            ("restated", PluginKind::Renderer),
             ("systemone-choice", PluginKind::QuestionType),
             ("systemone-noul", PluginKind::QuestionType),
             ("systemone-score", PluginKind::QuestionType),
@@ -104,7 +109,8 @@ fn builtins_are_listed_with_kinds() {
         assert_eq!(s.version, "0.1.0");
         assert_eq!(s.sha256.len(), 64);
     }
-    let json = serde_json::to_value(&list[1]).unwrap();
+    let direct = list.iter().find(|s| s.name == "direct-options").unwrap();
+    let json = serde_json::to_value(direct).unwrap();
     assert_eq!(json["kind"], "renderer");
     assert_eq!(json["source"], "builtin");
     // Lookups are by kind.
@@ -288,6 +294,90 @@ fn direct_options_renders_the_documented_prompt() {
     assert!(failed_message(r.render("s", &q, &["A".into()])).contains("got 1 labels for 2 options"));
 }
 
+/// Every built-in renderer, through wasm: its info, the label rules (a label count that differs
+/// from the option count fails the question; the last user message ends with the instruction to
+/// answer with one label) and the start of its text (the exact texts are unit-tested in
+/// `guests/common/src/render*`).
+#[test]
+fn every_renderer_ends_on_the_label_instruction() {
+    let q = CompiledQuestion {
+        instructions: Some("Is it red?".into()),
+        options: vec![
+            OptionDef {
+                key: "true".into(),
+                text: "Yes".into(),
+                description: Some("It is red".into()),
+            },
+            OptionDef {
+                key: "false".into(),
+                text: "No".into(),
+                description: None,
+            },
+        ],
+    };
+    let cases = [
+        (
+            "direct-options",
+            true,
+            "Input:\na red car\n",
+            "Reply with one label: A, B.",
+        ),
+        (
+            "options-first",
+            true,
+            "Options:\nA. Yes - It is red\nB. No\n",
+            "\nReply with one label: A, B.",
+        ),
+        (
+            "restated",
+            true,
+            "Input:\na red car\n",
+            "\nQuestion again: Is it red?\nReply with one label: A, B.",
+        ),
+        (
+            "plain-letter",
+            false,
+            "a red car\n\nIs it red?\n\nA. It is red\n",
+            "Answer with the letter of the correct option only.",
+        ),
+        (
+            "framed",
+            true,
+            "<input>\na red car\n</input>\n",
+            "Definitions:\nYes: It is red\n\nReply with one label: A, B.",
+        ),
+    ];
+    for (name, system, start, end) in cases {
+        let r = builtins()
+            .renderer(name)
+            .unwrap_or_else(|| panic!("no renderer {name}"));
+        assert_eq!(r.info().name, name);
+        assert!(!r.info().description.is_empty());
+        let m = r
+            .render("a red car", &q, &["A".into(), "B".into()])
+            .unwrap();
+        assert_eq!(m.len(), if system { 2 } else { 1 }, "{name}");
+        assert_eq!(m[0].role == "system", system, "{name}");
+        let user = m.last().unwrap();
+        assert_eq!(user.role, "user", "{name}");
+        assert!(user.content.starts_with(start), "{name}: {}", user.content);
+        assert!(user.content.ends_with(end), "{name}: {}", user.content);
+        // Labels that are the option texts are shown once.
+        let m = r
+            .render("a red car", &q, &["Yes".into(), "No".into()])
+            .unwrap();
+        let user = &m.last().unwrap().content;
+        assert!(
+            !user.contains("Yes. Yes") && !user.contains("No. No"),
+            "{name}: {user}"
+        );
+        assert!(
+            failed_message(r.render("s", &q, &["A".into()])).contains("got 1 labels for 2 options"),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn temperature_calibration_applies_and_fits() {
     let c = builtins().calibration("temperature").unwrap();
@@ -323,6 +413,101 @@ fn temperature_calibration_applies_and_fits() {
     }
     let t = c.fit(&samples).unwrap()[0];
     assert!((t - 2.0).abs() < 0.15, "fitted T = {t}");
+}
+
+/// The contextual-calibration policy through wasm: it names its neutral states (kept at load),
+/// takes 2k scores (the real read's, then the content-free ones) and returns k probabilities;
+/// the other policies name none.
+#[test]
+fn contextual_calibration_names_neutral_states_and_divides_out_the_prior() {
+    let c = builtins().calibration("contextual").unwrap();
+    assert_eq!(c.info().name, "contextual");
+    assert_eq!(
+        c.neutral_states(),
+        Some(&["N/A".to_string(), String::new(), "[MASK]".to_string()][..])
+    );
+    for other in ["temperature", "bias-temperature"] {
+        assert_eq!(
+            builtins().calibration(other).unwrap().neutral_states(),
+            None
+        );
+    }
+    assert_eq!(c.default_params(0.7).unwrap(), vec![0.7]);
+    // The read equals the prior: no evidence, uniform.
+    let (a, b) = (0.8f64.ln(), 0.2f64.ln());
+    let p = c.apply(&[a, b, a, b], &[1.0]).unwrap();
+    assert!(
+        (p[0] - 0.5).abs() < 1e-12 && (p[1] - 0.5).abs() < 1e-12,
+        "{p:?}"
+    );
+    // p ∝ p_content / p_neutral.
+    let p = c.apply(&[0.6f64.ln(), 0.4f64.ln(), a, b], &[1.0]).unwrap();
+    assert!((p[0] - 0.75 / 2.75).abs() < 1e-12, "{p:?}");
+    // An odd count breaks the convention: refused by the host before the call.
+    assert!(failed_message(c.apply(&[0.0, 1.0, 2.0], &[1.0])).contains("takes 2k scores"));
+    assert!(failed_message(c.apply(&[0.0, 1.0], &[1.0, 2.0])).contains("expected 1 parameter"));
+    // Fit on 2k scores: the label prior is divided out, T comes from the corrected scores.
+    let mut samples = Vec::new();
+    for i in 0..400 {
+        let s = (i % 7) as f64 - 3.0;
+        let truth = builtins()
+            .calibration("temperature")
+            .unwrap()
+            .apply(&[0.0, s], &[2.0])
+            .unwrap();
+        let ones = (truth[1] * 20.0).round() as usize;
+        for j in 0..20 {
+            samples.push(LabelledScores {
+                // A prior of +1.5 on the first label, in the real read and the neutral read.
+                scores: vec![1.5, s, 1.5, 0.0],
+                expected: u32::from(j < ones),
+            });
+        }
+    }
+    let t = c.fit(&samples).unwrap()[0];
+    assert!((t - 2.0).abs() < 0.15, "fitted T = {t}");
+}
+
+/// Components built against an older contract keep loading: `temperature-v010`, the temperature
+/// policy built against `wit/compat/0.1.0`, exports `decide:plugin/calibration@0.1.0`; the host's
+/// bindings (0.1.1) find it by its semver-compatible name. It loads, self-tests and applies next
+/// to the built-ins, which are all 0.1.1.
+#[test]
+fn a_plugin_built_against_0_1_0_loads_and_applies_next_to_the_0_1_1_builtins() {
+    assert_eq!(SUPPORTED_VERSIONS, ["0.1.0", "0.1.1"]);
+    let runtime = PluginRuntime::new(config(None)).unwrap();
+    let bytes = std::fs::read(test_guest("temperature-v010")).unwrap();
+    let (plugin, _) = Plugin::load(&runtime, "temperature-v010", &bytes).unwrap();
+    assert_eq!(plugin.contract_version(), "0.1.0");
+    plugin.self_test().unwrap();
+    let Plugin::Calibration(old) = plugin else {
+        panic!("temperature-v010 is not a calibration policy: {plugin:?}")
+    };
+    assert_eq!(old.info().name, "temperature-v010");
+    assert_eq!(old.neutral_states(), None);
+    let expected = 1.0 / (1.0 + (-0.5f64).exp());
+    let p = old
+        .apply(&[0.0, 1.0], &old.default_params(2.0).unwrap())
+        .unwrap();
+    assert!((p[1] - expected).abs() < 1e-12, "{p:?}");
+
+    for (name, _, bytes) in builtin::BUILTIN_PLUGINS {
+        let (plugin, _) = Plugin::load(&runtime, name, bytes).unwrap();
+        assert_eq!(plugin.contract_version(), "0.1.1", "{name}");
+    }
+    let new = builtins().calibration("temperature").unwrap();
+    let p = new
+        .apply(&[0.0, 1.0], &new.default_params(2.0).unwrap())
+        .unwrap();
+    assert!((p[1] - expected).abs() < 1e-12, "{p:?}");
+    let contextual = builtins().calibration("contextual").unwrap();
+    let p = contextual
+        .apply(
+            &[0.0, 1.0, 0.0, 0.0],
+            &contextual.default_params(2.0).unwrap(),
+        )
+        .unwrap();
+    assert!((p[1] - expected).abs() < 1e-12, "{p:?}");
 }
 
 fn misbehaving_runtime(timeout_ms: u64) -> Arc<PluginRuntime> {
