@@ -156,6 +156,9 @@ pub struct RawRead {
     pub option_mass: f32,
     /// `permutation`: the top option under each label shift (how often the order changes it).
     pub shift_top: Option<Vec<usize>>,
+    /// When neutral states were given: the log of the mean option distribution of the same
+    /// question read over each of them (what a content-free policy divides out).
+    pub content_free: Option<Vec<f64>>,
 }
 
 /// How an answer's prompt was made, for the audit block.
@@ -391,6 +394,7 @@ struct Prompting<'a> {
 }
 
 /// A compiled question waiting for the model.
+#[derive(Clone)]
 struct Planned {
     index: usize,
     /// The plugin that compiled the question answers it too, even if a newer version is
@@ -709,6 +713,10 @@ impl Engine {
             scope,
             refused: &refused,
         };
+        // A content-free policy also gets every question read over its neutral states.
+        let content_free = calibration.neutral_states().map(|states| {
+            self.read_content_free(states, &request.questions, &compiled, &prompting, &mut decided)
+        });
         let reads = self.read_planned(
             &request.state,
             &request.questions,
@@ -734,6 +742,7 @@ impl Engine {
                         applied: &applied,
                         rendering: &rendering,
                         min_option_mass,
+                        content_free: content_free.as_deref(),
                         session: &session,
                     };
                     self.answer_one(question, planned, read, &given)
@@ -765,7 +774,7 @@ impl Engine {
         questions: &[Question],
     ) -> Vec<Result<RawRead, String>> {
         let resolved = self.resolve_setup(scope.renderer.as_deref(), None);
-        self.read_raw_with(scope, &resolved, state, questions)
+        self.read_raw_with(scope, &resolved, state, questions, None)
     }
 
     /// What a request of a scope with this tenant renderer and request renderer is read with.
@@ -773,13 +782,15 @@ impl Engine {
         setup::resolve(&self.setup, tenant, request, &readout::Options::default())
     }
 
-    /// [`Engine::read_raw_in`] with an explicit setup (what `decide tune` compares).
+    /// [`Engine::read_raw_in`] with an explicit setup (what `decide tune` compares), and,
+    /// with `neutral` states, each question's content-free scores ([`RawRead::content_free`]).
     pub fn read_raw_with(
         &self,
         scope: &RequestScope,
         resolved: &Resolved,
         state: &str,
         questions: &[Question],
+        neutral: Option<&[String]>,
     ) -> Vec<Result<RawRead, String>> {
         let Some(renderer) = self
             .plugins
@@ -820,17 +831,68 @@ impl Engine {
             scope,
             refused: &refused,
         };
+        let mut content_free = neutral
+            .map(|states| {
+                self.read_content_free(states, questions, &planned, &prompting, &mut decided)
+            })
+            .map(Vec::into_iter);
         self.read_planned(state, questions, planned, &prompting, &mut decided)
             .into_iter()
             .map(|read| {
+                let free = content_free.as_mut().map(|c| c.next().expect("one per question"));
                 let (planned, read) = read.map_err(|refusal| refusal.message)?;
                 Ok(RawRead {
                     options: planned.compiled.options,
                     scores: read.combined.scores,
                     option_mass: read.combined.option_mass,
                     shift_top: read.combined.detail.shift_top,
+                    content_free: free.transpose()?,
                 })
             })
+            .collect()
+    }
+
+    /// Content-free scores of each planned question (in question order): the question read
+    /// over each neutral state with the same renderer, labels and readout, its option
+    /// distributions averaged, as logs. A question whose neutral read fails gets the reason.
+    fn read_content_free(
+        &self,
+        states: &[String],
+        questions: &[Question],
+        planned: &[Result<Planned, Refusal>],
+        prompting: &Prompting<'_>,
+        decided: &mut Decided,
+    ) -> Vec<Result<Vec<f64>, String>> {
+        let mut sums: Vec<Result<Vec<f64>, String>> = planned
+            .iter()
+            .map(|p| match p {
+                Ok(p) => Ok(vec![0.0; p.compiled.options.len()]),
+                Err(refusal) => Err(refusal.message.clone()),
+            })
+            .collect();
+        for state in states {
+            let reads = self.read_planned(state, questions, planned.to_vec(), prompting, decided);
+            for (sum, read) in sums.iter_mut().zip(reads) {
+                let Ok(total) = sum else { continue };
+                match read {
+                    Ok((_, read)) => {
+                        let p = crate::calibration::cv::raw_probabilities(&read.combined.scores);
+                        for (t, x) in total.iter_mut().zip(p) {
+                            *t += x;
+                        }
+                    }
+                    Err(refusal) => {
+                        *sum = Err(format!(
+                            "the content-free read over the neutral state {state:?} failed: {}",
+                            refusal.message
+                        ))
+                    }
+                }
+            }
+        }
+        let n = states.len().max(1) as f64;
+        sums.into_iter()
+            .map(|sum| sum.map(|total| total.iter().map(|t| (t / n).ln()).collect()))
             .collect()
     }
 
@@ -940,6 +1002,7 @@ impl Engine {
             applied,
             rendering,
             min_option_mass,
+            content_free,
             session,
         } = *given;
         let loc = &question.loc;
@@ -957,7 +1020,12 @@ impl Engine {
             Ok(params) => params.clone(),
             Err(error) => return refuse_plugin(error.clone()),
         };
-        let probabilities = match calibration.apply_in(session, &combined.scores, &params) {
+        let scores = match content_free.map(|all| &all[planned.index]) {
+            None => combined.scores.clone(),
+            Some(Ok(free)) => [combined.scores.as_slice(), free.as_slice()].concat(),
+            Some(Err(reason)) => return Outcome::Refusal(plugin_refusal(loc, reason)),
+        };
+        let probabilities = match calibration.apply_in(session, &scores, &params) {
             Ok(probabilities) => probabilities,
             Err(error) => return refuse_plugin(error),
         };
@@ -999,6 +1067,8 @@ struct Given<'a> {
     applied: &'a Applied,
     rendering: &'a Rendering,
     min_option_mass: f64,
+    /// Per question (by index), its content-free scores when the policy takes them.
+    content_free: Option<&'a [Result<Vec<f64>, String>]>,
     session: &'a Session,
 }
 

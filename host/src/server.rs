@@ -261,6 +261,7 @@ fn startup_tuning(
         model_file: &config.model,
         renderers: config.tune_renderers.clone(),
         reuse: true,
+        neutral: None,
     };
     let (setup, saved) = tune::startup(engine, &settings, progress);
     tracing::info!(setup = %setup.label(), source = setup.source.as_str(), "prompt setup");
@@ -286,6 +287,15 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
         model_file: &config.model,
         renderers: config.tune_renderers.clone(),
         reuse: false,
+        // With a held-out evaluation, content-free policies are scored too.
+        neutral: args.heldout.as_ref().and_then(|_| {
+            engine
+                .plugins()
+                .list()
+                .into_iter()
+                .filter(|p| p.kind == crate::plugins::PluginKind::Calibration)
+                .find_map(|p| engine.plugins().calibration(&p.name)?.neutral_states().map(<[String]>::to_vec))
+        }),
     };
     let (saved, measured) = tune::run_measured(&engine, &settings, &|step| tracing::info!("{step}"))
         .map_err(|cause| anyhow::anyhow!("tuning failed: {cause}"))?;

@@ -28,6 +28,24 @@ pub struct Sample {
     pub expected: usize,
     /// Cross-validation group.
     pub group: String,
+    /// The content-free scores of the same question (log of the mean option distribution over
+    /// neutral states), when they were read: what a content-free policy (`contextual`) takes
+    /// after `scores` (see `wit/plugin.wit`, interface `content-free`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_free: Option<Vec<f64>>,
+}
+
+/// The scores `policy` is given for `sample`: the raw scores, followed by the content-free
+/// ones for a content-free policy.
+pub fn policy_scores(policy: &Calibration, sample: &Sample) -> Result<Vec<f64>, String> {
+    match (policy.neutral_states(), &sample.content_free) {
+        (None, _) => Ok(sample.scores.clone()),
+        (Some(_), Some(free)) => Ok([sample.scores.as_slice(), free.as_slice()].concat()),
+        (Some(_), None) => Err(format!(
+            "`{}` divides out content-free reads, and this question was read without them",
+            policy.name()
+        )),
+    }
 }
 
 /// The fold of each sample: groups shuffled with a fixed seed and dealt round-robin into
@@ -170,10 +188,12 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
         }
         Err(error) => report.error = Some(error),
     }
-    match policy.fit(&labelled(samples.iter())) {
+    let fitted = labelled(policy, samples.iter())
+        .and_then(|all| policy.fit(&all).map_err(describe));
+    match fitted {
         Ok(params) => report.params = Some(params),
         Err(error) => {
-            let error = format!("fit on all questions: {}", describe(error));
+            let error = format!("fit on all questions: {error}");
             report.error = Some(
                 report
                     .error
@@ -195,11 +215,16 @@ fn accuracy(tops: &[Top]) -> f64 {
     tops.iter().filter(|t| t.correct).count() as f64 / tops.len().max(1) as f64
 }
 
-fn labelled<'a>(samples: impl Iterator<Item = &'a Sample>) -> Vec<LabelledScores> {
+fn labelled<'a>(
+    policy: &Calibration,
+    samples: impl Iterator<Item = &'a Sample>,
+) -> Result<Vec<LabelledScores>, String> {
     samples
-        .map(|s| LabelledScores {
-            scores: s.scores.clone(),
-            expected: s.expected as u32,
+        .map(|s| {
+            Ok(LabelledScores {
+                scores: policy_scores(policy, s)?,
+                expected: s.expected as u32,
+            })
         })
         .collect()
 }
@@ -226,12 +251,13 @@ pub fn held_out_probabilities(
     let mut rejected = Vec::new();
     for fold in 0..folds {
         let train = labelled(
+            policy,
             samples
                 .iter()
                 .zip(&fold_of)
                 .filter(|(_, f)| **f != fold)
                 .map(|(s, _)| s),
-        );
+        )?;
         let params = match policy.fit(&train) {
             Ok(params) => params,
             Err(PluginCallError::Failed { message, .. }) => {
@@ -248,7 +274,7 @@ pub fn held_out_probabilities(
             .filter(|(i, _)| fold_of[*i] == fold)
         {
             out[i] = policy
-                .apply(&sample.scores, &params)
+                .apply(&policy_scores(policy, sample)?, &params)
                 .map_err(|e| format!("fold {}/{folds}: apply: {e}", fold + 1))?;
         }
     }
@@ -264,6 +290,7 @@ mod tests {
             scores: vec![0.0, 1.0],
             expected: 1,
             group: group.into(),
+            content_free: None,
         }
     }
 

@@ -241,7 +241,10 @@ pub fn run(
         }
     }
 
-    let (samples, counts) = collect(engine, &set, progress);
+    let policies = compared_policies(engine, policy_name);
+    // Content-free reads for a content-free policy (the first one's neutral states).
+    let neutral = policies.iter().find_map(|p| p.neutral_states().map(<[String]>::to_vec));
+    let (samples, counts) = collect(engine, &set, neutral.as_deref(), progress);
     if samples.len() < MIN_ANSWERED {
         return Err(format!(
             "only {} of {} questions from {} were answered, at least {MIN_ANSWERED} are needed{}",
@@ -255,7 +258,6 @@ pub fn run(
                 .unwrap_or_default()
         ));
     }
-    let policies = compared_policies(engine, policy_name);
     let mut reports = Vec::with_capacity(policies.len());
     for plugin in &policies {
         progress(format!("calibrating (fitting {})", plugin.name()));
@@ -402,20 +404,24 @@ fn decide(
 fn collect(
     engine: &Engine,
     set: &QuestionSet,
+    neutral: Option<&[String]>,
     progress: &dyn Fn(String),
 ) -> (Vec<Sample>, QuestionCounts) {
-    collect_in(engine, &RequestScope::default(), set, &|done, total| {
+    collect_in(engine, &RequestScope::default(), set, neutral, &|done, total| {
         progress(format!("calibrating ({done}/{total})"))
     })
 }
 
-/// [`collect`] with a tenant's scope (its plugins and renderer); `progress(done, total)`.
+/// [`collect`] with a tenant's scope (its plugins and renderer); with `neutral` states each
+/// sample also gets its content-free scores; `progress(done, total)`.
 pub fn collect_in(
     engine: &Engine,
     scope: &RequestScope,
     set: &QuestionSet,
+    neutral: Option<&[String]>,
     progress: &dyn Fn(usize, usize),
 ) -> (Vec<Sample>, QuestionCounts) {
+    let setup = engine.resolve_setup(scope.renderer.as_deref(), None);
     let total = set.questions.len();
     let mut by_state: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, q) in set.questions.iter().enumerate() {
@@ -437,7 +443,8 @@ pub fn collect_in(
                 json: set.questions[i].json.clone(),
             })
             .collect();
-        for (&i, read) in indices.iter().zip(engine.read_raw_in(scope, state, &batch)) {
+        let reads = engine.read_raw_with(scope, &setup, state, &batch, neutral);
+        for (&i, read) in indices.iter().zip(reads) {
             let q = &set.questions[i];
             match read {
                 Err(reason) => skipped.push(format!("{}: {reason}", q.id)),
@@ -449,6 +456,7 @@ pub fn collect_in(
                         scores: read.scores,
                         expected,
                         group: q.group.clone(),
+                        content_free: read.content_free,
                     }),
                     None => skipped.push(format!(
                         "{}: expected {} is not one of the question's options",
@@ -573,6 +581,7 @@ mod tests {
                     scores,
                     expected: expected.unwrap_or(k - 1),
                     group: format!("g{}", i / 3),
+                    content_free: None,
                 }
             })
             .collect()

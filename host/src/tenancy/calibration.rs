@@ -246,7 +246,8 @@ fn fit(
         .plugins()
         .calibration_in(scope.plugins.as_deref(), &policy_name)
         .ok_or_else(|| format!("calibration plugin `{policy_name}` is not loaded"))?;
-    let (samples, counts) = calibration::collect_in(engine, scope, set, progress);
+    let (samples, counts) =
+        calibration::collect_in(engine, scope, set, policy.neutral_states(), progress);
     if samples.len() < calibration::MIN_ANSWERED {
         return Err(format!(
             "only {} of {} questions were answered, at least {} are needed{}",

@@ -83,31 +83,35 @@ pub fn evaluate(
         .filter(|p| p.kind == PluginKind::Calibration)
         .filter_map(|p| engine.plugins().calibration(&p.name))
         .collect();
+    let neutral = policies.iter().find_map(|p| p.neutral_states());
     let mut rows = Vec::new();
     let mut flips = Vec::new();
     for (i, (setup, tuning)) in measured.iter().enumerate() {
         progress(format!("held-out ({}/{}): {}", i + 1, measured.len(), setup.label()));
-        let (answered, _) = read_set(engine, setup, heldout, &mut |_| {});
-        let train: Vec<LabelledScores> = tuning
-            .iter()
-            .map(|a| LabelledScores {
-                scores: a.sample.scores.clone(),
-                expected: a.sample.expected as u32,
-            })
-            .collect();
+        let (answered, _) = read_set(engine, setup, heldout, neutral, &mut |_| {});
         for policy in &policies {
-            let (params, fit_refused) = match policy.fit(&train) {
+            let train: Result<Vec<LabelledScores>, String> = tuning
+                .iter()
+                .map(|a| {
+                    Ok(LabelledScores {
+                        scores: cv::policy_scores(policy, &a.sample)?,
+                        expected: a.sample.expected as u32,
+                    })
+                })
+                .collect();
+            let fitted = train.and_then(|train| policy.fit(&train).map_err(|e| e.to_string()));
+            let (params, fit_refused) = match fitted {
                 Ok(params) => (params, None),
                 Err(error) => (
                     policy.default_params(1.0).unwrap_or_else(|_| vec![1.0]),
-                    Some(error.to_string()),
+                    Some(error),
                 ),
             };
             let probabilities: Vec<Vec<f64>> = answered
                 .iter()
                 .map(|a| {
-                    policy
-                        .apply(&a.sample.scores, &params)
+                    cv::policy_scores(policy, &a.sample)
+                        .and_then(|scores| policy.apply(&scores, &params).map_err(|e| e.to_string()))
                         .unwrap_or_else(|_| cv::raw_probabilities(&a.sample.scores))
                 })
                 .collect();
@@ -116,7 +120,7 @@ pub fn evaluate(
         if permute > 1 && setup.readout == Choice::Auto {
             let mut permuted = setup.clone();
             permuted.readout = Choice::Permutation;
-            let (shifted, _) = read_set(engine, &permuted, heldout, &mut |_| {});
+            let (shifted, _) = read_set(engine, &permuted, heldout, None, &mut |_| {});
             let changed = shifted
                 .iter()
                 .filter(|a| a.shift_top.as_ref().is_some_and(|t| t.iter().any(|&x| x != t[0])))
@@ -201,7 +205,7 @@ fn paired(a: &Row, b: &Row) -> (Option<Interval>, usize) {
     let xb: Vec<f64> = both.iter().map(|(q, _, _)| f(of_b[q])).collect();
     let groups: Vec<Sample> = both
         .iter()
-        .map(|(_, _, group)| Sample { scores: vec![], expected: 0, group: group.clone() })
+        .map(|(_, _, group)| Sample { scores: vec![], expected: 0, group: group.clone(), content_free: None })
         .collect();
     (Some(ece::paired_gain(&xa, &xb, &cv::group_indices(&groups))), both.len())
 }

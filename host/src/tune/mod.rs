@@ -90,6 +90,9 @@ pub struct Settings<'a> {
     pub renderers: Vec<String>,
     /// Reuse a saved result when the key matches (`decide tune` always measures).
     pub reuse: bool,
+    /// Also read every question over these neutral states (content-free scores, for a
+    /// held-out evaluation of content-free policies); none at startup.
+    pub neutral: Option<Vec<String>>,
 }
 
 /// One answered question of one candidate.
@@ -214,7 +217,7 @@ pub fn run_measured(
         ));
     };
     for setup in &setups {
-        let (report, answered) = measure(engine, setup, &set, &mut |n| {
+        let (report, answered) = measure(engine, setup, &set, settings.neutral.as_deref(), &mut |n| {
             done_reads += n;
             tick(done_reads)
         });
@@ -224,7 +227,11 @@ pub fn run_measured(
     if let Some(best) = best_index(&measured) {
         let mut permuted = setups[best].clone();
         permuted.readout = Choice::Permutation;
-        let (report, answered) = measure(engine, &permuted, &set, &mut |n| {
+        // Words name options, not positions: a permutation reads those questions with letters.
+        if permuted.labels == Scheme::Words {
+            permuted.labels = Scheme::Letters;
+        }
+        let (report, answered) = measure(engine, &permuted, &set, settings.neutral.as_deref(), &mut |n| {
             done_reads += n * 4;
             tick(done_reads)
         });
@@ -283,10 +290,11 @@ pub fn measure(
     engine: &Engine,
     setup: &Setup,
     set: &QuestionSet,
+    neutral: Option<&[String]>,
     progress: &mut dyn FnMut(usize),
 ) -> (CandidateReport, Vec<Answered>) {
     let started = Instant::now();
-    let (answered, skipped) = read_set(engine, setup, set, progress);
+    let (answered, skipped) = read_set(engine, setup, set, neutral, progress);
     let report = score(setup, &answered, &skipped, started.elapsed().as_secs_f64());
     (report, answered)
 }
@@ -297,6 +305,7 @@ pub fn read_set(
     engine: &Engine,
     setup: &Setup,
     set: &QuestionSet,
+    neutral: Option<&[String]>,
     progress: &mut dyn FnMut(usize),
 ) -> (Vec<Answered>, Vec<String>) {
     let resolved = Resolved {
@@ -330,7 +339,7 @@ pub fn read_set(
                 json: set.questions[i].json.clone(),
             })
             .collect();
-        let reads = engine.read_raw_with(&RequestScope::default(), &resolved, state, &batch);
+        let reads = engine.read_raw_with(&RequestScope::default(), &resolved, state, &batch, neutral);
         for (&i, read) in indices.iter().zip(reads) {
             let q = &set.questions[i];
             match read {
@@ -345,6 +354,7 @@ pub fn read_set(
                             scores: read.scores,
                             expected,
                             group: q.group.clone(),
+                            content_free: read.content_free,
                         },
                         option_mass: read.option_mass,
                         shift_top: read.shift_top,
@@ -518,6 +528,7 @@ mod tests {
             scores,
             expected,
             group: format!("g{group}"),
+            content_free: None,
         }
     }
 
