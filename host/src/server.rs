@@ -307,12 +307,43 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.heldout {
         let heldout = calibration::questions::QuestionSet::read(path).map_err(anyhow::Error::msg)?;
         let chosen = saved.setup();
+        // The policy the chosen setup would be served with: startup calibration's rule, on
+        // the chosen setup's reads of the tuning set.
+        let samples: Vec<calibration::cv::Sample> = measured
+            .iter()
+            .find(|(setup, _)| setup.label() == chosen.label())
+            .map(|(_, answered)| answered.iter().map(|a| a.sample.clone()).collect())
+            .unwrap_or_default();
+        let auto = config.calibration == calibration::AUTO;
+        let first = if auto { calibration::AUTO_FALLBACK } else { config.calibration.as_str() };
+        let policies = calibration::compared_policies(&engine, first);
+        let reports = calibration::compare_policies(&policies, &samples, auto, &|_| {});
+        let chosen_policy = match reports.first() {
+            Some(report) if report.keep || !auto => report.policy.clone(),
+            _ => calibration::AUTO_FALLBACK.to_string(),
+        };
+        for report in &reports {
+            println!(
+                "policy {} on {}: keep {}; ECE raw {} -> {}; accuracy {:.3} -> {}; log loss {:.3} -> {}{}",
+                report.policy,
+                chosen.label(),
+                report.keep,
+                report.ece_raw,
+                report.ece_calibrated.map(|e| e.to_string()).unwrap_or_else(|| "n/a".into()),
+                report.accuracy_raw,
+                report.accuracy_calibrated.map(|a| format!("{a:.3}")).unwrap_or_else(|| "n/a".into()),
+                report.log_loss_raw,
+                report.log_loss_calibrated.map(|l| format!("{l:.3}")).unwrap_or_else(|| "n/a".into()),
+                report.error.as_deref().map(|e| format!("; {e}")).unwrap_or_default(),
+            );
+        }
+        report["policies"] = serde_json::to_value(&reports)?;
         let table = tune::heldout::evaluate(
             &engine,
             &measured,
             &heldout,
             &chosen,
-            &config.calibration,
+            &chosen_policy,
             args.permute,
             &|step| tracing::info!("{step}"),
         );

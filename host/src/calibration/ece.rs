@@ -203,7 +203,7 @@ mod tests {
         assert!((gain.value - 0.1).abs() < 1e-12 && gain.low > 0.0, "{gain}");
         // Wins and losses that cancel: no clear gain either way.
         let mixed: Vec<f64> = (0..200)
-            .map(|i| f64::from(u8::from((i % 2 == 0) != (i % 20 < 2))))
+            .map(|i| f64::from(u8::from((i % 2 == 0) != (i % 20 == 0 || i % 20 == 3))))
             .collect();
         let gain = paired_gain(&mixed, &baseline, &groups);
         assert!(gain.low < 0.0 && gain.high > 0.0, "{gain}");

@@ -258,23 +258,7 @@ pub fn run(
                 .unwrap_or_default()
         ));
     }
-    let mut reports = Vec::with_capacity(policies.len());
-    for plugin in &policies {
-        progress(format!("calibrating (fitting {})", plugin.name()));
-        reports.push(cv::evaluate(plugin, &samples));
-    }
-    // `auto`: the kept policy of lowest held-out log loss goes first and is served.
-    if auto {
-        if let Some(best) = (0..reports.len())
-            .filter(|&i| reports[i].keep)
-            .min_by(|&a, &b| {
-                let loss = |i: usize| reports[i].log_loss_calibrated.unwrap_or(f64::INFINITY);
-                loss(a).total_cmp(&loss(b))
-            })
-        {
-            reports.swap(0, best);
-        }
-    }
+    let reports = compare_policies(&policies, &samples, auto, progress);
     let served = policies
         .iter()
         .find(|p| p.name() == reports[0].policy)
@@ -298,8 +282,35 @@ pub fn run(
     Ok(saved)
 }
 
+/// Cross-validates every policy on `samples`; the served one first: with `auto`, the kept
+/// policy of lowest held-out log loss (none kept: the first, which then serves T = 1.0).
+pub fn compare_policies(
+    policies: &[Arc<Calibration>],
+    samples: &[Sample],
+    auto: bool,
+    progress: &dyn Fn(String),
+) -> Vec<cv::PolicyReport> {
+    let mut reports = Vec::with_capacity(policies.len());
+    for plugin in policies {
+        progress(format!("calibrating (fitting {})", plugin.name()));
+        reports.push(cv::evaluate(plugin, samples));
+    }
+    if auto {
+        if let Some(best) = (0..reports.len())
+            .filter(|&i| reports[i].keep)
+            .min_by(|&a, &b| {
+                let loss = |i: usize| reports[i].log_loss_calibrated.unwrap_or(f64::INFINITY);
+                loss(a).total_cmp(&loss(b))
+            })
+        {
+            reports.swap(0, best);
+        }
+    }
+    reports
+}
+
 /// The policies startup calibration measures: `first`, then every other loaded one by name.
-fn compared_policies(engine: &Engine, first: &str) -> Vec<Arc<Calibration>> {
+pub fn compared_policies(engine: &Engine, first: &str) -> Vec<Arc<Calibration>> {
     let plugins = engine.plugins();
     let mut names: Vec<String> = plugins
         .list()

@@ -367,7 +367,9 @@ mod tests {
     use crate::plugins::OptionDef;
 
     fn sets() -> LabelSets {
-        LabelSets::select(|l| l.len() == 1 || l.starts_with('A') || l.starts_with('B'))
+        LabelSets::select(|l| {
+            l.len() == 1 || l.starts_with('A') || l.starts_with('B') || ["Yes", "No"].contains(&l)
+        })
     }
 
     fn question(n: usize) -> CompiledQuestion {
