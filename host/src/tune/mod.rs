@@ -47,6 +47,9 @@ pub const BUILTIN_SET: &str = include_str!("../../../calibration/tune.jsonl");
 /// Fewest answered questions a candidate is compared on.
 pub const MIN_ANSWERED: usize = 50;
 
+/// Inputs read at once on a GPU (on CPU one: candle already uses every core).
+const GPU_WORKERS: usize = 16;
+
 /// Seconds between progress lines.
 const PROGRESS_EVERY_S: f64 = 5.0;
 
@@ -328,18 +331,56 @@ pub fn read_set(
             }
         }
     }
+    // Several inputs in flight at once, so the model worker batches them as it batches
+    // concurrent requests: on a GPU one input at a time leaves it mostly idle.
+    let workers = if engine.model().device().is_cpu() { 1 } else { GPU_WORKERS };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::with_capacity(by_state.len()));
+    let (read, finished) = (
+        std::sync::atomic::AtomicUsize::new(0),
+        std::sync::atomic::AtomicUsize::new(0),
+    );
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(by_state.len()).max(1) {
+            scope.spawn(|| loop {
+                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((state, indices)) = by_state.get(at) else { break };
+                let batch: Vec<Question> = indices
+                    .iter()
+                    .map(|&i| Question {
+                        loc: crate::loc!["tune", set.questions[i].id.as_str()],
+                        plugin: set.questions[i].plugin.clone(),
+                        json: set.questions[i].json.clone(),
+                    })
+                    .collect();
+                let reads =
+                    engine.read_raw_with(&RequestScope::default(), &resolved, state, &batch, neutral);
+                results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((indices.clone(), reads));
+                read.fetch_add(indices.len(), std::sync::atomic::Ordering::Relaxed);
+                finished.fetch_add(1, std::sync::atomic::Ordering::Release);
+            });
+        }
+        // Progress is reported from this thread (the callback need not be thread-safe).
+        let mut reported = 0;
+        loop {
+            let done = finished.load(std::sync::atomic::Ordering::Acquire) == by_state.len();
+            let now = read.load(std::sync::atomic::Ordering::Relaxed);
+            if now > reported {
+                progress(now - reported);
+                reported = now;
+            }
+            if done {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    });
     let mut answered = Vec::with_capacity(set.questions.len());
     let mut skipped = Vec::new();
-    for (state, indices) in by_state {
-        let batch: Vec<Question> = indices
-            .iter()
-            .map(|&i| Question {
-                loc: crate::loc!["tune", set.questions[i].id.as_str()],
-                plugin: set.questions[i].plugin.clone(),
-                json: set.questions[i].json.clone(),
-            })
-            .collect();
-        let reads = engine.read_raw_with(&RequestScope::default(), &resolved, state, &batch, neutral);
+    for (indices, reads) in results.into_inner().unwrap_or_else(|p| p.into_inner()) {
         for (&i, read) in indices.iter().zip(reads) {
             let q = &set.questions[i];
             match read {
@@ -366,9 +407,9 @@ pub fn read_set(
                 },
             }
         }
-        progress(indices.len());
     }
     answered.sort_by_key(|a| a.question);
+    skipped.sort();
     (answered, skipped)
 }
 
