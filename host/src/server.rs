@@ -104,8 +104,11 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     state.set_loading("answer-slot self-check");
     check_answer_slot(&mut engine, config)?;
     let tuned = startup_tuning(&mut engine, config, &|step| state.set_loading(step));
+    let corrected = tuned.as_ref().is_some_and(|saved| apply_tuned_correction(&mut engine, config, saved));
     state.set_tuned(tuned);
-    if config.temperature.is_some() {
+    if corrected {
+        // The correction was measured with the chosen setup on the tuning set.
+    } else if config.temperature.is_some() {
         tracing::info!("startup calibration not run: the operator temperature (--temperature) applies to every answer without one of its own");
     } else {
         let settings = calibration::Settings {
@@ -269,6 +272,42 @@ fn startup_tuning(
     saved
 }
 
+/// Serves the correction tuning measured with its chosen setup, when startup calibration would
+/// otherwise choose one itself (`--calibration auto`, no --calibration-questions file, no
+/// --temperature) and the loaded policy plugin computes what was measured. Returns whether it
+/// did; startup calibration then does not run.
+fn apply_tuned_correction(engine: &mut Engine, config: &Config, saved: &tune::store::Saved) -> bool {
+    let question_file = config
+        .calibration_questions
+        .as_deref()
+        .is_some_and(|q| q != calibration::SKIP);
+    if config.calibration != calibration::AUTO || question_file || config.temperature.is_some()
+    {
+        return false;
+    }
+    let Some(choice) = &saved.policy else { return false };
+    let Some(policy) = engine.plugins().calibration(&choice.policy) else {
+        tracing::warn!("the tuned correction's policy `{}` is not loaded; calibrating instead", choice.policy);
+        return false;
+    };
+    if !choice.matches(&policy) {
+        tracing::warn!("the loaded `{}` computes differently from the one tuning measured; calibrating instead", choice.policy);
+        return false;
+    }
+    tracing::info!(
+        "calibration from tuning: {} with params {:?} ({}; measured on {}, {})",
+        choice.policy, choice.params, choice.reason, saved.forward, saved.origin
+    );
+    engine.set_calibration(calibration::CalibrationState {
+        policy: choice.policy.clone(),
+        plugin_sha256: policy.sha256().to_string(),
+        params: choice.params.clone(),
+        temperature: choice.temperature,
+        source: crate::pipeline::TemperatureSource::Calibrated,
+    });
+    true
+}
+
 /// `decide tune`: loads plugins and model like `serve`, measures every candidate setup
 /// (always anew), prints the report lines and saves the result where `serve` reuses it; with
 /// `--heldout`, scores every setup x policy on the held-out file and prints the table.
@@ -307,37 +346,12 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.heldout {
         let heldout = calibration::questions::QuestionSet::read(path).map_err(anyhow::Error::msg)?;
         let chosen = saved.setup();
-        // The policy the chosen setup would be served with: startup calibration's rule, on
-        // the chosen setup's reads of the tuning set.
-        let samples: Vec<calibration::cv::Sample> = measured
-            .iter()
-            .find(|(setup, _)| setup.label() == chosen.label())
-            .map(|(_, answered)| answered.iter().map(|a| a.sample.clone()).collect())
-            .unwrap_or_default();
-        let auto = config.calibration == calibration::AUTO;
-        let first = if auto { calibration::AUTO_FALLBACK } else { config.calibration.as_str() };
-        let policies = calibration::compared_policies(&engine, first);
-        let reports = calibration::compare_policies(&policies, &samples, auto, &|_| {});
-        let chosen_policy = match reports.first() {
-            Some(report) if report.keep || !auto => report.policy.clone(),
-            _ => calibration::AUTO_FALLBACK.to_string(),
-        };
-        for report in &reports {
-            println!(
-                "policy {} on {}: keep {}; ECE raw {} -> {}; accuracy {:.3} -> {}; log loss {:.3} -> {}{}",
-                report.policy,
-                chosen.label(),
-                report.keep,
-                report.ece_raw,
-                report.ece_calibrated.map(|e| e.to_string()).unwrap_or_else(|| "n/a".into()),
-                report.accuracy_raw,
-                report.accuracy_calibrated.map(|a| format!("{a:.3}")).unwrap_or_else(|| "n/a".into()),
-                report.log_loss_raw,
-                report.log_loss_calibrated.map(|l| format!("{l:.3}")).unwrap_or_else(|| "n/a".into()),
-                report.error.as_deref().map(|e| format!("; {e}")).unwrap_or_default(),
-            );
-        }
-        report["policies"] = serde_json::to_value(&reports)?;
+        let chosen_policy = saved
+            .policy
+            .as_ref()
+            .map(|p| p.policy.clone())
+            .unwrap_or_else(|| calibration::AUTO_FALLBACK.to_string());
+
         let table = tune::heldout::evaluate(
             &engine,
             &measured,

@@ -71,8 +71,15 @@ fn tune_measures_every_candidate_saves_its_choice_and_serve_reuses_it() {
     );
     // One line per candidate (2 renderers x 3 label schemes, then the best with
     // `permutation`), each with accuracy, held-out log loss and ECE, then the verdict.
-    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("tune ")).collect();
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("tune ") && !l.starts_with("tune policy ") && !l.starts_with("tune correction: "))
+        .collect();
     assert_eq!(lines.len(), 8, "{stdout}");
+    // Then every loaded policy measured with the chosen setup, and the correction served.
+    let policies: Vec<&str> = stdout.lines().filter(|l| l.starts_with("tune policy ")).collect();
+    assert_eq!(policies.len(), 3, "temperature, bias-temperature, contextual: {stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("tune correction: ")), "{stdout}");
     for renderer in ["direct-options", "plain-letter"] {
         for labels in ["letters", "numbers", "words"] {
             let setup = format!("tune {renderer}+{labels}+auto: accuracy ");
@@ -123,6 +130,9 @@ fn tune_measures_every_candidate_saves_its_choice_and_serve_reuses_it() {
     );
     assert_eq!(setup["source"], source, "{health}");
     assert_eq!(setup["tuning"]["date"], saved["date"], "reused, not measured again: {health}");
+    // The correction measured with the chosen setup is served (startup calibration did not run).
+    assert_eq!(health["calibration"]["policy"], saved["policy"]["policy"], "{health}");
+    assert_eq!(health["calibration"]["params"], saved["policy"]["params"], "{health}");
     assert_eq!(tune_files(&dir).len(), 1);
     let reply = server.post(
         "/v1/decisions",

@@ -30,6 +30,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::cv::{self, Sample};
+use crate::calibration;
 use crate::calibration::ece::{self, Interval, Top};
 use crate::calibration::questions::{self, QuestionSet};
 use crate::pipeline::{Engine, Question, RequestScope, Resolved, Setup, SetupSource};
@@ -246,7 +247,9 @@ pub fn run_measured(
         .into_iter()
         .zip(measured.iter().map(|(_, answered)| answered.clone()))
         .collect();
-    let saved = store::decide(key, &set, measured, started.elapsed().as_secs_f64(), engine);
+    let mut saved = store::decide(key, &set, measured, started.elapsed().as_secs_f64(), engine);
+    saved.policy = choose_policy(engine, &saved.setup(), &reads, &set, progress);
+    saved.seconds = started.elapsed().as_secs_f64();
     match store::save(&settings.dir, &saved) {
         Ok(path) => log_lines(&saved, &format!("saved to {}", path.display())),
         Err(cause) => {
@@ -255,6 +258,42 @@ pub fn run_measured(
         }
     }
     Ok((saved, reads))
+}
+
+/// The correction for `chosen`: startup calibration's `auto` rule on its tuning reads (read
+/// once more over the neutral states when a content-free policy is loaded and they lack them).
+fn choose_policy(
+    engine: &Engine,
+    chosen: &Setup,
+    reads: &Measured,
+    set: &QuestionSet,
+    progress: &dyn Fn(String),
+) -> Option<store::PolicyChoice> {
+    let policies = calibration::compared_policies(engine, calibration::AUTO_FALLBACK);
+    let neutral = policies.iter().find_map(|p| p.neutral_states().map(<[String]>::to_vec));
+    let (_, answered) = reads.iter().find(|(setup, _)| setup.label() == chosen.label())?;
+    let mut samples: Vec<Sample> = answered.iter().map(|a| a.sample.clone()).collect();
+    if neutral.is_some() && samples.iter().any(|s| s.content_free.is_none()) {
+        progress(format!("tuning (content-free reads of {})", chosen.label()));
+        let (answered, _) = read_set(engine, chosen, set, neutral.as_deref(), &mut |_| {});
+        samples = answered.into_iter().map(|a| a.sample).collect();
+    }
+    if samples.len() < MIN_ANSWERED {
+        return None;
+    }
+    let reports = calibration::compare_policies(&policies, &samples, true, &|_| {});
+    let first = reports.first()?;
+    let served = policies.iter().find(|p| p.name() == first.policy)?;
+    let verdict = calibration::verdict(&reports[0], served);
+    Some(store::PolicyChoice {
+        policy: served.name().to_string(),
+        probe: store::probe(served, &verdict.params),
+        params: verdict.params,
+        temperature: verdict.temperature,
+        kept: verdict.kept,
+        reason: verdict.reason,
+        reports,
+    })
 }
 
 /// The renderers to compare: the named ones (each must be loaded) or every loaded renderer.
@@ -547,6 +586,27 @@ pub fn report_lines(saved: &Saved) -> Vec<String> {
             )
         })
         .collect();
+    if let Some(choice) = &saved.policy {
+        for report in &choice.reports {
+            lines.push(format!(
+                "tune policy {} on {}: {}; ECE raw {} -> {}; accuracy {:.3} -> {}; log loss {:.3} -> {}{}",
+                report.policy,
+                saved.chosen,
+                if report.keep { "kept" } else { "not kept" },
+                report.ece_raw,
+                report.ece_calibrated.map(|e| e.to_string()).unwrap_or_else(|| "n/a".into()),
+                report.accuracy_raw,
+                report.accuracy_calibrated.map(|a| format!("{a:.3}")).unwrap_or_else(|| "n/a".into()),
+                report.log_loss_raw,
+                report.log_loss_calibrated.map(|l| format!("{l:.3}")).unwrap_or_else(|| "n/a".into()),
+                report.error.as_deref().map(|e| format!("; {e}")).unwrap_or_default(),
+            ));
+        }
+        lines.push(format!(
+            "tune correction: {} with params {:?} ({})",
+            choice.policy, choice.params, choice.reason
+        ));
+    }
     lines.push(format!(
         "tune chose {} ({}): {}; {} questions from {}, {:.1} s",
         saved.chosen, saved.source, saved.reason, saved.questions, saved.origin, saved.seconds

@@ -2,12 +2,19 @@
 //! directory, reused only when nothing that could change a read or the selection changed.
 //!
 //! The key holds the model file's sha256, the answer suffix the self-check kept, the question
-//! types' sha256, the question file's sha256, the selection rule, and per candidate its setup
-//! and a *render fingerprint*: the sha256 of what its renderer renders for a few fixed probe
-//! questions with every label scheme. A renderer rebuilt byte-differently but rendering the
-//! same text keeps its result; one that renders differently is measured again. How the model
-//! computes (CPU or CUDA, weight format) is recorded but not keyed: it moves scores by rounding,
-//! not which prompt reads best, and the calibration that follows tuning is keyed by it.
+//! file's sha256 with a *compile fingerprint* (the sha256 of what the question types compile
+//! every question to), the selection rule, and per candidate its setup and a *render
+//! fingerprint*: the sha256 of what its renderer renders for a few fixed probe questions with
+//! every label scheme. Fingerprints rather than component hashes: a guest rebuilt on another
+//! machine differs in bytes (it embeds build paths) while behaving the same, and a result
+//! measured once (e.g. on a GPU, shipped in `calibration/tuned/`) should serve everywhere the
+//! behaviour is the same; a component that behaves differently is measured again. How the
+//! model computes (CPU or CUDA, weight format) is recorded but not keyed: it moves scores by
+//! rounding, not which prompt reads best.
+//!
+//! The result also carries the correction measured with the chosen setup ([`PolicyChoice`]):
+//! startup calibration's rule applied to the chosen setup's tuning reads, with a probe of the
+//! policy's outputs so that it is applied only by a policy plugin that computes the same.
 
 use std::path::{Path, PathBuf};
 
@@ -34,8 +41,9 @@ pub struct CandidateKey {
 pub struct Key {
     pub model_sha256: String,
     pub answer_suffix: String,
-    /// `name=sha256` of each question-type plugin the question file uses, sorted.
-    pub question_types: Vec<String>,
+    /// sha256 of every question's compiled form (instructions, option keys, texts,
+    /// descriptions) or compile error, in file order.
+    pub compiled_sha256: String,
     pub questions_sha256: String,
     pub rule: String,
     pub candidates: Vec<CandidateKey>,
@@ -71,6 +79,57 @@ pub struct Saved {
     pub questions: usize,
     pub origin: String,
     pub seconds: f64,
+    /// The correction measured with the chosen setup (none when no policy could be measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyChoice>,
+}
+
+/// The calibration policy tuning measured with the chosen setup: every loaded policy
+/// cross-validated on the chosen setup's tuning reads, the kept one of lowest held-out log
+/// loss served (none kept: `temperature` at T = 1.0), as startup calibration's `auto` does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyChoice {
+    pub policy: String,
+    /// Parameters fitted on all tuning reads of the chosen setup (or T = 1.0).
+    pub params: Vec<f64>,
+    pub temperature: f64,
+    pub kept: bool,
+    pub reason: String,
+    /// The policy's outputs for [`probe_scores`] with `params`: a loaded plugin of that name
+    /// applies these parameters only if it computes the same.
+    pub probe: Vec<Vec<f64>>,
+    pub reports: Vec<crate::calibration::cv::PolicyReport>,
+}
+
+/// Score vectors the policy probe applies (2 and 3 options; content-free policies get the
+/// same followed by a neutral read).
+pub fn probe_scores(policy: &crate::plugins::Calibration) -> Vec<Vec<f64>> {
+    let base = [vec![-0.2, -1.8], vec![-1.1, -0.6, -2.5]];
+    base.iter()
+        .map(|s| match policy.neutral_states() {
+            Some(_) => [s.as_slice(), &vec![-0.7; s.len()]].concat(),
+            None => s.clone(),
+        })
+        .collect()
+}
+
+/// The policy's outputs on the probe, `params` applied (an error as an empty vector).
+pub fn probe(policy: &crate::plugins::Calibration, params: &[f64]) -> Vec<Vec<f64>> {
+    probe_scores(policy)
+        .iter()
+        .map(|s| policy.apply(s, params).unwrap_or_default())
+        .collect()
+}
+
+impl PolicyChoice {
+    /// Whether `policy` (a loaded plugin of this choice's name) computes what was measured.
+    pub fn matches(&self, policy: &crate::plugins::Calibration) -> bool {
+        let now = probe(policy, &self.params);
+        now.len() == self.probe.len()
+            && now.iter().zip(&self.probe).all(|(a, b)| {
+                a.len() == b.len() && !a.is_empty() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9)
+            })
+    }
 }
 
 impl Saved {
@@ -157,16 +216,21 @@ pub fn key(
     setups: &[Setup],
 ) -> Result<Key, String> {
     let plugins = engine.plugins();
-    let mut question_types: Vec<String> = set
-        .questions
-        .iter()
-        .map(|q| match plugins.question_type(&q.plugin) {
-            Some(p) => format!("{}={}", q.plugin, p.sha256()),
-            None => format!("{}=missing", q.plugin),
-        })
-        .collect();
-    question_types.sort();
-    question_types.dedup();
+    let mut compiled = Sha256::new();
+    for q in &set.questions {
+        compiled.update(q.plugin.as_bytes());
+        match plugins.question_type(&q.plugin).map(|p| p.compile(&q.json)) {
+            Some(Ok(c)) => {
+                compiled.update(format!("{:?}", c.instructions).as_bytes());
+                for o in &c.options {
+                    compiled.update(format!("\0{}\0{}\0{:?}", o.key, o.text, o.description).as_bytes());
+                }
+            }
+            Some(Err(error)) => compiled.update(format!("error: {error}").as_bytes()),
+            None => compiled.update(b"missing"),
+        }
+        compiled.update([0xffu8]);
+    }
     let mut fingerprints = std::collections::HashMap::new();
     let mut candidates = Vec::with_capacity(setups.len());
     for setup in setups {
@@ -182,7 +246,7 @@ pub fn key(
         model_sha256: file_sha256(model_file)
             .map_err(|e| format!("cannot hash the model file {}: {e}", model_file.display()))?,
         answer_suffix: engine.model().answer_suffix(),
-        question_types,
+        compiled_sha256: hex::encode(compiled.finalize()),
         questions_sha256: set.sha256.clone(),
         rule: RULE.into(),
         candidates,
@@ -253,20 +317,32 @@ pub fn decide(
         questions: set.questions.len(),
         origin: set.origin.clone(),
         seconds,
+        policy: None,
     }
 }
 
-/// The saved result for `key` in `dir`, if one with exactly this key is there.
+include!(concat!(env!("OUT_DIR"), "/tuned_seeds.rs"));
+
+/// The saved result for `key` in `dir`, if one with exactly this key is there; else a result
+/// shipped in the binary (`calibration/tuned/`, measured by the project) with exactly this key.
 pub fn load(dir: &Path, key: &Key) -> Result<Option<(Saved, PathBuf)>, String> {
     let path = key.path_in(dir);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(shipped(key)),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
     let saved: Saved = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a saved tuning result: {e}", path.display()))?;
     Ok((saved.key == *key).then_some((saved, path)))
+}
+
+/// The shipped result with exactly `key`, if any (its path names the shipped file).
+fn shipped(key: &Key) -> Option<(Saved, PathBuf)> {
+    TUNED_SEEDS.iter().find_map(|(name, text)| {
+        let saved: Saved = serde_json::from_str(text).ok()?;
+        (saved.key == *key).then(|| (saved, PathBuf::from(format!("calibration/tuned/{name} (shipped)"))))
+    })
 }
 
 /// Saves under `dir` (a temporary name, fsynced, renamed into place).
