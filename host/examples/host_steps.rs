@@ -288,8 +288,7 @@ fn main() -> anyhow::Result<()> {
                     .unwrap()
                     .compile(&json)
                     .unwrap();
-                let plan = readout::plan(&Default::default(), c.options.len(), engine.label_sets())
-                    .unwrap();
+                let plan = readout::plan(&Default::default(), &c, engine.label_sets()).unwrap();
                 let ask = plan.asks(&c).remove(0);
                 (ask.question, ask.labels)
             })
@@ -358,6 +357,8 @@ fn main() -> anyhow::Result<()> {
             temperature: None,
             cache_salt: salt,
             readout: Default::default(),
+            renderer: None,
+            min_option_mass: None,
             scope: Default::default(),
         };
         for (name, state, count, cold, n) in [

@@ -173,7 +173,11 @@ async fn health(State(state): State<SharedState>) -> Response {
             });
             let sets = engine.label_sets();
             let setup = engine.setup();
-            let tuned = state.tuned.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let tuned = state
+                .tuned
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             let tuning = tuned.map(|saved| {
                 let chosen = saved.candidates.iter().find(|c| c.setup == saved.chosen);
                 json!({

@@ -528,13 +528,7 @@ impl Engine {
         limits.check_request(request.questions.len(), request.state.len())?;
         let mut planned = Vec::with_capacity(request.questions.len());
         for (index, question) in request.questions.iter().enumerate() {
-            planned.push(self.compile_one(
-                index,
-                question,
-                options,
-                &request.scope,
-                session,
-            )?);
+            planned.push(self.compile_one(index, question, options, &request.scope, session)?);
         }
         Ok(planned)
     }
@@ -715,7 +709,13 @@ impl Engine {
         };
         // A content-free policy also gets every question read over its neutral states.
         let content_free = calibration.neutral_states().map(|states| {
-            self.read_content_free(states, &request.questions, &compiled, &prompting, &mut decided)
+            self.read_content_free(
+                states,
+                &request.questions,
+                &compiled,
+                &prompting,
+                &mut decided,
+            )
         });
         let reads = self.read_planned(
             &request.state,
@@ -839,7 +839,9 @@ impl Engine {
         self.read_planned(state, questions, planned, &prompting, &mut decided)
             .into_iter()
             .map(|read| {
-                let free = content_free.as_mut().map(|c| c.next().expect("one per question"));
+                let free = content_free
+                    .as_mut()
+                    .map(|c| c.next().expect("one per question"));
                 let (planned, read) = read.map_err(|refusal| refusal.message)?;
                 Ok(RawRead {
                     options: planned.compiled.options,
@@ -996,7 +998,13 @@ impl Engine {
 
     /// Calibrates a read and lets the question type turn it into its answer, or abstains
     /// when the model's mass on the option labels is below the request's `min_option_mass`.
-    fn answer_one(&self, question: &Question, planned: Planned, read: Read, given: &Given) -> Outcome {
+    fn answer_one(
+        &self,
+        question: &Question,
+        planned: Planned,
+        read: Read,
+        given: &Given,
+    ) -> Outcome {
         let Given {
             calibration,
             applied,

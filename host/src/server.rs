@@ -104,7 +104,9 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     state.set_loading("answer-slot self-check");
     check_answer_slot(&mut engine, config)?;
     let tuned = startup_tuning(&mut engine, config, &|step| state.set_loading(step));
-    let corrected = tuned.as_ref().is_some_and(|saved| apply_tuned_correction(&mut engine, config, saved));
+    let corrected = tuned
+        .as_ref()
+        .is_some_and(|saved| apply_tuned_correction(&mut engine, config, saved));
     state.set_tuned(tuned);
     if corrected {
         // The correction was measured with the chosen setup on the tuning set.
@@ -170,7 +172,8 @@ pub fn load_engine(
             anyhow::bail!("renderer plugin `{name}` is not loaded (setting --renderer)");
         }
     }
-    if config.calibration != calibration::AUTO && plugins.calibration(&config.calibration).is_none() {
+    if config.calibration != calibration::AUTO && plugins.calibration(&config.calibration).is_none()
+    {
         anyhow::bail!(
             "calibration plugin `{}` is not loaded (setting --calibration)",
             config.calibration
@@ -276,18 +279,26 @@ fn startup_tuning(
 /// otherwise choose one itself (`--calibration auto`, no --calibration-questions file, no
 /// --temperature) and the loaded policy plugin computes what was measured. Returns whether it
 /// did; startup calibration then does not run.
-fn apply_tuned_correction(engine: &mut Engine, config: &Config, saved: &tune::store::Saved) -> bool {
+fn apply_tuned_correction(
+    engine: &mut Engine,
+    config: &Config,
+    saved: &tune::store::Saved,
+) -> bool {
     let question_file = config
         .calibration_questions
         .as_deref()
         .is_some_and(|q| q != calibration::SKIP);
-    if config.calibration != calibration::AUTO || question_file || config.temperature.is_some()
-    {
+    if config.calibration != calibration::AUTO || question_file || config.temperature.is_some() {
         return false;
     }
-    let Some(choice) = &saved.policy else { return false };
+    let Some(choice) = &saved.policy else {
+        return false;
+    };
     let Some(policy) = engine.plugins().calibration(&choice.policy) else {
-        tracing::warn!("the tuned correction's policy `{}` is not loaded; calibrating instead", choice.policy);
+        tracing::warn!(
+            "the tuned correction's policy `{}` is not loaded; calibrating instead",
+            choice.policy
+        );
         return false;
     };
     if !choice.matches(&policy) {
@@ -296,7 +307,11 @@ fn apply_tuned_correction(engine: &mut Engine, config: &Config, saved: &tune::st
     }
     tracing::info!(
         "calibration from tuning: {} with params {:?} ({}; measured on {}, {})",
-        choice.policy, choice.params, choice.reason, saved.forward, saved.origin
+        choice.policy,
+        choice.params,
+        choice.reason,
+        saved.forward,
+        saved.origin
     );
     engine.set_calibration(calibration::CalibrationState {
         policy: choice.policy.clone(),
@@ -333,18 +348,26 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
                 .list()
                 .into_iter()
                 .filter(|p| p.kind == crate::plugins::PluginKind::Calibration)
-                .find_map(|p| engine.plugins().calibration(&p.name)?.neutral_states().map(<[String]>::to_vec))
+                .find_map(|p| {
+                    engine
+                        .plugins()
+                        .calibration(&p.name)?
+                        .neutral_states()
+                        .map(<[String]>::to_vec)
+                })
         }),
     };
-    let (saved, measured) = tune::run_measured(&engine, &settings, &|step| tracing::info!("{step}"))
-        .map_err(|cause| anyhow::anyhow!("tuning failed: {cause}"))?;
+    let (saved, measured) =
+        tune::run_measured(&engine, &settings, &|step| tracing::info!("{step}"))
+            .map_err(|cause| anyhow::anyhow!("tuning failed: {cause}"))?;
     println!("model {served} ({})", config.model.display());
     for line in tune::report_lines(&saved) {
         println!("{line}");
     }
     let mut report = serde_json::json!({"model": served, "tune": saved});
     if let Some(path) = &args.heldout {
-        let heldout = calibration::questions::QuestionSet::read(path).map_err(anyhow::Error::msg)?;
+        let heldout =
+            calibration::questions::QuestionSet::read(path).map_err(anyhow::Error::msg)?;
         let chosen = saved.setup();
         let chosen_policy = saved
             .policy

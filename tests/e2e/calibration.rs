@@ -108,13 +108,19 @@ fn startup_calibration_measures_reports_and_is_reused() {
     // `--calibration auto`: every built-in policy is measured; the served one comes first, and
     // it is the kept policy of lowest held-out log loss (none kept: temperature, T = 1).
     let reports = saved["reports"].as_array().unwrap();
-    let mut names: Vec<&str> = reports.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    let mut names: Vec<&str> = reports
+        .iter()
+        .map(|r| r["policy"].as_str().unwrap())
+        .collect();
     assert_eq!(saved["policy"], names[0], "{saved}");
     names.sort_unstable();
     assert_eq!(names, ["bias-temperature", "contextual", "temperature"]);
     let kept: Vec<&Value> = reports.iter().filter(|r| r["keep"] == true).collect();
     match kept.iter().min_by(|a, b| {
-        a["log_loss_calibrated"].as_f64().unwrap().total_cmp(&b["log_loss_calibrated"].as_f64().unwrap())
+        a["log_loss_calibrated"]
+            .as_f64()
+            .unwrap()
+            .total_cmp(&b["log_loss_calibrated"].as_f64().unwrap())
     }) {
         Some(best) => assert_eq!(saved["policy"], best["policy"], "{saved}"),
         None => assert_eq!(saved["policy"], "temperature", "{saved}"),

@@ -73,21 +73,41 @@ fn tune_measures_every_candidate_saves_its_choice_and_serve_reuses_it() {
     // `permutation`), each with accuracy, held-out log loss and ECE, then the verdict.
     let lines: Vec<&str> = stdout
         .lines()
-        .filter(|l| l.starts_with("tune ") && !l.starts_with("tune policy ") && !l.starts_with("tune correction: "))
+        .filter(|l| {
+            l.starts_with("tune ")
+                && !l.starts_with("tune policy ")
+                && !l.starts_with("tune correction: ")
+        })
         .collect();
     assert_eq!(lines.len(), 8, "{stdout}");
     // Then every loaded policy measured with the chosen setup, and the correction served.
-    let policies: Vec<&str> = stdout.lines().filter(|l| l.starts_with("tune policy ")).collect();
-    assert_eq!(policies.len(), 3, "temperature, bias-temperature, contextual: {stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("tune correction: ")), "{stdout}");
+    let policies: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("tune policy "))
+        .collect();
+    assert_eq!(
+        policies.len(),
+        3,
+        "temperature, bias-temperature, contextual: {stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with("tune correction: ")),
+        "{stdout}"
+    );
     for renderer in ["direct-options", "plain-letter"] {
         for labels in ["letters", "numbers", "words"] {
             let setup = format!("tune {renderer}+{labels}+auto: accuracy ");
-            assert!(lines.iter().any(|l| l.starts_with(&setup)), "{setup} missing: {stdout}");
+            assert!(
+                lines.iter().any(|l| l.starts_with(&setup)),
+                "{setup} missing: {stdout}"
+            );
         }
     }
     assert!(lines[6].contains("+permutation: accuracy"), "{stdout}");
-    assert!(lines[1].contains("gain ") && lines[1].contains("over direct-options+letters+auto"), "{stdout}");
+    assert!(
+        lines[1].contains("gain ") && lines[1].contains("over direct-options+letters+auto"),
+        "{stdout}"
+    );
     assert!(lines[7].starts_with("tune chose "), "{stdout}");
     let files = tune_files(&dir);
     assert_eq!(files.len(), 1, "{files:?}");
@@ -124,15 +144,29 @@ fn tune_measures_every_candidate_saves_its_choice_and_serve_reuses_it() {
     let health = server.get("/health").body;
     let setup = &health["setup"];
     assert_eq!(
-        format!("{}+{}+{}", setup["renderer"].as_str().unwrap(), setup["labels"].as_str().unwrap(), setup["readout"].as_str().unwrap()),
+        format!(
+            "{}+{}+{}",
+            setup["renderer"].as_str().unwrap(),
+            setup["labels"].as_str().unwrap(),
+            setup["readout"].as_str().unwrap()
+        ),
         chosen,
         "{health}"
     );
     assert_eq!(setup["source"], source, "{health}");
-    assert_eq!(setup["tuning"]["date"], saved["date"], "reused, not measured again: {health}");
+    assert_eq!(
+        setup["tuning"]["date"], saved["date"],
+        "reused, not measured again: {health}"
+    );
     // The correction measured with the chosen setup is served (startup calibration did not run).
-    assert_eq!(health["calibration"]["policy"], saved["policy"]["policy"], "{health}");
-    assert_eq!(health["calibration"]["params"], saved["policy"]["params"], "{health}");
+    assert_eq!(
+        health["calibration"]["policy"], saved["policy"]["policy"],
+        "{health}"
+    );
+    assert_eq!(
+        health["calibration"]["params"], saved["policy"]["params"],
+        "{health}"
+    );
     assert_eq!(tune_files(&dir).len(), 1);
     let reply = server.post(
         "/v1/decisions",
@@ -146,7 +180,10 @@ fn tune_measures_every_candidate_saves_its_choice_and_serve_reuses_it() {
     assert_eq!(audit["setup_source"], source, "{audit}");
     assert_eq!(audit["label_scheme"], setup["labels"], "{audit}");
     assert!(
-        audit["render_version"].as_str().unwrap().starts_with(&format!("{}/", setup["renderer"].as_str().unwrap())),
+        audit["render_version"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{}/", setup["renderer"].as_str().unwrap())),
         "{audit}"
     );
 }
@@ -171,46 +208,103 @@ fn requests_choose_the_renderer_and_labels_and_low_mass_answers_abstain() {
     assert_eq!(health["setup"]["renderer"], "direct-options", "{health}");
 
     // Every built-in renderer answers, and the audit names it and its version.
-    for renderer in ["direct-options", "options-first", "restated", "plain-letter", "framed"] {
-        let reply = ask(&server, predicate(), json!({"detail": "full", "renderer": renderer}));
+    for renderer in [
+        "direct-options",
+        "options-first",
+        "restated",
+        "plain-letter",
+        "framed",
+    ] {
+        let reply = ask(
+            &server,
+            predicate(),
+            json!({"detail": "full", "renderer": renderer}),
+        );
         assert_eq!(reply.status, 200, "{renderer}: {}", reply.body);
         let audit = &reply.body["answers"][0]["extra"]["audit"];
         assert_eq!(audit["renderer"], renderer, "{audit}");
         assert_eq!(audit["setup_source"], "request", "{audit}");
-        assert!(audit["render_version"].as_str().unwrap().starts_with(&format!("{renderer}/")), "{audit}");
+        assert!(
+            audit["render_version"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{renderer}/")),
+            "{audit}"
+        );
         crate::assert_distribution(&[
             reply.body["answers"][0]["probability"].as_f64().unwrap(),
             1.0 - reply.body["answers"][0]["probability"].as_f64().unwrap(),
         ]);
     }
-    let reply = ask(&server, predicate(), json!({"renderer": "no-such-renderer"}));
+    let reply = ask(
+        &server,
+        predicate(),
+        json!({"renderer": "no-such-renderer"}),
+    );
     assert_eq!(reply.status, 400, "{}", reply.body);
-    assert!(reply.body.to_string().contains("extra.renderer"), "{}", reply.body);
+    assert!(
+        reply.body.to_string().contains("extra.renderer"),
+        "{}",
+        reply.body
+    );
 
     // Label schemes: numbers for a short choice, the words Yes/No for a yes/no question.
     let choice = json!([{"type": "choice", "instructions": "Which team owns this ticket?",
                          "choices": [{"value": "billing"}, {"value": "shipping"}, {"value": "technical"}]}]);
-    let reply = ask(&server, choice.clone(), json!({"detail": "full", "backend_options": {"labels": "numbers"}}));
+    let reply = ask(
+        &server,
+        choice.clone(),
+        json!({"detail": "full", "backend_options": {"labels": "numbers"}}),
+    );
     assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(reply.body["answers"][0]["extra"]["audit"]["label_layout"], json!(["1", "2", "3"]));
-    let reply = ask(&server, predicate(), json!({"detail": "full", "backend_options": {"labels": "words"}}));
+    assert_eq!(
+        reply.body["answers"][0]["extra"]["audit"]["label_layout"],
+        json!(["1", "2", "3"])
+    );
+    let reply = ask(
+        &server,
+        predicate(),
+        json!({"detail": "full", "backend_options": {"labels": "words"}}),
+    );
     assert_eq!(reply.status, 200, "{}", reply.body);
     let audit = &reply.body["answers"][0]["extra"]["audit"];
     assert_eq!(audit["label_layout"], json!(["Yes", "No"]), "{audit}");
     assert_eq!(audit["label_scheme"], "words", "{audit}");
-    let reply = ask(&server, choice, json!({"backend_options": {"labels": "roman"}}));
+    let reply = ask(
+        &server,
+        choice,
+        json!({"backend_options": {"labels": "roman"}}),
+    );
     assert_eq!(reply.status, 400, "{}", reply.body);
-    assert!(reply.body.to_string().contains("extra.backend_options.labels"), "{}", reply.body);
+    assert!(
+        reply
+            .body
+            .to_string()
+            .contains("extra.backend_options.labels"),
+        "{}",
+        reply.body
+    );
 
     // Abstention: the audit always reports the threshold; above the mass, a refusal naming it.
     let reply = ask(&server, predicate(), json!({}));
-    let mass = reply.body["answers"][0]["extra"]["audit"]["option_mass"].as_f64().unwrap();
-    assert_eq!(reply.body["answers"][0]["extra"]["audit"]["min_option_mass"], 0.0);
-    assert!(mass < 0.999, "the test needs a mass below 0.999, got {mass}");
+    let mass = reply.body["answers"][0]["extra"]["audit"]["option_mass"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(
+        reply.body["answers"][0]["extra"]["audit"]["min_option_mass"],
+        0.0
+    );
+    assert!(
+        mass < 0.999,
+        "the test needs a mass below 0.999, got {mass}"
+    );
     let reply = ask(&server, predicate(), json!({"min_option_mass": 0.999}));
     assert_eq!(reply.status, 422, "{}", reply.body);
     let body = reply.body.to_string();
-    assert!(body.contains("low_option_mass") && body.contains("min_option_mass"), "{body}");
+    assert!(
+        body.contains("low_option_mass") && body.contains("min_option_mass"),
+        "{body}"
+    );
     let reply = ask(
         &server,
         json!([{"type": "predicate", "instructions": "The customer asks for a refund."},
@@ -220,14 +314,22 @@ fn requests_choose_the_renderer_and_labels_and_low_mass_answers_abstain() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     let reply = ask(&server, predicate(), json!({"min_option_mass": 1.5}));
     assert_eq!(reply.status, 400, "{}", reply.body);
-    assert!(reply.body.to_string().contains("extra.min_option_mass"), "{}", reply.body);
+    assert!(
+        reply.body.to_string().contains("extra.min_option_mass"),
+        "{}",
+        reply.body
+    );
 
     // The server's default applies to requests that set none.
     drop(server);
     let strict = Server::ready(&["--min-option-mass", "0.999"]);
     let reply = ask(&strict, predicate(), json!({}));
     assert_eq!(reply.status, 422, "{}", reply.body);
-    assert!(reply.body.to_string().contains("--min-option-mass"), "{}", reply.body);
+    assert!(
+        reply.body.to_string().contains("--min-option-mass"),
+        "{}",
+        reply.body
+    );
     let reply = ask(&strict, predicate(), json!({"min_option_mass": 0}));
     assert_eq!(reply.status, 200, "a request can lower it: {}", reply.body);
 }

@@ -151,7 +151,10 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
         .map(|s| Top::of(&raw_probabilities(&s.scores), s.expected))
         .collect();
     let groups = group_indices(samples);
-    let raw: Vec<Vec<f64>> = samples.iter().map(|s| raw_probabilities(&s.scores)).collect();
+    let raw: Vec<Vec<f64>> = samples
+        .iter()
+        .map(|s| raw_probabilities(&s.scores))
+        .collect();
     let mut report = PolicyReport {
         policy: policy.name().to_string(),
         policy_sha256: policy.sha256().to_string(),
@@ -188,8 +191,8 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
         }
         Err(error) => report.error = Some(error),
     }
-    let fitted = labelled(policy, samples.iter())
-        .and_then(|all| policy.fit(&all).map_err(describe));
+    let fitted =
+        labelled(policy, samples.iter()).and_then(|all| policy.fit(&all).map_err(describe));
     match fitted {
         Ok(params) => report.params = Some(params),
         Err(error) => {

@@ -243,7 +243,9 @@ pub fn run(
 
     let policies = compared_policies(engine, policy_name);
     // Content-free reads for a content-free policy (the first one's neutral states).
-    let neutral = policies.iter().find_map(|p| p.neutral_states().map(<[String]>::to_vec));
+    let neutral = policies
+        .iter()
+        .find_map(|p| p.neutral_states().map(<[String]>::to_vec));
     let (samples, counts) = collect(engine, &set, neutral.as_deref(), progress);
     if samples.len() < MIN_ANSWERED {
         return Err(format!(
@@ -418,9 +420,13 @@ fn collect(
     neutral: Option<&[String]>,
     progress: &dyn Fn(String),
 ) -> (Vec<Sample>, QuestionCounts) {
-    collect_in(engine, &RequestScope::default(), set, neutral, &|done, total| {
-        progress(format!("calibrating ({done}/{total})"))
-    })
+    collect_in(
+        engine,
+        &RequestScope::default(),
+        set,
+        neutral,
+        &|done, total| progress(format!("calibrating ({done}/{total})")),
+    )
 }
 
 /// [`collect`] with a tenant's scope (its plugins and renderer); with `neutral` states each

@@ -235,7 +235,10 @@ fn parse_extra(extra: Option<&Value>) -> Result<Extra, ApiError> {
             if name.is_empty() || name.len() > MAX_RENDERER_NAME {
                 return Err(j::invalid(
                     &loc,
-                    format!("a renderer plugin name of 1 to {MAX_RENDERER_NAME} bytes, got {} bytes", name.len()),
+                    format!(
+                        "a renderer plugin name of 1 to {MAX_RENDERER_NAME} bytes, got {} bytes",
+                        name.len()
+                    ),
                 ));
             }
             Some(name.to_string())
@@ -317,7 +320,11 @@ const MAX_PERMUTATIONS: usize = 16;
 /// `permutations` count without a readout (or with `auto`) selects `permutation`.
 fn parse_backend_options(value: &Value, loc: &Loc) -> Result<readout::Options, ApiError> {
     let map = j::object(value, loc)?;
-    j::only_fields(map, &["readout", "shortlist", "permutations", "labels"], loc)?;
+    j::only_fields(
+        map,
+        &["readout", "shortlist", "permutations", "labels"],
+        loc,
+    )?;
     let mut options = readout::Options::default();
     if let Some(value) = map.get("labels").filter(|v| !v.is_null()) {
         let loc = at(loc, "labels");
@@ -646,7 +653,8 @@ fn respond(
                     Value::Object(object)
                 }
                 Outcome::Refusal(refusal) => {
-                    let mut extra = json!({"error": {"message": refusal.message, "code": refusal.code}});
+                    let mut extra =
+                        json!({"error": {"message": refusal.message, "code": refusal.code}});
                     if let Some(abstained) = &refusal.abstained {
                         extra["audit"] = json!({
                             "option_mass": abstained.option_mass,

@@ -86,14 +86,14 @@ impl Setup {
         let readout = Choice::parse(parts.next()?)?;
         let labels = Scheme::parse(parts.next()?)?;
         let renderer = parts.next()?.to_string();
-        (!renderer.is_empty()
-            && matches!(readout, Choice::Auto | Choice::Permutation))
-        .then_some(Setup {
-            renderer,
-            labels,
-            readout,
-            source,
-        })
+        (!renderer.is_empty() && matches!(readout, Choice::Auto | Choice::Permutation)).then_some(
+            Setup {
+                renderer,
+                labels,
+                readout,
+                source,
+            },
+        )
     }
 }
 
@@ -162,8 +162,14 @@ mod tests {
         );
         let dashed = Setup::parse_label("my+renderer+numbers+auto", SetupSource::Tuned).unwrap();
         assert_eq!(dashed.renderer, "my+renderer");
-        assert_eq!(Setup::parse_label("x+letters+two-stage", SetupSource::Tuned), None);
-        assert_eq!(Setup::parse_label("+letters+auto", SetupSource::Tuned), None);
+        assert_eq!(
+            Setup::parse_label("x+letters+two-stage", SetupSource::Tuned),
+            None
+        );
+        assert_eq!(
+            Setup::parse_label("+letters+auto", SetupSource::Tuned),
+            None
+        );
         assert_eq!(Setup::parse_label("x+bold+auto", SetupSource::Tuned), None);
     }
 
@@ -173,8 +179,18 @@ mod tests {
         let open = readout::Options::default();
         let r = resolve(&server, None, None, &open);
         assert_eq!(
-            (r.renderer.as_str(), r.source, r.options.labels, r.options.choice),
-            ("plain-letter", SetupSource::Tuned, Some(Scheme::Words), Choice::Permutation)
+            (
+                r.renderer.as_str(),
+                r.source,
+                r.options.labels,
+                r.options.choice
+            ),
+            (
+                "plain-letter",
+                SetupSource::Tuned,
+                Some(Scheme::Words),
+                Choice::Permutation
+            )
         );
         // A tenant's renderer reads with letters and auto.
         let r = resolve(&server, Some("framed"), None, &open);
@@ -190,8 +206,18 @@ mod tests {
         };
         let r = resolve(&server, Some("framed"), Some("plain-letter"), &named);
         assert_eq!(
-            (r.renderer.as_str(), r.source, r.options.labels, r.options.choice),
-            ("plain-letter", SetupSource::Request, Some(Scheme::Numbers), Choice::Direct)
+            (
+                r.renderer.as_str(),
+                r.source,
+                r.options.labels,
+                r.options.choice
+            ),
+            (
+                "plain-letter",
+                SetupSource::Request,
+                Some(Scheme::Numbers),
+                Choice::Direct
+            )
         );
     }
 }

@@ -395,7 +395,10 @@ mod tests {
     #[test]
     fn auto_picks_the_first_readout_that_fits() {
         let s = sets(); // direct 26, wide 78
-        assert_eq!(plan(&opts(Choice::Auto), &question(26), &s).unwrap().name(), "direct");
+        assert_eq!(
+            plan(&opts(Choice::Auto), &question(26), &s).unwrap().name(),
+            "direct"
+        );
         assert_eq!(
             plan(&opts(Choice::Auto), &question(27), &s).unwrap().name(),
             "wide-direct"
@@ -452,7 +455,12 @@ mod tests {
         // Words name options, so a permutation of a yes/no question reads letters.
         let rotated = plan(&with(Choice::Permutation, Scheme::Words), &yes_no, &s).unwrap();
         assert_eq!(labels_of(rotated), ["A", "B"]);
-        let rotated = plan(&with(Choice::Permutation, Scheme::Numbers), &question(3), &s).unwrap();
+        let rotated = plan(
+            &with(Choice::Permutation, Scheme::Numbers),
+            &question(3),
+            &s,
+        )
+        .unwrap();
         assert_eq!(labels_of(rotated), ["1", "2", "3"]);
     }
 

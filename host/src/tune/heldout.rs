@@ -87,7 +87,12 @@ pub fn evaluate(
     let mut rows = Vec::new();
     let mut flips = Vec::new();
     for (i, (setup, tuning)) in measured.iter().enumerate() {
-        progress(format!("held-out ({}/{}): {}", i + 1, measured.len(), setup.label()));
+        progress(format!(
+            "held-out ({}/{}): {}",
+            i + 1,
+            measured.len(),
+            setup.label()
+        ));
         let (answered, _) = read_set(engine, setup, heldout, neutral, &mut |_| {});
         for policy in &policies {
             let train: Result<Vec<LabelledScores>, String> = tuning
@@ -111,11 +116,21 @@ pub fn evaluate(
                 .iter()
                 .map(|a| {
                     cv::policy_scores(policy, &a.sample)
-                        .and_then(|scores| policy.apply(&scores, &params).map_err(|e| e.to_string()))
+                        .and_then(|scores| {
+                            policy.apply(&scores, &params).map_err(|e| e.to_string())
+                        })
                         .unwrap_or_else(|_| cv::raw_probabilities(&a.sample.scores))
                 })
                 .collect();
-            rows.push(row(setup, policy.name(), params, fit_refused, &answered, &probabilities, heldout));
+            rows.push(row(
+                setup,
+                policy.name(),
+                params,
+                fit_refused,
+                &answered,
+                &probabilities,
+                heldout,
+            ));
         }
         if permute > 1 && setup.readout == Choice::Auto {
             let mut permuted = setup.clone();
@@ -123,7 +138,11 @@ pub fn evaluate(
             let (shifted, _) = read_set(engine, &permuted, heldout, None, &mut |_| {});
             let changed = shifted
                 .iter()
-                .filter(|a| a.shift_top.as_ref().is_some_and(|t| t.iter().any(|&x| x != t[0])))
+                .filter(|a| {
+                    a.shift_top
+                        .as_ref()
+                        .is_some_and(|t| t.iter().any(|&x| x != t[0]))
+                })
                 .count();
             flips.push(Flips {
                 setup: setup.label(),
@@ -133,11 +152,19 @@ pub fn evaluate(
             });
         }
     }
-    let reference = format!("{}+temperature", measured.first().map(|(s, _)| s.label()).unwrap_or_default());
-    let pick = |setup: &str, policy: &str| rows.iter().position(|r| r.setup == setup && r.policy == policy);
+    let reference = format!(
+        "{}+temperature",
+        measured.first().map(|(s, _)| s.label()).unwrap_or_default()
+    );
+    let pick = |setup: &str, policy: &str| {
+        rows.iter()
+            .position(|r| r.setup == setup && r.policy == policy)
+    };
     let (gain, compared) = match (
         pick(&chosen.label(), chosen_policy),
-        measured.first().and_then(|(s, _)| pick(&s.label(), "temperature")),
+        measured
+            .first()
+            .and_then(|(s, _)| pick(&s.label(), "temperature")),
     ) {
         (Some(a), Some(b)) => paired(&rows[a], &rows[b]),
         _ => (None, 0),
@@ -165,10 +192,17 @@ fn row(
     heldout: &QuestionSet,
 ) -> Row {
     let samples: Vec<Sample> = answered.iter().map(|a| a.sample.clone()).collect();
-    let tops: Vec<Top> = probabilities.iter().zip(&samples).map(|(p, s)| Top::of(p, s.expected)).collect();
+    let tops: Vec<Top> = probabilities
+        .iter()
+        .zip(&samples)
+        .map(|(p, s)| Top::of(p, s.expected))
+        .collect();
     let mut by: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     for (a, top) in answered.iter().zip(&tops) {
-        let tier = heldout.questions[a.question].difficulty.clone().unwrap_or_else(|| "unlabelled".into());
+        let tier = heldout.questions[a.question]
+            .difficulty
+            .clone()
+            .unwrap_or_else(|| "unlabelled".into());
         let entry = by.entry(tier).or_default();
         entry.0 += usize::from(top.correct);
         entry.1 += 1;
@@ -182,7 +216,10 @@ fn row(
         accuracy: tops.iter().filter(|t| t.correct).count() as f64 / tops.len().max(1) as f64,
         log_loss: cv::log_loss(probabilities, &samples),
         ece: ece::with_intervals(&[&tops], &cv::group_indices(&samples))[0],
-        by_difficulty: by.into_iter().map(|(k, (c, n))| (k, c as f64 / n.max(1) as f64)).collect(),
+        by_difficulty: by
+            .into_iter()
+            .map(|(k, (c, n))| (k, c as f64 / n.max(1) as f64))
+            .collect(),
         outcomes: answered
             .iter()
             .zip(&tops)
@@ -193,10 +230,16 @@ fn row(
 
 /// The paired accuracy gain of row `a` over row `b` on the questions both answered.
 fn paired(a: &Row, b: &Row) -> (Option<Interval>, usize) {
-    let of_b: std::collections::HashMap<usize, bool> =
-        b.outcomes.iter().map(|(q, right, _)| (*q, *right)).collect();
-    let both: Vec<&(usize, bool, String)> =
-        a.outcomes.iter().filter(|(q, _, _)| of_b.contains_key(q)).collect();
+    let of_b: std::collections::HashMap<usize, bool> = b
+        .outcomes
+        .iter()
+        .map(|(q, right, _)| (*q, *right))
+        .collect();
+    let both: Vec<&(usize, bool, String)> = a
+        .outcomes
+        .iter()
+        .filter(|(q, _, _)| of_b.contains_key(q))
+        .collect();
     if both.len() < super::MIN_ANSWERED {
         return (None, both.len());
     }
@@ -205,9 +248,17 @@ fn paired(a: &Row, b: &Row) -> (Option<Interval>, usize) {
     let xb: Vec<f64> = both.iter().map(|(q, _, _)| f(of_b[q])).collect();
     let groups: Vec<Sample> = both
         .iter()
-        .map(|(_, _, group)| Sample { scores: vec![], expected: 0, group: group.clone(), content_free: None })
+        .map(|(_, _, group)| Sample {
+            scores: vec![],
+            expected: 0,
+            group: group.clone(),
+            content_free: None,
+        })
         .collect();
-    (Some(ece::paired_gain(&xa, &xb, &cv::group_indices(&groups))), both.len())
+    (
+        Some(ece::paired_gain(&xa, &xb, &cv::group_indices(&groups))),
+        both.len(),
+    )
 }
 
 /// The table of a report, as markdown.
@@ -216,17 +267,33 @@ pub fn markdown(report: &Report) -> String {
         "| setup | policy | accuracy | easy | standard | hard | log loss | ECE [95%] | flip rate |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in &report.rows {
-        let tier = |name: &str| r.by_difficulty.get(name).map(|a| format!("{a:.3}")).unwrap_or_else(|| "-".into());
+        let tier = |name: &str| {
+            r.by_difficulty
+                .get(name)
+                .map(|a| format!("{a:.3}"))
+                .unwrap_or_else(|| "-".into())
+        };
         let flip = report
             .flips
             .iter()
             .find(|f| f.setup == r.setup)
             .map(|f| format!("{:.3}", f.flip_rate))
             .unwrap_or_else(|| "-".into());
-        let mark = if r.setup == report.chosen && r.policy == report.chosen_policy { " **chosen**" } else { "" };
+        let mark = if r.setup == report.chosen && r.policy == report.chosen_policy {
+            " **chosen**"
+        } else {
+            ""
+        };
         out.push_str(&format!(
             "| {}{mark} | {} | {:.3} | {} | {} | {} | {:.3} | {} | {flip} |\n",
-            r.setup, r.policy, r.accuracy, tier("easy"), tier("standard"), tier("hard"), r.log_loss, r.ece
+            r.setup,
+            r.policy,
+            r.accuracy,
+            tier("easy"),
+            tier("standard"),
+            tier("hard"),
+            r.log_loss,
+            r.ece
         ));
     }
     if let Some(g) = &report.gain {

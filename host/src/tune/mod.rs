@@ -29,8 +29,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::calibration::cv::{self, Sample};
 use crate::calibration;
+use crate::calibration::cv::{self, Sample};
 use crate::calibration::ece::{self, Interval, Top};
 use crate::calibration::questions::{self, QuestionSet};
 use crate::pipeline::{Engine, Question, RequestScope, Resolved, Setup, SetupSource};
@@ -77,7 +77,9 @@ impl Questions {
 
     pub fn load(&self) -> Result<QuestionSet, String> {
         match self {
-            Questions::Builtin => QuestionSet::parse("built-in set calibration/tune.jsonl", BUILTIN_SET),
+            Questions::Builtin => {
+                QuestionSet::parse("built-in set calibration/tune.jsonl", BUILTIN_SET)
+            }
             Questions::File(path) => QuestionSet::read(path),
             Questions::Skip => Err("skipped".into()),
         }
@@ -142,13 +144,17 @@ pub fn startup(
     progress: &dyn Fn(String),
 ) -> (Setup, Option<Saved>) {
     if matches!(settings.questions, Questions::Skip) {
-        tracing::info!("startup tuning skipped (--tune-questions {SKIP}): direct-options, letters, auto");
+        tracing::info!(
+            "startup tuning skipped (--tune-questions {SKIP}): direct-options, letters, auto"
+        );
         return (Setup::default_setup(), None);
     }
     match run(engine, settings, progress) {
         Ok(saved) => (saved.setup(), Some(saved)),
         Err(cause) => {
-            tracing::warn!("startup tuning not applied: {cause}; answers use direct-options, letters, auto");
+            tracing::warn!(
+                "startup tuning not applied: {cause}; answers use direct-options, letters, auto"
+            );
             (Setup::default_setup(), None)
         }
     }
@@ -157,7 +163,12 @@ pub fn startup(
 /// The candidates read with `auto`: every renderer x every label scheme, the default first.
 pub fn candidates(renderers: &[String]) -> Vec<Setup> {
     let mut names: Vec<&String> = renderers.iter().collect();
-    names.sort_by_key(|name| (name.as_str() != crate::pipeline::setup::DEFAULT_RENDERER, name.as_str()));
+    names.sort_by_key(|name| {
+        (
+            name.as_str() != crate::pipeline::setup::DEFAULT_RENDERER,
+            name.as_str(),
+        )
+    });
     names
         .into_iter()
         .flat_map(|renderer| {
@@ -172,7 +183,11 @@ pub fn candidates(renderers: &[String]) -> Vec<Setup> {
 }
 
 /// Measures (or reuses) and saves; errors name the cause.
-pub fn run(engine: &Engine, settings: &Settings, progress: &dyn Fn(String)) -> Result<Saved, String> {
+pub fn run(
+    engine: &Engine,
+    settings: &Settings,
+    progress: &dyn Fn(String),
+) -> Result<Saved, String> {
     run_measured(engine, settings, progress).map(|(saved, _)| saved)
 }
 
@@ -206,13 +221,19 @@ pub fn run_measured(
     // A progress line every few seconds (each is a log line in `decide tune`).
     let last = std::cell::Cell::new(None::<Instant>);
     let tick = |done: usize| {
-        if last.get().is_some_and(|at| at.elapsed().as_secs_f64() < PROGRESS_EVERY_S) {
+        if last
+            .get()
+            .is_some_and(|at| at.elapsed().as_secs_f64() < PROGRESS_EVERY_S)
+        {
             return;
         }
         last.set(Some(Instant::now()));
         let elapsed = started.elapsed().as_secs_f64();
         let eta = if done > 0 {
-            format!(", ETA {:.0} s", elapsed / done as f64 * expected_reads.saturating_sub(done) as f64)
+            format!(
+                ", ETA {:.0} s",
+                elapsed / done as f64 * expected_reads.saturating_sub(done) as f64
+            )
         } else {
             String::new()
         };
@@ -221,10 +242,11 @@ pub fn run_measured(
         ));
     };
     for setup in &setups {
-        let (report, answered) = measure(engine, setup, &set, settings.neutral.as_deref(), &mut |n| {
-            done_reads += n;
-            tick(done_reads)
-        });
+        let (report, answered) =
+            measure(engine, setup, &set, settings.neutral.as_deref(), &mut |n| {
+                done_reads += n;
+                tick(done_reads)
+            });
         measured.push((report, answered));
     }
     // The most accurate single-read candidate, read under label shifts as well.
@@ -235,10 +257,16 @@ pub fn run_measured(
         if permuted.labels == Scheme::Words {
             permuted.labels = Scheme::Letters;
         }
-        let (report, answered) = measure(engine, &permuted, &set, settings.neutral.as_deref(), &mut |n| {
-            done_reads += n * 4;
-            tick(done_reads)
-        });
+        let (report, answered) = measure(
+            engine,
+            &permuted,
+            &set,
+            settings.neutral.as_deref(),
+            &mut |n| {
+                done_reads += n * 4;
+                tick(done_reads)
+            },
+        );
         setups.push(permuted);
         measured.push((report, answered));
     }
@@ -270,8 +298,12 @@ fn choose_policy(
     progress: &dyn Fn(String),
 ) -> Option<store::PolicyChoice> {
     let policies = calibration::compared_policies(engine, calibration::AUTO_FALLBACK);
-    let neutral = policies.iter().find_map(|p| p.neutral_states().map(<[String]>::to_vec));
-    let (_, answered) = reads.iter().find(|(setup, _)| setup.label() == chosen.label())?;
+    let neutral = policies
+        .iter()
+        .find_map(|p| p.neutral_states().map(<[String]>::to_vec));
+    let (_, answered) = reads
+        .iter()
+        .find(|(setup, _)| setup.label() == chosen.label())?;
     let mut samples: Vec<Sample> = answered.iter().map(|a| a.sample.clone()).collect();
     if neutral.is_some() && samples.iter().any(|s| s.content_free.is_none()) {
         progress(format!("tuning (content-free reads of {})", chosen.label()));
@@ -302,7 +334,9 @@ fn renderer_names(engine: &Engine, named: &[String]) -> Result<Vec<String>, Stri
     if !named.is_empty() {
         for name in named {
             if plugins.renderer(name).is_none() {
-                return Err(format!("renderer plugin `{name}` is not loaded (setting --tune-renderers)"));
+                return Err(format!(
+                    "renderer plugin `{name}` is not loaded (setting --tune-renderers)"
+                ));
             }
         }
         return Ok(named.to_vec());
@@ -322,7 +356,9 @@ fn best_index(measured: &[(CandidateReport, Vec<Answered>)]) -> Option<usize> {
         .max_by(|&a, &b| {
             let (ra, rb) = (&measured[a].0, &measured[b].0);
             ra.accuracy.total_cmp(&rb.accuracy).then_with(|| {
-                rb.log_loss.unwrap_or(f64::INFINITY).total_cmp(&ra.log_loss.unwrap_or(f64::INFINITY))
+                rb.log_loss
+                    .unwrap_or(f64::INFINITY)
+                    .total_cmp(&ra.log_loss.unwrap_or(f64::INFINITY))
             })
         })
 }
@@ -372,7 +408,11 @@ pub fn read_set(
     }
     // Several inputs in flight at once, so the model worker batches them as it batches
     // concurrent requests: on a GPU one input at a time leaves it mostly idle.
-    let workers = if engine.model().device().is_cpu() { 1 } else { GPU_WORKERS };
+    let workers = if engine.model().device().is_cpu() {
+        1
+    } else {
+        GPU_WORKERS
+    };
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results = std::sync::Mutex::new(Vec::with_capacity(by_state.len()));
     let (read, finished) = (
@@ -383,7 +423,9 @@ pub fn read_set(
         for _ in 0..workers.min(by_state.len()).max(1) {
             scope.spawn(|| loop {
                 let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((state, indices)) = by_state.get(at) else { break };
+                let Some((state, indices)) = by_state.get(at) else {
+                    break;
+                };
                 let batch: Vec<Question> = indices
                     .iter()
                     .map(|&i| Question {
@@ -392,8 +434,13 @@ pub fn read_set(
                         json: set.questions[i].json.clone(),
                     })
                     .collect();
-                let reads =
-                    engine.read_raw_with(&RequestScope::default(), &resolved, state, &batch, neutral);
+                let reads = engine.read_raw_with(
+                    &RequestScope::default(),
+                    &resolved,
+                    state,
+                    &batch,
+                    neutral,
+                );
                 results
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -453,10 +500,16 @@ pub fn read_set(
 }
 
 /// Accuracy, and held-out log loss and ECE under a cross-validated temperature.
-fn score(setup: &Setup, answered: &[Answered], skipped: &[String], seconds: f64) -> CandidateReport {
+fn score(
+    setup: &Setup,
+    answered: &[Answered],
+    skipped: &[String],
+    seconds: f64,
+) -> CandidateReport {
     let samples: Vec<Sample> = answered.iter().map(|a| a.sample.clone()).collect();
     let correct = |s: &Sample| Top::of(&s.scores, s.expected).correct;
-    let accuracy = samples.iter().filter(|s| correct(s)).count() as f64 / samples.len().max(1) as f64;
+    let accuracy =
+        samples.iter().filter(|s| correct(s)).count() as f64 / samples.len().max(1) as f64;
     let (log_loss, ece) = match held_out_temperature(&samples) {
         Some(probabilities) => {
             let tops: Vec<Top> = probabilities
@@ -480,7 +533,10 @@ fn score(setup: &Setup, answered: &[Answered], skipped: &[String], seconds: f64)
         accuracy,
         log_loss,
         ece,
-        mean_option_mass: answered.iter().map(|a| f64::from(a.option_mass)).sum::<f64>()
+        mean_option_mass: answered
+            .iter()
+            .map(|a| f64::from(a.option_mass))
+            .sum::<f64>()
             / answered.len().max(1) as f64,
         gain: None,
         compared: 0,
@@ -494,9 +550,18 @@ fn held_out_temperature(samples: &[Sample]) -> Option<Vec<Vec<f64>>> {
     let (fold_of, folds) = cv::assign_folds(samples).ok()?;
     let mut out = vec![Vec::new(); samples.len()];
     for fold in 0..folds {
-        let train: Vec<&Sample> = samples.iter().zip(&fold_of).filter(|(_, f)| **f != fold).map(|(s, _)| s).collect();
+        let train: Vec<&Sample> = samples
+            .iter()
+            .zip(&fold_of)
+            .filter(|(_, f)| **f != fold)
+            .map(|(s, _)| s)
+            .collect();
         let t = fit_temperature(&train);
-        for (i, s) in samples.iter().enumerate().filter(|(i, _)| fold_of[*i] == fold) {
+        for (i, s) in samples
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| fold_of[*i] == fold)
+        {
             let scaled: Vec<f64> = s.scores.iter().map(|x| x / t).collect();
             out[i] = cv::raw_probabilities(&scaled);
         }
@@ -546,17 +611,32 @@ fn compare_with_default(measured: &mut [(CandidateReport, Vec<Answered>)]) {
     };
     let baseline: std::collections::HashMap<usize, bool> = baseline
         .iter()
-        .map(|a| (a.question, Top::of(&a.sample.scores, a.sample.expected).correct))
+        .map(|a| {
+            (
+                a.question,
+                Top::of(&a.sample.scores, a.sample.expected).correct,
+            )
+        })
         .collect();
     for (report, answered) in rest.iter_mut() {
-        let both: Vec<&Answered> = answered.iter().filter(|a| baseline.contains_key(&a.question)).collect();
+        let both: Vec<&Answered> = answered
+            .iter()
+            .filter(|a| baseline.contains_key(&a.question))
+            .collect();
         let as_f64 = |b: bool| f64::from(u8::from(b));
-        let candidate: Vec<f64> = both.iter().map(|a| as_f64(Top::of(&a.sample.scores, a.sample.expected).correct)).collect();
+        let candidate: Vec<f64> = both
+            .iter()
+            .map(|a| as_f64(Top::of(&a.sample.scores, a.sample.expected).correct))
+            .collect();
         let base: Vec<f64> = both.iter().map(|a| as_f64(baseline[&a.question])).collect();
         let samples: Vec<Sample> = both.iter().map(|a| a.sample.clone()).collect();
         report.compared = both.len();
         if both.len() >= MIN_ANSWERED {
-            report.gain = Some(ece::paired_gain(&candidate, &base, &cv::group_indices(&samples)));
+            report.gain = Some(ece::paired_gain(
+                &candidate,
+                &base,
+                &cv::group_indices(&samples),
+            ));
         }
     }
 }
@@ -639,7 +719,9 @@ mod tests {
         assert_eq!(list.len(), 6);
         assert_eq!(list[0].label(), "direct-options+letters+auto");
         assert_eq!(list[3].label(), "plain-letter+letters+auto");
-        assert!(list.iter().all(|s| s.readout == Choice::Auto && s.source == SetupSource::Tuned));
+        assert!(list
+            .iter()
+            .all(|s| s.readout == Choice::Auto && s.source == SetupSource::Tuned));
     }
 
     #[test]

@@ -127,7 +127,9 @@ impl PolicyChoice {
         let now = probe(policy, &self.params);
         now.len() == self.probe.len()
             && now.iter().zip(&self.probe).all(|(a, b)| {
-                a.len() == b.len() && !a.is_empty() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9)
+                a.len() == b.len()
+                    && !a.is_empty()
+                    && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9)
             })
     }
 }
@@ -223,7 +225,8 @@ pub fn key(
             Some(Ok(c)) => {
                 compiled.update(format!("{:?}", c.instructions).as_bytes());
                 for o in &c.options {
-                    compiled.update(format!("\0{}\0{}\0{:?}", o.key, o.text, o.description).as_bytes());
+                    compiled
+                        .update(format!("\0{}\0{}\0{:?}", o.key, o.text, o.description).as_bytes());
                 }
             }
             Some(Err(error)) => compiled.update(format!("error: {error}").as_bytes()),
@@ -235,7 +238,10 @@ pub fn key(
     let mut candidates = Vec::with_capacity(setups.len());
     for setup in setups {
         if !fingerprints.contains_key(&setup.renderer) {
-            fingerprints.insert(setup.renderer.clone(), fingerprint(engine, &setup.renderer)?);
+            fingerprints.insert(
+                setup.renderer.clone(),
+                fingerprint(engine, &setup.renderer)?,
+            );
         }
         candidates.push(CandidateKey {
             setup: setup.label(),
@@ -341,14 +347,22 @@ pub fn load(dir: &Path, key: &Key) -> Result<Option<(Saved, PathBuf)>, String> {
 fn shipped(key: &Key) -> Option<(Saved, PathBuf)> {
     TUNED_SEEDS.iter().find_map(|(name, text)| {
         let saved: Saved = serde_json::from_str(text).ok()?;
-        (saved.key == *key).then(|| (saved, PathBuf::from(format!("calibration/tuned/{name} (shipped)"))))
+        (saved.key == *key).then(|| {
+            (
+                saved,
+                PathBuf::from(format!("calibration/tuned/{name} (shipped)")),
+            )
+        })
     })
 }
 
 /// Saves under `dir` (a temporary name, fsynced, renamed into place).
 pub fn save(dir: &Path, saved: &Saved) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| {
-        format!("cannot create {} (setting --calibration-dir): {e}", dir.display())
+        format!(
+            "cannot create {} (setting --calibration-dir): {e}",
+            dir.display()
+        )
     })?;
     let path = saved.key.path_in(dir);
     let staged = path.with_extension(format!("json.{}.tmp", std::process::id()));

@@ -59,9 +59,9 @@ fn invalid(message: String) -> PluginError {
 fn text_field(map: &Map<String, Value>, field: &str) -> Result<Option<String>, PluginError> {
     match map.get(field) {
         None => Ok(None),
-        Some(Value::String(s)) if s.trim().is_empty() => {
-            Err(invalid(format!("{field}: must not be empty; omit it instead")))
-        }
+        Some(Value::String(s)) if s.trim().is_empty() => Err(invalid(format!(
+            "{field}: must not be empty; omit it instead"
+        ))),
         Some(Value::String(s)) if s.len() > MAX_TEXT => Err(invalid(format!(
             "{field}: {} bytes, over the limit of {MAX_TEXT}",
             s.len()
