@@ -103,7 +103,11 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     load_tenant_plugins(engine.plugins(), &state.directory);
     state.set_loading("answer-slot self-check");
     check_answer_slot(&mut engine, config)?;
-    let tuned = startup_tuning(&mut engine, config, &|step| state.set_loading(step));
+    // Tuning's progress lines (every few seconds, with an ETA) go to the log and /health.
+    let tuned = startup_tuning(&mut engine, config, &|step| {
+        tracing::info!("{step}");
+        state.set_loading(step)
+    });
     let corrected = tuned
         .as_ref()
         .is_some_and(|saved| apply_tuned_correction(&mut engine, config, saved));

@@ -72,19 +72,20 @@ impl CalibrationState {
     }
 }
 
-/// Where the questions come from.
+/// Where the questions come from (startup calibration's and tuning's).
 #[derive(Debug, Clone)]
 pub enum Questions {
     /// The built-in set.
     Builtin,
     /// An operator's file.
     File(PathBuf),
-    /// Do not calibrate.
+    /// Do not run.
     Skip,
 }
 
 impl Questions {
-    /// From `--calibration-questions`: none given = the built-in set, `none` = skip.
+    /// From a flag (`--calibration-questions`, `--tune-questions`): none given = the built-in
+    /// set, `none` = skip, else a file.
     pub fn from_flag(flag: Option<&str>) -> Questions {
         match flag {
             None | Some("") => Questions::Builtin,
@@ -93,12 +94,17 @@ impl Questions {
         }
     }
 
-    fn load(&self) -> Result<QuestionSet, String> {
+    /// The questions, `builtin` being the built-in set.
+    pub fn load_with(&self, builtin: impl FnOnce() -> QuestionSet) -> Result<QuestionSet, String> {
         match self {
-            Questions::Builtin => Ok(QuestionSet::builtin()),
+            Questions::Builtin => Ok(builtin()),
             Questions::File(path) => QuestionSet::read(path),
             Questions::Skip => Err("skipped".into()),
         }
+    }
+
+    fn load(&self) -> Result<QuestionSet, String> {
+        self.load_with(QuestionSet::builtin)
     }
 }
 

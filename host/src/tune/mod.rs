@@ -39,7 +39,7 @@ use crate::readout::{self, Choice, Scheme};
 use store::Saved;
 
 /// Value of `--tune-questions` that skips tuning.
-pub const SKIP: &str = "none";
+pub const SKIP: &str = crate::calibration::SKIP;
 
 /// The built-in tuning set (`calibration/tune.jsonl`, four fifths of decide's own labelled
 /// set; the other fifth, `calibration/heldout.jsonl`, is never used to select or fit).
@@ -57,33 +57,13 @@ const PROGRESS_EVERY_S: f64 = 5.0;
 /// Bump when the selection rule changes, so saved results made by another rule are not reused.
 pub const RULE: &str = "best-accuracy-kept-if-paired-gain-interval-above-zero/1";
 
-/// Where the questions come from.
-#[derive(Debug, Clone)]
-pub enum Questions {
-    Builtin,
-    File(PathBuf),
-    Skip,
-}
+/// Where the questions come from (`--tune-questions`; [`SKIP`] skips tuning).
+pub use crate::calibration::Questions;
 
-impl Questions {
-    /// From `--tune-questions`: none given = the built-in set, `none` = skip.
-    pub fn from_flag(flag: Option<&str>) -> Questions {
-        match flag {
-            None | Some("") => Questions::Builtin,
-            Some(SKIP) => Questions::Skip,
-            Some(path) => Questions::File(PathBuf::from(path)),
-        }
-    }
-
-    pub fn load(&self) -> Result<QuestionSet, String> {
-        match self {
-            Questions::Builtin => {
-                QuestionSet::parse("built-in set calibration/tune.jsonl", BUILTIN_SET)
-            }
-            Questions::File(path) => QuestionSet::read(path),
-            Questions::Skip => Err("skipped".into()),
-        }
-    }
+/// The built-in tuning set, parsed.
+pub fn builtin_set() -> QuestionSet {
+    QuestionSet::parse("built-in set calibration/tune.jsonl", BUILTIN_SET)
+        .expect("the built-in tuning set parses")
 }
 
 /// What tuning needs to know.
@@ -201,7 +181,7 @@ pub fn run_measured(
     progress: &dyn Fn(String),
 ) -> Result<(Saved, Measured), String> {
     let started = Instant::now();
-    let set = settings.questions.load()?;
+    let set = settings.questions.load_with(builtin_set)?;
     let renderers = renderer_names(engine, &settings.renderers)?;
     let mut setups = candidates(&renderers);
     let key = store::key(engine, settings.model_file, &set, &setups)?;
@@ -373,7 +353,9 @@ pub fn measure(
 ) -> (CandidateReport, Vec<Answered>) {
     let started = Instant::now();
     let (answered, skipped) = read_set(engine, setup, set, neutral, progress);
-    let report = score(setup, &answered, &skipped, started.elapsed().as_secs_f64());
+    let temperature = engine.plugins().calibration(calibration::AUTO_FALLBACK);
+    let seconds = started.elapsed().as_secs_f64();
+    let report = score(setup, &answered, &skipped, temperature.as_deref(), seconds);
     (report, answered)
 }
 
@@ -499,18 +481,22 @@ pub fn read_set(
     (answered, skipped)
 }
 
-/// Accuracy, and held-out log loss and ECE under a cross-validated temperature.
+/// Accuracy, and held-out log loss and ECE under the `temperature` policy plugin fitted by
+/// 5-fold cross-validation as startup calibration fits it (a fold whose fit it refuses, at the
+/// edge of its range, is served T = 1); none when that plugin is not loaded.
 fn score(
     setup: &Setup,
     answered: &[Answered],
     skipped: &[String],
+    temperature: Option<&crate::plugins::Calibration>,
     seconds: f64,
 ) -> CandidateReport {
     let samples: Vec<Sample> = answered.iter().map(|a| a.sample.clone()).collect();
     let correct = |s: &Sample| Top::of(&s.scores, s.expected).correct;
     let accuracy =
         samples.iter().filter(|s| correct(s)).count() as f64 / samples.len().max(1) as f64;
-    let (log_loss, ece) = match held_out_temperature(&samples) {
+    let held_out = temperature.and_then(|t| cv::held_out_probabilities(t, &samples).ok());
+    let (log_loss, ece) = match held_out.map(|(probabilities, _)| probabilities) {
         Some(probabilities) => {
             let tops: Vec<Top> = probabilities
                 .iter()
@@ -542,66 +528,6 @@ fn score(
         compared: 0,
         seconds,
     }
-}
-
-/// Held-out probabilities under a temperature fitted (in the host, by the same Newton fit
-/// the `temperature` plugin makes) on the other folds; none with fewer than 2 groups.
-fn held_out_temperature(samples: &[Sample]) -> Option<Vec<Vec<f64>>> {
-    let (fold_of, folds) = cv::assign_folds(samples).ok()?;
-    let mut out = vec![Vec::new(); samples.len()];
-    for fold in 0..folds {
-        let train: Vec<&Sample> = samples
-            .iter()
-            .zip(&fold_of)
-            .filter(|(_, f)| **f != fold)
-            .map(|(s, _)| s)
-            .collect();
-        let t = fit_temperature(&train);
-        for (i, s) in samples
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| fold_of[*i] == fold)
-        {
-            let scaled: Vec<f64> = s.scores.iter().map(|x| x / t).collect();
-            out[i] = cv::raw_probabilities(&scaled);
-        }
-    }
-    Some(out)
-}
-
-/// The temperature minimising the mean NLL of `samples`, by golden-section search on
-/// ln T in [ln 0.05, ln 20] (the range the `temperature` plugin accepts).
-pub fn fit_temperature(samples: &[&Sample]) -> f64 {
-    let nll = |log_t: f64| {
-        let t = log_t.exp();
-        samples
-            .iter()
-            .map(|s| {
-                let scaled: Vec<f64> = s.scores.iter().map(|x| x / t).collect();
-                -cv::raw_probabilities(&scaled)[s.expected].max(1e-300).ln()
-            })
-            .sum::<f64>()
-    };
-    let (mut a, mut b) = (0.05f64.ln(), 20f64.ln());
-    let ratio = (5f64.sqrt() - 1.0) / 2.0;
-    let (mut c, mut d) = (b - ratio * (b - a), a + ratio * (b - a));
-    let (mut fc, mut fd) = (nll(c), nll(d));
-    for _ in 0..60 {
-        if fc < fd {
-            b = d;
-            d = c;
-            fd = fc;
-            c = b - ratio * (b - a);
-            fc = nll(c);
-        } else {
-            a = c;
-            c = d;
-            fc = fd;
-            d = a + ratio * (b - a);
-            fd = nll(d);
-        }
-    }
-    ((a + b) / 2.0).exp()
 }
 
 /// Each candidate's accuracy gain over the first (the default) on the questions both answered.
@@ -704,15 +630,6 @@ fn log_lines(saved: &Saved, how: &str) {
 mod tests {
     use super::*;
 
-    fn sample(scores: Vec<f64>, expected: usize, group: usize) -> Sample {
-        Sample {
-            scores,
-            expected,
-            group: format!("g{group}"),
-            content_free: None,
-        }
-    }
-
     #[test]
     fn candidates_put_the_default_first_and_cover_every_scheme() {
         let list = candidates(&["plain-letter".into(), "direct-options".into()]);
@@ -722,22 +639,5 @@ mod tests {
         assert!(list
             .iter()
             .all(|s| s.readout == Choice::Auto && s.source == SetupSource::Tuned));
-    }
-
-    #[test]
-    fn the_temperature_fit_recovers_a_scale() {
-        // Scores 3x too sharp: labels drawn so that softmax(scores / 3) is calibrated.
-        let mut rng = ece::Rng::new(7);
-        let samples: Vec<Sample> = (0..3000)
-            .map(|i| {
-                let scores = vec![0.0, -((rng.below(100) as f64) / 10.0)];
-                let p = cv::raw_probabilities(&[scores[0] / 3.0, scores[1] / 3.0]);
-                let expected = usize::from((rng.below(10_000) as f64) / 10_000.0 >= p[0]);
-                sample(scores, expected, i / 3)
-            })
-            .collect();
-        let refs: Vec<&Sample> = samples.iter().collect();
-        let t = fit_temperature(&refs);
-        assert!((t - 3.0).abs() < 0.35, "T = {t}");
     }
 }
