@@ -333,3 +333,45 @@ fn requests_choose_the_renderer_and_labels_and_low_mass_answers_abstain() {
     let reply = ask(&strict, predicate(), json!({"min_option_mass": 0}));
     assert_eq!(reply.status, 200, "a request can lower it: {}", reply.body);
 }
+
+#[test]
+fn a_tenants_min_option_mass_and_renderer_apply_to_its_requests_only() {
+    use crate::tenant_fixture::seed_tenant_with;
+    let data = scratch_dir("quality-tenants");
+    let strict = seed_tenant_with(
+        &data,
+        "strict",
+        Default::default(),
+        decide::tenancy::TenantSettings {
+            min_option_mass: Some(0.999),
+            renderer: Some("plain-letter".into()),
+            ..Default::default()
+        },
+    );
+    let lenient = seed_tenant_with(&data, "lenient", Default::default(), Default::default());
+    let server = Server::ready(&["--data-dir", data.to_str().unwrap()]);
+    let body = json!({"model": "smol", "input": "I was charged twice. Please refund the extra charge.",
+                      "questions": predicate(), "extra": {"detail": "full"}});
+    // The strict tenant's answers abstain (its threshold, named in the refusal).
+    let reply = server.post_as("/v1/decisions", &strict.key, &body);
+    assert_eq!(reply.status, 422, "{}", reply.body);
+    assert!(
+        reply.body.to_string().contains("low_option_mass"),
+        "{}",
+        reply.body
+    );
+    // Its request can lower the threshold; its renderer is its own setting.
+    let mut lowered = body.clone();
+    lowered["extra"]["min_option_mass"] = json!(0.0);
+    let reply = server.post_as("/v1/decisions", &strict.key, &lowered);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let audit = &reply.body["answers"][0]["extra"]["audit"];
+    assert_eq!(audit["renderer"], "plain-letter", "{audit}");
+    assert_eq!(audit["setup_source"], "tenant", "{audit}");
+    // Another tenant keeps the server's defaults.
+    let reply = server.post_as("/v1/decisions", &lenient.key, &body);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let audit = &reply.body["answers"][0]["extra"]["audit"];
+    assert_eq!(audit["renderer"], "direct-options", "{audit}");
+    assert_eq!(audit["min_option_mass"], 0.0, "{audit}");
+}
