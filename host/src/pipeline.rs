@@ -1031,7 +1031,16 @@ impl Engine {
         let scores = match content_free.map(|all| &all[planned.index]) {
             None => combined.scores.clone(),
             Some(Ok(free)) => [combined.scores.as_slice(), free.as_slice()].concat(),
-            Some(Err(reason)) => return Outcome::Refusal(plugin_refusal(loc, reason)),
+            // The reason already names the question (it is the neutral read's refusal).
+            Some(Err(reason)) => {
+                return Outcome::Refusal(Refusal {
+                    status: StatusCode::UNPROCESSABLE_ENTITY,
+                    code: "content_free_read_failed",
+                    message: reason.clone(),
+                    loc: loc.clone(),
+                    abstained: None,
+                })
+            }
         };
         let probabilities = match calibration.apply_in(session, &scores, &params) {
             Ok(probabilities) => probabilities,

@@ -375,3 +375,43 @@ fn a_tenants_min_option_mass_and_renderer_apply_to_its_requests_only() {
     assert_eq!(audit["renderer"], "direct-options", "{audit}");
     assert_eq!(audit["min_option_mass"], 0.0, "{audit}");
 }
+
+#[test]
+fn the_contextual_policy_reads_each_question_over_its_neutral_states_too() {
+    let body = json!({"model": "smol", "input": "I was charged twice. Please refund the extra charge.",
+                      "questions": predicate(), "extra": {"detail": "full"}});
+    let plain = Server::ready(&["--calibration", "temperature"]);
+    let reply = plain.post("/v1/decisions", &body);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let (plain_tokens, plain_p) = (
+        reply.body["usage"]["input_tokens"].as_u64().unwrap(),
+        reply.body["answers"][0]["probability"].as_f64().unwrap(),
+    );
+    drop(plain);
+    let contextual = Server::ready(&["--calibration", "contextual"]);
+    let reply = contextual.post("/v1/decisions", &body);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let answer = &reply.body["answers"][0];
+    assert_eq!(
+        answer["extra"]["audit"]["calibration_policy"], "contextual",
+        "{answer}"
+    );
+    // Three neutral reads ("N/A", "", "[MASK]") besides the real one.
+    let tokens = reply.body["usage"]["input_tokens"].as_u64().unwrap();
+    assert!(tokens > 3 * plain_tokens, "{tokens} vs {plain_tokens}");
+    let p = answer["probability"].as_f64().unwrap();
+    crate::assert_distribution(&[p, 1.0 - p]);
+    assert!(
+        (p - plain_p).abs() > 1e-6,
+        "dividing out the prior moves the answer: {p} vs {plain_p}"
+    );
+    // The raw option scores reported are the real read's, one per option.
+    assert_eq!(
+        answer["extra"]["backend"]["option_logits"]
+            .as_object()
+            .unwrap()
+            .len(),
+        2,
+        "{answer}"
+    );
+}
