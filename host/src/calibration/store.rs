@@ -105,14 +105,23 @@ pub struct Saved {
 /// Loads the saved result for `key`, if there is one with exactly this key.
 pub fn load(dir: &Path, key: &Key) -> Result<Option<(Saved, PathBuf)>, String> {
     let path = key.path_in(dir);
-    let text = match std::fs::read_to_string(&path) {
+    let saved: Option<Saved> = read_json(&path, "a saved calibration")?;
+    Ok(saved.filter(|s| s.key == *key).map(|s| (s, path)))
+}
+
+/// `path` parsed as `T` (`what` names it in the error); none when the file does not exist.
+pub fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &str,
+) -> Result<Option<T>, String> {
+    let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    let saved: Saved = serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a saved calibration: {e}", path.display()))?;
-    Ok((saved.key == *key).then_some((saved, path)))
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| format!("{} is not {what}: {e}", path.display()))
 }
 
 /// Saves `saved` under `dir` (written to a temporary name, then renamed into place).
@@ -123,14 +132,24 @@ pub fn save(dir: &Path, saved: &Saved) -> Result<PathBuf, String> {
             dir.display()
         )
     })?;
-    let path = saved.key.path_in(dir);
+    write_json(&saved.key.path_in(dir), saved)
+}
+
+/// Writes `value` as pretty JSON to `path` atomically: a temporary name, fsynced, renamed
+/// into place (a crash leaves the old file or the new one, never half of one).
+pub fn write_json(path: &Path, value: &impl Serialize) -> Result<PathBuf, String> {
     let staged = path.with_extension(format!("json.{}.tmp", std::process::id()));
-    let text = serde_json::to_string_pretty(saved).expect("a saved result serializes");
-    std::fs::write(&staged, text + "\n")
-        .map_err(|e| format!("cannot write {}: {e}", staged.display()))?;
-    std::fs::rename(&staged, &path)
+    let text = serde_json::to_string_pretty(value).expect("a saved result serializes") + "\n";
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&staged)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()
+    };
+    write().map_err(|e| format!("cannot write {}: {e}", staged.display()))?;
+    std::fs::rename(&staged, path)
         .map_err(|e| format!("cannot rename to {}: {e}", path.display()))?;
-    Ok(path)
+    Ok(path.to_path_buf())
 }
 
 /// sha256 of a file, streamed.

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use super::{best_index, Answered, CandidateReport, MIN_ANSWERED, RULE};
 use crate::calibration::questions::QuestionSet;
-use crate::calibration::store::{file_sha256, now_rfc3339};
+use crate::calibration::store::{file_sha256, now_rfc3339, read_json, write_json};
 use crate::pipeline::{Engine, Setup, SetupSource};
 use crate::plugins::{CompiledQuestion, OptionDef};
 
@@ -333,14 +333,10 @@ include!(concat!(env!("OUT_DIR"), "/tuned_seeds.rs"));
 /// shipped in the binary (`calibration/tuned/`, measured by the project) with exactly this key.
 pub fn load(dir: &Path, key: &Key) -> Result<Option<(Saved, PathBuf)>, String> {
     let path = key.path_in(dir);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(shipped(key)),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
-    };
-    let saved: Saved = serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a saved tuning result: {e}", path.display()))?;
-    Ok((saved.key == *key).then_some((saved, path)))
+    match read_json::<Saved>(&path, "a saved tuning result")? {
+        None => Ok(shipped(key)),
+        Some(saved) => Ok((saved.key == *key).then_some((saved, path))),
+    }
 }
 
 /// The shipped result with exactly `key`, if any (its path names the shipped file).
@@ -364,17 +360,5 @@ pub fn save(dir: &Path, saved: &Saved) -> Result<PathBuf, String> {
             dir.display()
         )
     })?;
-    let path = saved.key.path_in(dir);
-    let staged = path.with_extension(format!("json.{}.tmp", std::process::id()));
-    let text = serde_json::to_string_pretty(saved).expect("a saved result serializes") + "\n";
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&staged)?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()
-    };
-    write().map_err(|e| format!("cannot write {}: {e}", staged.display()))?;
-    std::fs::rename(&staged, &path)
-        .map_err(|e| format!("cannot rename to {}: {e}", path.display()))?;
-    Ok(path)
+    write_json(&saved.key.path_in(dir), saved)
 }
