@@ -242,6 +242,10 @@ pub struct Decided {
     pub input_tokens: usize,
     pub cached_tokens: usize,
     pub forward_passes: usize,
+    /// Jobs handed to the model worker: one per read round (one for every question of a
+    /// request read directly, two when two-stage finalists need a second round). What the
+    /// field-schema format reports as `backend_requests`.
+    pub scheduler_jobs: usize,
     pub timings: StepTimes,
 }
 
@@ -252,6 +256,7 @@ impl Decided {
             input_tokens: 0,
             cached_tokens: 0,
             forward_passes: 0,
+            scheduler_jobs: 0,
             timings: StepTimes::default(),
         }
     }
@@ -984,6 +989,7 @@ impl Engine {
         }
         drop(refused);
         decided.input_tokens += tokens;
+        decided.scheduler_jobs += 1;
         let sent = Instant::now();
         let result = self
             .scheduler
