@@ -384,6 +384,24 @@ pub struct Config {
     #[arg(long, env = "DECIDE_MAX_INPUT_BYTES", default_value_t = 256 * 1024)]
     pub max_input_bytes: usize,
 
+    /// JSON-Schema classification and field-schema decisions: most fields the model decides
+    /// in one request.
+    #[arg(long, env = "DECIDE_SCHEMA_MAX_FIELDS", default_value_t = 64)]
+    pub schema_max_fields: usize,
+
+    /// JSON-Schema classification: most nested objects and tuples in a schema.
+    #[arg(long, env = "DECIDE_SCHEMA_MAX_DEPTH", default_value_t = 8)]
+    pub schema_max_depth: usize,
+
+    /// JSON-Schema classification: most bytes of a schema (as compact JSON).
+    #[arg(long, env = "DECIDE_SCHEMA_MAX_BYTES", default_value_t = 64 * 1024)]
+    pub schema_max_bytes: usize,
+
+    /// JSON-Schema classification and field-schema decisions: most characters of the input
+    /// (`state`, `context`).
+    #[arg(long, env = "DECIDE_SCHEMA_MAX_INPUT_CHARS", default_value_t = 100_000)]
+    pub schema_max_input_chars: usize,
+
     /// Most bytes in one HTTP request body (after decompression).
     #[arg(long, env = "DECIDE_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,

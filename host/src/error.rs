@@ -76,6 +76,10 @@ pub enum ApiError {
         message: String,
         kind: &'static str,
     },
+    /// The request asks for something this server does not offer (a generation mode): 400
+    /// on every wire format, where validation errors may be 422.
+    #[error("{message}")]
+    BadRequest { loc: Loc, message: String },
     /// The request is too large for a configured limit.
     #[error("{message}")]
     TooLarge { loc: Loc, message: String },
@@ -144,6 +148,7 @@ impl ApiError {
                 Wire::OpenAi => StatusCode::BAD_REQUEST,
                 Wire::SystemOne => StatusCode::UNPROCESSABLE_ENTITY,
             },
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMedia { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotReady { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -161,6 +166,7 @@ impl ApiError {
     fn loc(&self) -> &[LocPart] {
         match self {
             ApiError::Invalid { loc, .. }
+            | ApiError::BadRequest { loc, .. }
             | ApiError::TooLarge { loc, .. }
             | ApiError::QuestionFailed { loc, .. } => loc,
             _ => &[],
@@ -170,6 +176,7 @@ impl ApiError {
     fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid { kind, .. } => kind,
+            ApiError::BadRequest { .. } => "unsupported_request",
             ApiError::TooLarge { .. } => "too_large",
             ApiError::UnsupportedMedia { .. } => "unsupported_media_type",
             ApiError::NotReady { .. } => "not_ready",

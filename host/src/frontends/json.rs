@@ -106,6 +106,22 @@ pub fn question_count(count: usize, max: usize, loc: &Loc) -> Result<(), ApiErro
     Ok(())
 }
 
+/// The input text of a `state`: text as it is, a JSON object or array as compact JSON (keys
+/// in the order sent), anything else refused.
+pub fn state_text(value: &Value, loc: &Loc) -> Result<String, ApiError> {
+    match value {
+        Value::String(_) => string(value, loc).map(str::to_string),
+        Value::Object(_) | Value::Array(_) => Ok(compact(value)),
+        other => Err(invalid(
+            loc,
+            format!(
+                "expected text, a JSON object or an array, got {}",
+                type_name(other)
+            ),
+        )),
+    }
+}
+
 /// Compact JSON text with keys in the order they were sent: deterministic for a given body.
 pub fn compact(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()

@@ -6,7 +6,9 @@
 //! lives here.
 
 pub mod body;
+pub mod classify;
 pub mod json;
+pub mod leaf;
 pub mod openai;
 pub mod systemone;
 
