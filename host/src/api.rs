@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::error::{ApiError, Wire};
-use crate::frontends::{classify, openai, systemone};
+use crate::frontends::{classify, fields, openai, systemone};
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
 use crate::tenancy::calibration::{self as tenant_calibration, TenantCalibrations};
@@ -144,6 +144,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/decisions", post(openai::handle))
         .route("/v1/systemone", post(systemone::handle))
         .route("/v1/classify", post(classify::handle))
+        .route("/v1/fields", post(fields::handle))
         .route("/plugins/jev-decison/infer", post(classify::handle))
         .route("/plugins/jev-decison/capabilities", get(classify::capabilities))
         .route("/v1/models", get(models))

@@ -39,7 +39,8 @@ pub enum Values {
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub value: Value,
-    /// What the model was shown for it (`Yes`/`No` for booleans).
+    /// The label the model answers with for it (`A`, `B`, ... under the letters scheme), or
+    /// the option's text where the readout has no one label per option (two-stage).
     pub label: String,
     /// Calibrated probability.
     pub probability: f64,
@@ -90,7 +91,7 @@ impl Leaf {
     /// The leaf's decision from its answer: candidates in the leaf's order, each with its
     /// calibrated probability and its log-probability.
     pub fn decide(&self, answer: &Answer) -> Decision {
-        let (values, labels) = match &self.values {
+        let (values, texts) = match &self.values {
             Values::Boolean => (
                 vec![Value::Bool(true), Value::Bool(false)],
                 vec!["Yes".to_string(), "No".to_string()],
@@ -99,14 +100,19 @@ impl Leaf {
         };
         let keys: Vec<String> = match &self.values {
             Values::Boolean => vec!["true".into(), "false".into()],
-            Values::Listed(_) => labels.iter().map(|l| Value::from(l.as_str()).to_string()).collect(),
+            Values::Listed(_) => texts.iter().map(|l| Value::from(l.as_str()).to_string()).collect(),
         };
+        let read_labels = &answer.readout.labels;
         let candidates: Vec<Candidate> = values
             .into_iter()
-            .zip(labels)
+            .zip(texts)
             .zip(&keys)
-            .map(|((value, label), key)| {
+            .map(|((value, text), key)| {
                 let at = answer.option_keys.iter().position(|k| k == key);
+                let label = match at {
+                    Some(i) if read_labels.len() == answer.option_keys.len() => read_labels[i].clone(),
+                    _ => text,
+                };
                 Candidate {
                     value,
                     label,

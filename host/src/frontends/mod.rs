@@ -7,6 +7,7 @@
 
 pub mod body;
 pub mod classify;
+pub mod fields;
 pub mod json;
 pub mod leaf;
 pub mod openai;

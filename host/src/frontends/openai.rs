@@ -37,29 +37,32 @@ struct Parsed {
     detail: Detail,
 }
 
-/// `POST /v1/decisions`.
+/// `POST /v1/decisions`: OpenAI's format, or the field-schema format when the body has
+/// `context` and `schema` instead of `input` and `questions` (its errors then in its own
+/// shape).
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     let started = std::time::Instant::now();
-    let mut response = match super::authenticated(&state, &headers, |caller| {
-        run(&state, caller, &headers, body)
+    let is_fields = std::sync::atomic::AtomicBool::new(false);
+    let mut response = match super::authenticated(&state, &headers, |caller| async {
+        let value = super::read_json(&state, &headers, body, false).await?;
+        if super::fields::is_fields_request(&value) {
+            is_fields.store(true, std::sync::atomic::Ordering::Relaxed);
+            return super::fields::run(&state, caller, value, started).await;
+        }
+        run(&state, caller, value).await
     })
     .await
     {
         Ok(response) => response,
+        Err(error) if is_fields.into_inner() => error.into_response_for(Wire::SystemOne),
         Err(error) => error.into_response_for(Wire::OpenAi),
     };
     super::add_server_time(&mut response, started);
     response
 }
 
-async fn run(
-    state: &SharedState,
-    caller: Caller,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
+async fn run(state: &SharedState, caller: Caller, value: Value) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    let value = super::read_json(state, headers, body, false).await?;
     let parsed = parse(&value, state.config.max_questions)?;
     let model = super::check_model(
         state,
