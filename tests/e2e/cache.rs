@@ -26,13 +26,7 @@ fn cached(reply: &Value) -> u64 {
 }
 
 fn metric(server: &Server, name: &str) -> f64 {
-    let text = server.get("/metrics").body;
-    let text = text.as_str().expect("metrics text");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
-        .parse()
-        .expect("a number")
+    server.metric(name)
 }
 
 #[test]

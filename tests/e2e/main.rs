@@ -16,6 +16,7 @@ mod limits;
 mod plugins;
 mod quality;
 mod readouts;
+mod structured;
 mod tenant_calibration;
 mod tenant_plugins;
 mod tenants;

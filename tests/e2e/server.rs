@@ -200,6 +200,17 @@ impl Server {
         Self::reply(response)
     }
 
+    /// The value of an unlabelled metric in `/metrics`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics").body;
+        let text = text.as_str().expect("metrics text");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+            .parse()
+            .expect("a number")
+    }
+
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();
