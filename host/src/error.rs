@@ -274,10 +274,10 @@ mod tests {
     #[test]
     fn dotted_paths_mix_fields_and_indices() {
         assert_eq!(
-            dotted(&loc!["questions", 2, "choices", 0, "value"]),
+            dotted(loc!["questions", 2, "choices", 0, "value"].as_slice()),
             "questions[2].choices[0].value"
         );
-        assert_eq!(dotted(&loc![]), "");
+        assert_eq!(dotted(&[]), "");
     }
 
     #[test]

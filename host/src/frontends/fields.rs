@@ -400,7 +400,8 @@ mod tests {
 
     #[test]
     fn every_documented_rule_is_a_422_naming_its_field() {
-        let cases: Vec<(Box<dyn Fn(&mut Value)>, &str)> = vec![
+        type Change = Box<dyn Fn(&mut Value)>;
+        let cases: Vec<(Change, &str)> = vec![
             (Box::new(|b| b["context"] = json!("")), "context"),
             (Box::new(|b| b["context"] = json!("x".repeat(100_001))), "context: 100001 characters"),
             (Box::new(|b| b["schema"] = json!({})), "schema: must have 1 to 64"),
