@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::error::{ApiError, Wire};
-use crate::frontends::{openai, systemone};
+use crate::frontends::{batch, openai, systemone};
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
 use crate::tenancy::calibration::{self as tenant_calibration, TenantCalibrations};
@@ -143,6 +143,7 @@ pub fn router(state: SharedState) -> Router {
     Router::new()
         .route("/v1/decisions", post(openai::handle))
         .route("/v1/systemone", post(systemone::handle))
+        .route("/v1/systemone/batch", post(batch::handle))
         .route("/v1/models", get(models))
         .merge(crate::plugin_api::routes())
         .route(
