@@ -409,3 +409,54 @@ fn the_items_reads_share_the_model_workers_batches() {
         assert_same_answers(&item["answers"], &alone.body["answers"], 1e-4, &what);
     }
 }
+
+#[test]
+fn a_content_free_policy_reads_the_shared_questions_over_its_neutral_states_once() {
+    // Exact arithmetic as in the fifty-item test, so answers compare to the last bits.
+    let server = Server::ready(&[
+        "--calibration",
+        "contextual",
+        "--max-batch-tokens",
+        "1",
+        "--prefix-cache-mib",
+        "0",
+    ]);
+    let noul = json!({"q": {"type": "noul", "instructions": "The customer asks for a refund."}});
+    let items = vec![
+        json!({"state": TICKETS[0]}),
+        json!({"state": TICKETS[1]}),
+        json!({"state": TICKETS[2]}),
+        json!({"state": TICKETS[3], "questions": own_questions()}),
+    ];
+    let reply = server.post(
+        "/v1/systemone/batch",
+        &json!({"questions": noul, "items": items}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let answered = reply.body["items"].as_array().unwrap();
+    let tokens = |item: &Value| item["usage"]["input_tokens"].as_u64().unwrap();
+    let mut alone_tokens = Vec::new();
+    for (i, item) in answered.iter().enumerate() {
+        let questions = items[i]
+            .get("questions")
+            .cloned()
+            .unwrap_or_else(|| noul.clone());
+        let alone = server.post(
+            "/v1/systemone",
+            &json!({"state": TICKETS[i], "questions": questions}),
+        );
+        assert_eq!(alone.status, 200, "item {i}: {}", alone.body);
+        let what = format!("item {i}");
+        assert_same_answers(&item["answers"], &alone.body["answers"], 1e-6, &what);
+        alone_tokens.push(tokens(&alone.body));
+    }
+    // The shared question's neutral reads are counted once, with the first item; an item
+    // with questions of its own has them read over the neutral states for it.
+    assert_eq!(tokens(&answered[0]), alone_tokens[0]);
+    let neutral = alone_tokens[1] - tokens(&answered[1]);
+    assert!(neutral > 0, "{}", reply.body);
+    assert_eq!(tokens(&answered[2]), alone_tokens[2] - neutral);
+    assert_eq!(tokens(&answered[3]), alone_tokens[3]);
+    let sum: u64 = answered.iter().map(tokens).sum();
+    assert_eq!(reply.body["usage"]["input_tokens"], sum);
+}
