@@ -6,6 +6,10 @@
 //! forward pass, calibrates them with the calibration plugin and lets the question type turn
 //! probabilities into its answer fields. Because both endpoints go through here, the same
 //! question gives the same probabilities on both.
+//!
+//! A request may carry many inputs ([`Item`]s, `/v1/systemone/batch`): what does not depend on
+//! an input is done once per request and the items are read together ([`Engine::decide_items`]);
+//! a single request is a batch of one item.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -336,7 +340,8 @@ impl Limits {
     }
 
     /// Checks a request's question count and input size, before anything is computed (the
-    /// frontends call it before taking from the tenant's rates, and [`Engine::decide`] again).
+    /// frontends call it before taking from the tenant's rates; the pipeline checks both
+    /// again, per item of a batch: [`Limits::check_questions`], [`Limits::check_input`]).
     pub fn check_request(&self, questions: usize, input_bytes: usize) -> Result<(), ApiError> {
         self.check_questions(questions, &crate::loc!["questions"])?;
         self.check_input(input_bytes, &[])
