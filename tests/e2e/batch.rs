@@ -307,6 +307,8 @@ fn the_tenant_rates_take_the_batch_once_and_a_token_refusal_fails_only_unread_it
         "5",
         "--tenant-input-tokens-per-minute",
         "150",
+        "--admin-key",
+        "batch-admin",
     ]);
     let noul = json!({"q": {"type": "noul", "instructions": "Is this about billing?"}});
     // Three items of two questions: six decisions, more than a whole minute allows.
@@ -365,6 +367,23 @@ fn the_tenant_rates_take_the_batch_once_and_a_token_refusal_fails_only_unread_it
     );
     assert_eq!(over.status, 429, "{}", over.body);
     assert_eq!(over.body["detail"]["error_type"], "rate_limit_error");
+
+    // Usage counts each item as a single request would be counted: the answered item as a
+    // request with its decision and tokens, each refused item as rate-limited, besides the
+    // two batches refused as a whole (a 413 and a 429).
+    let usage = server.send_as(
+        "GET",
+        "/admin/v1/tenants/default/usage",
+        "batch-admin",
+        None,
+    );
+    assert_eq!(usage.status, 200, "{}", usage.body);
+    let usage = &usage.body["usage"];
+    assert_eq!(usage["requests"], 1, "{usage}");
+    assert_eq!(usage["decisions"], 1, "{usage}");
+    assert_eq!(usage["input_tokens"], tokens, "{usage}");
+    assert_eq!(usage["rate_limited"], 3 + 1, "{usage}");
+    assert_eq!(usage["rejected"], 1, "{usage}");
 }
 
 #[test]
