@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::error::{ApiError, Wire};
-use crate::frontends::{classify, fields, openai, systemone};
+use crate::frontends::{batch, classify, fields, openai, systemone};
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
 use crate::tenancy::calibration::{self as tenant_calibration, TenantCalibrations};
@@ -147,6 +147,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/fields", post(fields::handle))
         .route("/plugins/jev-decison/infer", post(classify::handle))
         .route("/plugins/jev-decison/capabilities", get(classify::capabilities))
+        .route("/v1/systemone/batch", post(batch::handle))
         .route("/v1/models", get(models))
         .merge(crate::plugin_api::routes())
         .route(

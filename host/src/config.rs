@@ -406,6 +406,15 @@ pub struct Config {
     #[arg(long, env = "DECIDE_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// Most items in one batch request (`/v1/systemone/batch`).
+    #[arg(long, env = "DECIDE_BATCH_MAX_ITEMS", default_value_t = 256)]
+    pub batch_max_items: usize,
+
+    /// Most bytes of state (as rendered) over all items of one batch request; each item is
+    /// also held to --max-input-bytes, and the body to --max-body-bytes.
+    #[arg(long, env = "DECIDE_BATCH_MAX_INPUT_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub batch_max_input_bytes: usize,
+
     /// Most prompt tokens of one question (0: the model's context length).
     #[arg(long, env = "DECIDE_MAX_PROMPT_TOKENS", default_value_t = 0)]
     pub max_prompt_tokens: usize,

@@ -66,8 +66,19 @@ pub fn dotted(loc: &[LocPart]) -> String {
     path
 }
 
-/// Everything that can fail a whole request.
-#[derive(Debug, thiserror::Error)]
+/// A location as Jev's (FastAPI's) `loc` list: `["body", "questions", "q1", "type"]`.
+pub fn jev_loc(loc: &[LocPart]) -> Value {
+    let mut parts = vec![json!("body")];
+    parts.extend(loc.iter().map(|part| match part {
+        LocPart::Field(name) => json!(name),
+        LocPart::Index(index) => json!(index),
+    }));
+    Value::Array(parts)
+}
+
+/// Everything that can fail a whole request (or one item of a batch: cloned when one refusal
+/// stops several items, see [`crate::pipeline::Engine::decide_items`]).
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
     /// The request is malformed or breaks a rule; `loc` points at the field.
     #[error("{message}")]
@@ -163,7 +174,8 @@ impl ApiError {
         }
     }
 
-    fn loc(&self) -> &[LocPart] {
+    /// Where in the body the error points (empty: the request as a whole).
+    pub fn loc(&self) -> &[LocPart] {
         match self {
             ApiError::Invalid { loc, .. }
             | ApiError::BadRequest { loc, .. }
@@ -173,7 +185,8 @@ impl ApiError {
         }
     }
 
-    fn code(&self) -> &'static str {
+    /// The machine-readable code (Jev's `type`, OpenAI's `code`).
+    pub fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid { kind, .. } => kind,
             ApiError::BadRequest { .. } => "unsupported_request",
@@ -231,12 +244,7 @@ impl ApiError {
                 json!({"detail": {"error_type": error_type, "message": message}})
             }
             Wire::SystemOne => {
-                let mut parts = vec![json!("body")];
-                parts.extend(loc.iter().map(|part| match part {
-                    LocPart::Field(name) => json!(name),
-                    LocPart::Index(index) => json!(index),
-                }));
-                json!({"detail": [{"loc": parts, "msg": message, "type": self.code()}]})
+                json!({"detail": [{"loc": jev_loc(&loc), "msg": message, "type": self.code()}]})
             }
         };
         let retry_after = match &self {

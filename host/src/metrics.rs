@@ -20,6 +20,9 @@ pub struct Metrics {
     decide_micros: AtomicU64,
     batches: AtomicU64,
     batched_jobs: AtomicU64,
+    /// Batch requests (`/v1/systemone/batch`) and their items.
+    item_batches: AtomicU64,
+    batch_items: AtomicU64,
     /// The prefix cache's own counters, copied after every batch (the worker owns the cache).
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
@@ -34,21 +37,36 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Records a request that reached the pipeline and was decided.
-    pub fn record_request(&self, decided: &Decided, elapsed: Duration) {
+    /// Records a request that reached the pipeline and was decided: the outcomes, tokens and
+    /// passes of its decided items (one for a single request, each answered item of a batch),
+    /// and its time.
+    pub fn record_request<'a>(
+        &self,
+        items: impl IntoIterator<Item = &'a Decided>,
+        elapsed: Duration,
+    ) {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        for outcome in &decided.outcomes {
-            match outcome {
-                Outcome::Answer(_) => self.answers.fetch_add(1, Ordering::Relaxed),
-                Outcome::Refusal(_) => self.refusals.fetch_add(1, Ordering::Relaxed),
-            };
+        for decided in items {
+            for outcome in &decided.outcomes {
+                match outcome {
+                    Outcome::Answer(_) => self.answers.fetch_add(1, Ordering::Relaxed),
+                    Outcome::Refusal(_) => self.refusals.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+            self.input_tokens
+                .fetch_add(decided.input_tokens as u64, Ordering::Relaxed);
+            self.forward_passes
+                .fetch_add(decided.forward_passes as u64, Ordering::Relaxed);
         }
-        self.input_tokens
-            .fetch_add(decided.input_tokens as u64, Ordering::Relaxed);
-        self.forward_passes
-            .fetch_add(decided.forward_passes as u64, Ordering::Relaxed);
         self.decide_micros
             .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Records a batch request (`/v1/systemone/batch`) and how many items it carried,
+    /// answered or not.
+    pub fn record_item_batch(&self, items: usize) {
+        self.item_batches.fetch_add(1, Ordering::Relaxed);
+        self.batch_items.fetch_add(items as u64, Ordering::Relaxed);
     }
 
     /// Records a batch of the model worker: how many jobs (requests) shared it, and the
@@ -122,6 +140,16 @@ impl Metrics {
                 "decide_batched_jobs_total",
                 "Read jobs (requests, calibration runs) in those batches; over batches: jobs per batch.",
                 &self.batched_jobs,
+            ),
+            (
+                "decide_batch_requests_total",
+                "Batch requests (/v1/systemone/batch) that reached the pipeline.",
+                &self.item_batches,
+            ),
+            (
+                "decide_batch_items_total",
+                "Items in those batch requests, answered or failed.",
+                &self.batch_items,
             ),
             (
                 "decide_prefix_cache_hits_total",

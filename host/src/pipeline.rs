@@ -6,6 +6,10 @@
 //! forward pass, calibrates them with the calibration plugin and lets the question type turn
 //! probabilities into its answer fields. Because both endpoints go through here, the same
 //! question gives the same probabilities on both.
+//!
+//! A request may carry many inputs ([`Item`]s, `/v1/systemone/batch`): what does not depend on
+//! an input is done once per request and the items are read together ([`Engine::decide_items`]);
+//! a single request is a batch of one item.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,8 +26,10 @@ use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, Question
 use crate::readout;
 use crate::scheduler::{self, Scheduler, SchedulerConfig};
 
+mod items;
 mod rounds;
 pub mod setup;
+pub use items::Item;
 use rounds::Read;
 pub use setup::{Resolved, Setup, SetupSource};
 
@@ -260,6 +266,16 @@ impl Decided {
             timings: StepTimes::default(),
         }
     }
+
+    /// Adds work done for this request outside its own reads (a batch's shared neutral
+    /// reads): tokens, passes, jobs and step times; no outcomes.
+    fn add_work(&mut self, other: &Decided) {
+        self.input_tokens += other.input_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.forward_passes += other.forward_passes;
+        self.scheduler_jobs += other.scheduler_jobs;
+        self.timings.add(&other.timings);
+    }
 }
 
 /// Where a request's time went inside the server, reported in the `Server-Timing` header so
@@ -274,6 +290,17 @@ pub struct StepTimes {
     pub model: Duration,
     /// Calibration and question-type `answer` plugin calls.
     pub answer: Duration,
+}
+
+impl StepTimes {
+    /// Adds another request's (or item's) step times to these, step by step: what a batch
+    /// reports is the work of its items, which overlap in time.
+    pub fn add(&mut self, other: &StepTimes) {
+        self.compile += other.compile;
+        self.prepare += other.prepare;
+        self.model += other.model;
+        self.answer += other.answer;
+    }
 }
 
 /// Limits enforced before any model work.
@@ -313,13 +340,20 @@ impl Limits {
     }
 
     /// Checks a request's question count and input size, before anything is computed (the
-    /// frontends call it before taking from the tenant's rates, and [`Engine::decide`] again).
+    /// frontends call it before taking from the tenant's rates; the pipeline checks both
+    /// again, per item of a batch: [`Limits::check_questions`], [`Limits::check_input`]).
     pub fn check_request(&self, questions: usize, input_bytes: usize) -> Result<(), ApiError> {
-        let loc = crate::loc!["questions"];
+        self.check_questions(questions, &crate::loc!["questions"])?;
+        self.check_input(input_bytes, &[])
+    }
+
+    /// Checks a question count: at least one, at most `max_questions`; `loc` is where the
+    /// questions sit (`questions`, or a batch item's `items[3].questions`).
+    pub fn check_questions(&self, questions: usize, loc: &Loc) -> Result<(), ApiError> {
         if questions > self.max_questions && self.narrowed.as_ref().is_some_and(|n| n.max_questions)
         {
             return Err(crate::frontends::json::invalid(
-                &loc,
+                loc,
                 format!(
                     "{questions} questions exceed the limit of {} per request ({})",
                     self.max_questions,
@@ -327,22 +361,32 @@ impl Limits {
                 ),
             ));
         }
-        crate::frontends::json::question_count(questions, self.max_questions, &loc)?;
-        if input_bytes > self.max_input_bytes {
-            return Err(ApiError::TooLarge {
-                loc: vec![],
-                message: format!(
-                    "input: {input_bytes} bytes exceed the limit of {} bytes ({})",
-                    self.max_input_bytes,
-                    self.setting(
-                        |n| n.max_input_bytes,
-                        "max_input_bytes",
-                        "--max-input-bytes / DECIDE_MAX_INPUT_BYTES"
-                    )
-                ),
-            });
+        crate::frontends::json::question_count(questions, self.max_questions, loc)
+    }
+
+    /// Checks the size of one input text against `max_input_bytes`; `loc` is where it sits
+    /// (empty: the request's input, whatever its field, named `input` in the message).
+    pub fn check_input(&self, input_bytes: usize, loc: &[LocPart]) -> Result<(), ApiError> {
+        if input_bytes <= self.max_input_bytes {
+            return Ok(());
         }
-        Ok(())
+        let name = if loc.is_empty() {
+            "input".to_string()
+        } else {
+            dotted(loc)
+        };
+        Err(ApiError::TooLarge {
+            loc: loc.to_vec(),
+            message: format!(
+                "{name}: {input_bytes} bytes exceed the limit of {} bytes ({})",
+                self.max_input_bytes,
+                self.setting(
+                    |n| n.max_input_bytes,
+                    "max_input_bytes",
+                    "--max-input-bytes / DECIDE_MAX_INPUT_BYTES"
+                )
+            ),
+        })
     }
 }
 
@@ -394,8 +438,57 @@ struct Prompting<'a> {
     salt: u64,
     session: &'a Session,
     scope: &'a RequestScope,
-    /// Set when [`RequestScope::admit_tokens`] refused a read: the whole request fails with it.
-    refused: &'a std::sync::Mutex<Option<ApiError>>,
+    /// Whether [`RequestScope::admit_tokens`] let the reads of this item (or request) through.
+    admission: &'a Admission<'a>,
+}
+
+/// The tenant's token admission ([`RequestScope::admit_tokens`]) for the reads of one item
+/// of a request (a single request is a batch of one item). The first refusal stops the
+/// whole batch: the refused item and every item that reads after it fail with it, while
+/// items read before keep their answers.
+struct Admission<'a> {
+    /// The batch's first refusal; once set, no read of any of its items is admitted.
+    batch: &'a std::sync::OnceLock<ApiError>,
+    /// This item's refusal (its own, or the batch's that stopped it): the item fails with it.
+    item: std::sync::Mutex<Option<ApiError>>,
+}
+
+impl<'a> Admission<'a> {
+    fn new(batch: &'a std::sync::OnceLock<ApiError>) -> Self {
+        Admission {
+            batch,
+            item: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Whether a read of `tokens` prompt tokens may go to the model; a refusal is kept for
+    /// the item (and the batch).
+    fn admit(&self, tokens: usize, scope: &RequestScope) -> bool {
+        let mut item = self.item.lock().unwrap_or_else(|p| p.into_inner());
+        if item.is_some() {
+            return false;
+        }
+        if let Some(error) = self.batch.get() {
+            *item = Some(error.clone());
+            return false;
+        }
+        let Some(admit) = &scope.admit_tokens else {
+            return true;
+        };
+        match admit(tokens) {
+            Ok(()) => true,
+            Err(error) => {
+                let _ = self.batch.set(error.clone());
+                *item = Some(error);
+                false
+            }
+        }
+    }
+
+    /// The refusal the item fails with, if any of its reads was refused.
+    fn into_refused(self) -> Option<ApiError> {
+        self.item.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// A compiled question waiting for the model.
@@ -521,21 +614,26 @@ impl Engine {
         &self.plugins
     }
 
-    /// Checks the request against the limits and compiles every question. Invalid questions
-    /// fail the whole request (nothing was computed yet); plugin failures refuse one question.
+    /// The request's limits: its tenant's narrowed ones, else the server's.
+    fn limits_of<'s>(&'s self, scope: &'s RequestScope) -> &'s Limits {
+        scope.limits.as_ref().unwrap_or(&self.limits)
+    }
+
+    /// Compiles every question of one question set (its count is checked by the caller).
+    /// Invalid questions fail the set as a whole (nothing was computed yet); plugin failures
+    /// refuse one question.
     fn compile(
         &self,
-        request: &DecisionRequest,
+        questions: &[Question],
         options: &readout::Options,
+        scope: &RequestScope,
         session: &Session,
     ) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
-        let limits = request.scope.limits.as_ref().unwrap_or(&self.limits);
-        limits.check_request(request.questions.len(), request.state.len())?;
-        let mut planned = Vec::with_capacity(request.questions.len());
-        for (index, question) in request.questions.iter().enumerate() {
-            planned.push(self.compile_one(index, question, options, &request.scope, session)?);
-        }
-        Ok(planned)
+        questions
+            .iter()
+            .enumerate()
+            .map(|(index, question)| self.compile_one(index, question, options, scope, session))
+            .collect()
     }
 
     fn compile_one(
@@ -546,7 +644,7 @@ impl Engine {
         request_scope: &RequestScope,
         session: &Session,
     ) -> Result<Result<Planned, Refusal>, ApiError> {
-        let limits = request_scope.limits.as_ref().unwrap_or(&self.limits);
+        let limits = self.limits_of(request_scope);
         let scope = request_scope.plugins.as_deref();
         let Some(plugin) = self
             .plugins
@@ -660,106 +758,17 @@ impl Engine {
         }
     }
 
-    /// Answers every question of the request. Blocking: call from a blocking thread.
+    /// Answers every question of the request. Blocking: call from a blocking thread. A
+    /// request is a batch of one item, its input asked the request's questions
+    /// ([`Engine::decide_items`]), so single requests and batches read alike.
     pub fn decide(&self, request: &DecisionRequest) -> Result<Decided, ApiError> {
-        let started = Instant::now();
-        // Plugin instances for this request's calls, dropped with it.
-        let session = Session::new();
-        let scope = &request.scope;
-        let resolved = setup::resolve(
-            &self.setup,
-            scope.renderer.as_deref(),
-            request.renderer.as_deref(),
-            &request.readout,
-        );
-        let renderer = self
-            .plugins
-            .renderer_in(scope.plugins.as_deref(), &resolved.renderer)
-            .ok_or_else(|| missing_renderer(&resolved))?;
-        let compiled = self.compile(request, &resolved.options, &session)?;
-        let compiled_at = Instant::now();
-        let rendering = Rendering {
-            renderer: resolved.renderer.clone(),
-            render_version: render_version(&renderer),
-            labels: resolved.options.labels.unwrap_or_default(),
-            source: resolved.source,
-        };
-        let min_option_mass = request
-            .min_option_mass
-            .or(scope.min_option_mass)
-            .unwrap_or(self.min_option_mass);
-        let calibration_name = scope.calibration.as_deref().unwrap_or(&self.calibration);
-        let calibration = self
-            .plugins
-            .calibration_in(scope.plugins.as_deref(), calibration_name)
-            .ok_or_else(|| {
-                missing_plugin("calibration", calibration_name, scope, "--calibration")
-            })?;
-        let applied = self.applied(
-            request.temperature,
-            scope.calibrated.as_deref(),
-            &calibration,
-            &session,
-        );
-
-        let mut decided = Decided::new();
-        decided.timings.compile = compiled_at - started;
-        let refused = std::sync::Mutex::new(None);
-        let prompting = Prompting {
-            renderer: &renderer,
-            salt: request.cache_salt,
-            session: &session,
-            scope,
-            refused: &refused,
-        };
-        // A content-free policy also gets every question read over its neutral states.
-        let content_free = calibration.neutral_states().map(|states| {
-            self.read_content_free(
-                states,
-                &request.questions,
-                &compiled,
-                &prompting,
-                &mut decided,
-            )
-        });
-        let reads = self.read_planned(
-            &request.state,
-            &request.questions,
-            compiled,
-            &prompting,
-            &mut decided,
-        );
-        // A tenant's token rate refused a read: the request fails as a whole (429 or 413).
-        if let Some(error) = refused.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            return Err(error);
-        }
-        let read_at = Instant::now();
-        decided.timings.prepare = (read_at - compiled_at).saturating_sub(decided.timings.model);
-        self.metrics
-            .record_token_cache(&self.model.token_cache_stats());
-        for read in reads {
-            let outcome = match read {
-                Err(refusal) => Outcome::Refusal(refusal),
-                Ok((planned, read)) => {
-                    let question = &request.questions[planned.index];
-                    let given = Given {
-                        calibration: &calibration,
-                        applied: &applied,
-                        rendering: &rendering,
-                        min_option_mass,
-                        content_free: content_free.as_deref(),
-                        session: &session,
-                    };
-                    self.answer_one(question, planned, read, &given)
-                }
-            };
-            decided.outcomes.push(outcome);
-        }
-        // Returning the request's plugin instances to the pool is part of its plugin work.
-        drop(session);
-        decided.timings.answer = read_at.elapsed();
-        self.metrics.record_request(&decided, started.elapsed());
-        Ok(decided)
+        let item = Item::shared(request.state.clone());
+        let mut items = self.decide_items(request, vec![item])?;
+        items.pop().unwrap_or_else(|| {
+            Err(ApiError::Internal(
+                "a batch of one item answered no item".into(),
+            ))
+        })
     }
 
     /// Raw option scores of each question about `state`, through the same compile, render and
@@ -828,13 +837,14 @@ impl Engine {
             "decide-internal",
             scope.plugins.as_deref().unwrap_or(""),
         ]);
-        let refused = std::sync::Mutex::new(None);
+        let stopped = std::sync::OnceLock::new();
+        let admission = Admission::new(&stopped);
         let prompting = Prompting {
             renderer: &renderer,
             salt,
             session: &session,
             scope,
-            refused: &refused,
+            admission: &admission,
         };
         let mut content_free = neutral
             .map(|states| {
@@ -961,8 +971,8 @@ impl Engine {
     /// Returns per prompt the readout and how many of its tokens came from a cache.
     ///
     /// The request's prompt tokens are admitted first ([`RequestScope::admit_tokens`], a
-    /// tenant's tokens-per-minute): a refusal is kept in `prompting.refused` for
-    /// [`Engine::decide`] to fail the whole request with, and nothing more is read.
+    /// tenant's tokens-per-minute): a refusal is kept in `prompting.admission` for
+    /// [`Engine::decide_items`] to fail the item with, and nothing more of it is read.
     fn read_batch(
         &self,
         prompts: Vec<scheduler::Prompt>,
@@ -973,21 +983,12 @@ impl Engine {
             return Vec::new();
         }
         let tokens = prompts.iter().map(|p| p.tokens.len()).sum::<usize>();
-        let mut refused = prompting.refused.lock().unwrap_or_else(|p| p.into_inner());
-        if refused.is_none() {
-            if let Some(admit) = &prompting.scope.admit_tokens {
-                if let Err(error) = admit(tokens) {
-                    *refused = Some(error);
-                }
-            }
-        }
-        if refused.is_some() {
+        if !prompting.admission.admit(tokens, prompting.scope) {
             let reason = "the request was refused by its tenant's input-token rate";
             return (0..prompts.len())
                 .map(|_| Err(ModelError::Compute(reason.into())))
                 .collect();
         }
-        drop(refused);
         decided.input_tokens += tokens;
         decided.scheduler_jobs += 1;
         let sent = Instant::now();

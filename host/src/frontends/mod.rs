@@ -5,6 +5,7 @@
 //! running the pipeline off the async runtime, failing a request whose every question failed)
 //! lives here.
 
+pub mod batch;
 pub mod body;
 pub mod classify;
 pub mod fields;
@@ -22,7 +23,9 @@ use sha2::{Digest, Sha256};
 
 use crate::api::AppState;
 use crate::error::{ApiError, Wire};
-use crate::pipeline::{Decided, DecisionRequest, Engine, Limits, Narrowed, Outcome, RequestScope};
+use crate::pipeline::{
+    Decided, DecisionRequest, Engine, Item, Limits, Narrowed, Outcome, RequestScope,
+};
 use crate::tenancy::Caller;
 
 /// Reads the body as JSON within `--max-body-bytes` (zstd and, where `multipart`, form-data).
@@ -162,49 +165,137 @@ pub async fn decide(
     engine: Arc<Engine>,
     mut request: DecisionRequest,
 ) -> Result<(Decided, DecisionRequest), ApiError> {
-    if let Some(tenant) = caller.tenant_id() {
-        request.scope.calibrated =
-            state
-                .calibrations
-                .state_for(state.directory.store().as_ref(), &engine, tenant);
-    }
-    if request.scope.limits.is_none() {
-        request.scope.limits = narrowed_limits(engine.limits(), caller);
-    }
-    let limits = request.scope.limits.as_ref().unwrap_or(engine.limits());
-    limits.check_request(request.questions.len(), request.state.len())?;
-    let limiter = state.limits.of(caller);
-    limiter.check_request(request.questions.len())?;
-    if limiter.limits_tokens() {
-        let limiter = limiter.clone();
-        request.scope.admit_tokens = Some(Arc::new(move |tokens| limiter.admit_tokens(tokens)));
-    }
-    let slot = limiter.enter().await?;
-    let (decided, request) = tokio::task::spawn_blocking(move || {
-        // The slot is held while the request is computed, even if its client went away.
-        let _slot = slot;
+    scope_limits(state, caller, &engine, &mut request.scope)
+        .check_request(request.questions.len(), request.state.len())?;
+    let slot = admit(state, caller, &mut request.scope, request.questions.len()).await?;
+    let (decided, request) = off_runtime(slot, move || {
         let decided = engine.decide(&request);
         (decided, request)
     })
+    .await?;
+    let decided = counted(state, caller, decided?)?;
+    Ok((decided, request))
+}
+
+/// [`decide`] for a batch of items ([`Engine::decide_items`]): `request` carries the shared
+/// questions and settings, each item its text and its own questions or none.
+///
+/// The batch is one request to the tenant's limits: the shared questions are checked against
+/// its question limit (failing the batch), then it takes one request and every item's
+/// questions from its rates, and one concurrent slot. Each item is counted in the caller's
+/// usage as a single request would be, and an item whose every question failed becomes that
+/// item's error; the others are answered.
+pub async fn decide_items(
+    state: &AppState,
+    caller: &Caller,
+    engine: Arc<Engine>,
+    mut request: DecisionRequest,
+    items: Vec<Item>,
+) -> Result<Vec<Result<Decided, ApiError>>, ApiError> {
+    let limits = scope_limits(state, caller, &engine, &mut request.scope);
+    let shared = request.questions.len();
+    if shared > 0 || items.iter().any(|item| item.questions.is_none()) {
+        limits.check_questions(shared, &crate::loc!["questions"])?;
+    }
+    let questions = items
+        .iter()
+        .map(|item| item.questions.as_ref().map_or(shared, Vec::len))
+        .sum();
+    let slot = admit(state, caller, &mut request.scope, questions).await?;
+    let results = off_runtime(slot, move || engine.decide_items(&request, items)).await??;
+    let usage = state.usage.of(caller.label());
+    Ok(results
+        .into_iter()
+        .map(|result| {
+            let counted = result.and_then(|decided| counted(state, caller, decided));
+            if let Err(error) = &counted {
+                usage.record_error(error);
+            }
+            counted
+        })
+        .collect())
+}
+
+/// Sets the tenant's parts of a request's scope (its own calibration, its narrowed limits,
+/// unless the frontend set them) and returns the limits that apply.
+fn scope_limits<'a>(
+    state: &AppState,
+    caller: &Caller,
+    engine: &'a Engine,
+    scope: &'a mut RequestScope,
+) -> &'a Limits {
+    if let Some(tenant) = caller.tenant_id() {
+        scope.calibrated =
+            state
+                .calibrations
+                .state_for(state.directory.store().as_ref(), engine, tenant);
+    }
+    if scope.limits.is_none() {
+        scope.limits = narrowed_limits(engine.limits(), caller);
+    }
+    scope.limits.as_ref().unwrap_or(engine.limits())
+}
+
+/// Takes one request and `questions` decisions from the caller's rates, installs its
+/// input-token rate for the pipeline, and waits for one of its concurrent slots (held until
+/// the returned permit drops).
+async fn admit(
+    state: &AppState,
+    caller: &Caller,
+    scope: &mut RequestScope,
+    questions: usize,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+    let limiter = state.limits.of(caller);
+    limiter.check_request(questions)?;
+    if limiter.limits_tokens() {
+        let limiter = limiter.clone();
+        scope.admit_tokens = Some(Arc::new(move |tokens| limiter.admit_tokens(tokens)));
+    }
+    limiter.enter().await
+}
+
+/// Runs `work` (the pipeline, which blocks) on a blocking thread, holding the caller's
+/// concurrent slot until it is done, even if its client went away.
+async fn off_runtime<R: Send + 'static>(
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    work: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, ApiError> {
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        work()
+    })
     .await
-    .map_err(|error| ApiError::Internal(format!("the decision task failed: {error}")))?;
-    let decided = decided?;
+    .map_err(|error| ApiError::Internal(format!("the decision task failed: {error}")))
+}
+
+/// Counts a decided request (or batch item) in the caller's usage; fails it with the first
+/// failure when every question failed.
+fn counted(state: &AppState, caller: &Caller, decided: Decided) -> Result<Decided, ApiError> {
     state.usage.of(caller.label()).record_decided(&decided);
-    if decided
+    match all_refused(&decided) {
+        Some(error) => Err(error),
+        None => Ok(decided),
+    }
+}
+
+/// The error of a request whose every question failed: the first failure's.
+fn all_refused(decided: &Decided) -> Option<ApiError> {
+    if !decided
         .outcomes
         .iter()
         .all(|outcome| matches!(outcome, Outcome::Refusal(_)))
     {
-        if let Some(Outcome::Refusal(first)) = decided.outcomes.first() {
-            return Err(ApiError::QuestionFailed {
-                status: first.status,
-                loc: first.loc.clone(),
-                message: first.message.clone(),
-                code: first.code,
-            });
-        }
+        return None;
     }
-    Ok((decided, request))
+    match decided.outcomes.first() {
+        Some(Outcome::Refusal(first)) => Some(ApiError::QuestionFailed {
+            status: first.status,
+            loc: first.loc.clone(),
+            message: first.message.clone(),
+            code: first.code,
+        }),
+        _ => None,
+    }
 }
 
 /// Hex sha256 of the state, so an audit can prove which input was read without echoing it.
@@ -236,7 +327,11 @@ pub fn unix_now() -> u64 {
 /// The standard `Server-Timing` header for a decided request: compile, prepare, model and
 /// answer steps in milliseconds (see [`crate::pipeline::StepTimes`]).
 pub fn add_step_times(response: &mut axum::response::Response, decided: &Decided) {
-    let t = &decided.timings;
+    add_timings(response, &decided.timings);
+}
+
+/// [`add_step_times`] with step times of its own (a batch's, summed over its items).
+pub fn add_timings(response: &mut axum::response::Response, t: &crate::pipeline::StepTimes) {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let value = format!(
         "compile;dur={:.3}, prepare;dur={:.3}, model;dur={:.3}, answer;dur={:.3}",

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::json::{self as j, at};
 use crate::api::SharedState;
-use crate::error::{ApiError, Wire};
+use crate::error::{ApiError, Loc, Wire};
 use crate::loc;
 use crate::pipeline::{Decided, DecisionRequest, Outcome, Question};
 use crate::tenancy::Caller;
@@ -29,15 +29,35 @@ struct Parsed {
     types: Vec<String>,
 }
 
+/// A Jev question map, parsed: the pipeline's questions and each one's id and type, in the
+/// order sent.
+#[derive(Debug, Clone, Default)]
+pub(super) struct QuestionSet {
+    pub questions: Vec<Question>,
+    pub ids: Vec<String>,
+    pub types: Vec<String>,
+}
+
 /// `POST /v1/systemone`.
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
-    let started = std::time::Instant::now();
-    let request_id = super::request_id("req");
-    let mut response = match super::authenticated(&state, &headers, |caller| {
-        run(&state, caller, &headers, body, &request_id)
+    handle_jev(&state, &headers, |caller, request_id| {
+        run(&state, caller, &headers, body, request_id)
     })
     .await
-    {
+}
+
+/// What every Jev endpoint does around its own work `run` (given the caller and the request
+/// id): authentication, errors in Jev's shape, the request-id header the SDK reads, and the
+/// server's time.
+pub(super) async fn handle_jev<F, Fut>(state: &SharedState, headers: &HeaderMap, run: F) -> Response
+where
+    F: FnOnce(Caller, String) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, ApiError>>,
+{
+    let started = std::time::Instant::now();
+    let request_id = super::request_id("req");
+    let id = request_id.clone();
+    let mut response = match super::authenticated(state, headers, |caller| run(caller, id)).await {
         Ok(response) => response,
         Err(error) => error.into_response_for(Wire::SystemOne),
     };
@@ -53,22 +73,12 @@ async fn run(
     caller: Caller,
     headers: &HeaderMap,
     body: Body,
-    request_id: &str,
+    request_id: String,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let value = super::read_json(state, headers, body, true).await?;
     let parsed = parse(&value, state.config.max_questions)?;
-    let requested = match value.get("model") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(name)) => Some(name.as_str()),
-        Some(other) => {
-            return Err(j::invalid(
-                &loc!["model"],
-                format!("expected a string, got {}", j::type_name(other)),
-            ))
-        }
-    };
-    let model = super::check_model(state, Wire::SystemOne, requested)?;
+    let model = super::check_model(state, Wire::SystemOne, requested_model(&value)?)?;
     let Parsed {
         mut request,
         ids,
@@ -78,70 +88,109 @@ async fn run(
     request.cache_salt = caller.cache_salt(None);
     let (decided, _request) = super::decide(state, &caller, engine, request).await?;
     let mut response =
-        axum::Json(respond(&model, request_id, &decided, &ids, &types)).into_response();
+        axum::Json(respond(&model, &request_id, &decided, &ids, &types)).into_response();
     super::add_step_times(&mut response, &decided);
     Ok(response)
+}
+
+/// The body's `model`, when it names one.
+pub(super) fn requested_model(value: &Value) -> Result<Option<&str>, ApiError> {
+    match value.get("model") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(name)) => Ok(Some(name.as_str())),
+        Some(other) => Err(j::invalid(
+            &loc!["model"],
+            format!("expected a string, got {}", j::type_name(other)),
+        )),
+    }
 }
 
 fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
     let root = loc![];
     let body = j::object(value, &root)?;
     j::only_fields(body, &["model", "state", "questions", "assets"], &root)?;
-    if body.get("assets").is_some_and(|assets| !assets.is_null()) {
+    let state = parse_state(body, &root)?;
+    let QuestionSet {
+        questions,
+        ids,
+        types,
+    } = parse_questions(
+        j::required(body, "questions", &root)?,
+        &loc!["questions"],
+        max_questions,
+    )?;
+    Ok(Parsed {
+        request: decision_request(state, questions),
+        ids,
+        types,
+    })
+}
+
+/// The `state` of a Jev body (or of a batch item at `loc`): text, or a JSON object or array
+/// shown to the model as compact JSON. `assets` are refused: there is no vision model.
+pub(super) fn parse_state(object: &Map<String, Value>, loc: &Loc) -> Result<String, ApiError> {
+    if object.get("assets").is_some_and(|assets| !assets.is_null()) {
         return Err(j::invalid(
-            &loc!["assets"],
+            &at(loc, "assets"),
             "assets are not supported: this server has no vision model; send text or JSON state",
         ));
     }
-    let state = match j::required(body, "state", &root)? {
-        Value::String(_) => j::string(&body["state"], &loc!["state"])?.to_string(),
-        value @ (Value::Object(_) | Value::Array(_)) => j::compact(value),
-        other => {
-            return Err(j::invalid(
-                &loc!["state"],
-                format!(
-                    "expected text, a JSON object or an array, got {}",
-                    j::type_name(other)
-                ),
-            ))
-        }
-    };
-    let questions_loc = loc!["questions"];
-    let map = j::object(j::required(body, "questions", &root)?, &questions_loc)?;
-    j::question_count(map.len(), max_questions, &questions_loc)?;
-    let mut questions = Vec::with_capacity(map.len());
-    let mut ids = Vec::with_capacity(map.len());
-    let mut types = Vec::with_capacity(map.len());
+    let state_loc = at(loc, "state");
+    match j::required(object, "state", loc)? {
+        text @ Value::String(_) => Ok(j::string(text, &state_loc)?.to_string()),
+        value @ (Value::Object(_) | Value::Array(_)) => Ok(j::compact(value)),
+        other => Err(j::invalid(
+            &state_loc,
+            format!(
+                "expected text, a JSON object or an array, got {}",
+                j::type_name(other)
+            ),
+        )),
+    }
+}
+
+/// A Jev question map `{id: {type, ...}}` at `loc`: between one and `max_questions`
+/// questions, each naming its type (the plugin `systemone-<type>` validates the rest).
+pub(super) fn parse_questions(
+    value: &Value,
+    loc: &Loc,
+    max_questions: usize,
+) -> Result<QuestionSet, ApiError> {
+    let map = j::object(value, loc)?;
+    j::question_count(map.len(), max_questions, loc)?;
+    let mut set = QuestionSet::default();
     for (id, question) in map {
-        let loc = at(&questions_loc, id.as_str());
+        let loc = at(loc, id.as_str());
         if id.trim().is_empty() {
             return Err(j::invalid(&loc, "question ids must not be empty"));
         }
         let object = j::object(question, &loc)?;
         let kind = j::string(j::required(object, "type", &loc)?, &at(&loc, "type"))?.to_string();
-        questions.push(Question {
+        set.questions.push(Question {
             loc,
             plugin: format!("systemone-{kind}"),
             json: j::compact(question),
         });
-        ids.push(id.clone());
-        types.push(kind);
+        set.ids.push(id.clone());
+        set.types.push(kind);
     }
-    Ok(Parsed {
-        request: DecisionRequest {
-            state,
-            questions,
-            temperature: None,
-            cache_salt: 0,
-            // The Jev format has no backend-options slot: its questions read with `auto`.
-            readout: crate::readout::Options::default(),
-            renderer: None,
-            min_option_mass: None,
-            scope: Default::default(),
-        },
-        ids,
-        types,
-    })
+    Ok(set)
+}
+
+/// The pipeline's request for Jev questions about `state`; scope and salt are the caller's,
+/// set by the handler.
+pub(super) fn decision_request(state: String, questions: Vec<Question>) -> DecisionRequest {
+    DecisionRequest {
+        state,
+        questions,
+        temperature: None,
+        cache_salt: 0,
+        // The Jev format has no backend-options slot: its questions read with `auto`.
+        readout: crate::readout::Options::default(),
+        renderer: None,
+        min_option_mass: None,
+        scope: Default::default(),
+    }
 }
 
 fn respond(
@@ -151,6 +200,17 @@ fn respond(
     ids: &[String],
     types: &[String],
 ) -> Value {
+    let mut response = Map::new();
+    response.insert("id".into(), json!(request_id));
+    response.insert("created".into(), json!(super::unix_now()));
+    response.insert("model".into(), json!(model));
+    response.extend(answered(decided, ids, types));
+    Value::Object(response)
+}
+
+/// What a Jev response says about decided questions: `answers` by id, `usage`, and
+/// `partial_failures` when some failed while others were answered.
+pub(super) fn answered(decided: &Decided, ids: &[String], types: &[String]) -> Map<String, Value> {
     let mut answers = Map::new();
     let mut failures = Map::new();
     for (index, outcome) in decided.outcomes.iter().enumerate() {
@@ -171,19 +231,22 @@ fn respond(
             }
         }
     }
-    let mut response = json!({
-        "id": request_id,
-        "created": super::unix_now(),
-        "model": model,
-        "answers": answers,
-        // `cached_input_tokens` is ours (the SDK ignores unknown usage fields): input tokens
-        // whose KV came from a cache.
-        "usage": {"input_tokens": decided.input_tokens, "output_tokens": 0, "cached_input_tokens": decided.cached_tokens},
-    });
+    let mut out = Map::new();
+    out.insert("answers".into(), Value::Object(answers));
+    out.insert(
+        "usage".into(),
+        usage(decided.input_tokens, decided.cached_tokens),
+    );
     if !failures.is_empty() {
-        response["partial_failures"] = Value::Object(failures);
+        out.insert("partial_failures".into(), Value::Object(failures));
     }
-    response
+    out
+}
+
+/// Jev's `usage` object. `cached_input_tokens` is ours (the SDK ignores unknown usage
+/// fields): input tokens whose KV came from a cache.
+pub(super) fn usage(input_tokens: usize, cached_tokens: usize) -> Value {
+    json!({"input_tokens": input_tokens, "output_tokens": 0, "cached_input_tokens": cached_tokens})
 }
 
 #[cfg(test)]
