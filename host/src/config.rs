@@ -17,7 +17,8 @@ pub struct Cli {
 /// What the binary does.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the HTTP API (`/v1/decisions`, `/v1/systemone`, `/v1/models`, `/health`, `/metrics`).
+    /// Serve the HTTP API (`/v1/decisions`, `/v1/systemone`, `/v1/systemone/batch`, `/v1/classify`,
+    /// `/v1/fields`, `/v1/models`, `/health`, `/metrics`).
     Serve(Box<Config>),
     /// Run startup calibration offline: read the question file through the model, fit, print
     /// the report and save the result where `serve` reuses it.

@@ -135,18 +135,7 @@ pub(super) fn parse_state(object: &Map<String, Value>, loc: &Loc) -> Result<Stri
             "assets are not supported: this server has no vision model; send text or JSON state",
         ));
     }
-    let state_loc = at(loc, "state");
-    match j::required(object, "state", loc)? {
-        text @ Value::String(_) => Ok(j::string(text, &state_loc)?.to_string()),
-        value @ (Value::Object(_) | Value::Array(_)) => Ok(j::compact(value)),
-        other => Err(j::invalid(
-            &state_loc,
-            format!(
-                "expected text, a JSON object or an array, got {}",
-                j::type_name(other)
-            ),
-        )),
-    }
+    j::state_text(j::required(object, "state", loc)?, &at(loc, "state"))
 }
 
 /// A Jev question map `{id: {type, ...}}` at `loc`: between one and `max_questions`
