@@ -204,6 +204,18 @@ impl ApiError {
         }
     }
 
+    /// Is this a complaint about the request's content, pointing at a field (a Jev `detail`
+    /// list), rather than about the server, the caller or the moment?
+    fn is_validation(&self) -> bool {
+        match self {
+            ApiError::Invalid { .. } | ApiError::BadRequest { .. } | ApiError::TooLarge { .. } => {
+                true
+            }
+            ApiError::QuestionFailed { status, .. } => status.is_client_error(),
+            _ => false,
+        }
+    }
+
     /// The error body and headers in the given wire format.
     pub fn into_response_for(self, wire: Wire) -> Response {
         let status = self.status(wire);
@@ -227,21 +239,10 @@ impl ApiError {
                 };
                 json!({"error": {"message": message, "type": kind, "param": param, "code": self.code()}})
             }
-            // Jev's SDK reads authentication and rate-limit errors as an object.
-            Wire::SystemOne
-                if matches!(
-                    self,
-                    ApiError::Unauthorized { .. }
-                        | ApiError::RateLimited { .. }
-                        | ApiError::Forbidden { .. }
-                ) =>
-            {
-                let error_type = match status {
-                    StatusCode::UNAUTHORIZED => "authentication_error",
-                    StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
-                    _ => "permission_error",
-                };
-                json!({"detail": {"error_type": error_type, "message": message}})
+            // Jev's API answers validation errors with a `detail` list of `{loc, msg, type}` and
+            // every other error (401, 404, 429, 503, ...) with `detail: {error_type, message}`.
+            Wire::SystemOne if !self.is_validation() => {
+                json!({"detail": {"error_type": error_type(status), "message": message}})
             }
             Wire::SystemOne => {
                 json!({"detail": [{"loc": jev_loc(&loc), "msg": message, "type": self.code()}]})
@@ -275,6 +276,23 @@ impl ApiError {
     }
 }
 
+/// The Jev `error_type` of a status.
+fn error_type(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => "authentication_error",
+        StatusCode::FORBIDDEN => "permission_error",
+        StatusCode::NOT_FOUND => "not_found_error",
+        StatusCode::CONFLICT => "conflict_error",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+        StatusCode::BAD_GATEWAY => "engine_error",
+        StatusCode::SERVICE_UNAVAILABLE => "service_unavailable",
+        StatusCode::GATEWAY_TIMEOUT => "timeout_error",
+        s if s.is_server_error() => "internal_error",
+        _ => "invalid_request_error",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +304,32 @@ mod tests {
             "questions[2].choices[0].value"
         );
         assert_eq!(dotted(&[]), "");
+    }
+
+    #[test]
+    fn jev_errors_are_a_detail_list_for_validation_and_an_object_otherwise() {
+        let body = |error: ApiError| {
+            let response = error.into_response_for(Wire::SystemOne);
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let bytes = runtime
+                .block_on(axum::body::to_bytes(response.into_body(), 1 << 20))
+                .unwrap();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        };
+        let invalid = body(ApiError::invalid(loc!["state"], "state: must not be empty"));
+        assert_eq!(invalid["detail"][0]["loc"], json!(["body", "state"]));
+        let missing = body(ApiError::UnknownModel {
+            message: "model `x` is not served here".into(),
+        });
+        assert_eq!(
+            missing,
+            json!({"detail": {"error_type": "not_found_error", "message": "model `x` is not served here"}})
+        );
+        let loading = body(ApiError::NotReady {
+            reason: "loading".into(),
+            retry_after_s: Some(2),
+        });
+        assert_eq!(loading["detail"]["error_type"], "service_unavailable");
     }
 
     #[test]

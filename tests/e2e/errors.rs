@@ -101,6 +101,36 @@ fn systemone_validation_errors_are_422_with_a_detail_list() {
         missing_state.body["detail"][0]["loc"],
         json!(["body", "state"])
     );
+
+    // Unknown top-level fields are ignored, as TypeSafe's API does; OpenAI's format refuses them.
+    let question = json!({"q": {"type": "noul", "instructions": "Is it about money?"}});
+    let extra = server.post(
+        "/v1/systemone",
+        &json!({"state": "I was charged twice.", "questions": question, "metadata": {"team": "a"}, "stream": false}),
+    );
+    assert_eq!(extra.status, 200, "{}", extra.body);
+    assert!(extra.body["answers"]["q"]["noul"].is_number(), "{}", extra.body);
+    let openai_extra = server.post(
+        "/v1/decisions",
+        &json!({"model": "smol", "input": "x", "metadata": {}, "questions": [{"type": "predicate", "instructions": "?"}]}),
+    );
+    assert_eq!(openai_extra.status, 400, "{}", openai_extra.body);
+
+    // Errors that are not about a field carry `detail: {error_type, message}`.
+    let unknown_model = server.post(
+        "/v1/systemone",
+        &json!({"model": "nonesuch", "state": "x", "questions": question}),
+    );
+    assert_eq!(unknown_model.status, 404, "{}", unknown_model.body);
+    assert_eq!(unknown_model.body["detail"]["error_type"], "not_found_error");
+    assert!(
+        unknown_model.body["detail"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nonesuch"),
+        "{}",
+        unknown_model.body
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@ import math
 
 import pytest
 from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
-from typesafe_sdk import TypeSafeAuthenticationError, TypeSafeUnprocessableEntityError
+from typesafe_sdk import TypeSafeAuthenticationError, TypeSafeNotFoundError, TypeSafeUnprocessableEntityError
 from typesafe_sdk import RetryPolicy
 
 TICKET = "I was charged twice for my subscription this month. Please refund the extra charge."
@@ -62,6 +62,14 @@ def test_validation_errors_raise_unprocessable_entity(server):
     with client(server) as sdk, pytest.raises(TypeSafeUnprocessableEntityError) as raised:
         sdk.system_one(state=TICKET, questions={"one": {"type": "choice", "criteria": {"only": None}}})
     assert raised.value.status == 422
+
+
+def test_an_unknown_model_raises_not_found_with_the_servers_message(server):
+    with client(server) as sdk, pytest.raises(TypeSafeNotFoundError) as raised:
+        sdk.system_one(state=TICKET, questions={"q": Noul(instructions="Refund?")}, model="nonesuch")
+    assert raised.value.status == 404
+    # The SDK reads `detail.message` of a non-validation error.
+    assert "model `nonesuch` is not served here" in str(raised.value)
 
 
 def test_api_key_is_enforced_when_configured(keyed_server):

@@ -107,8 +107,9 @@ pub(super) fn requested_model(value: &Value) -> Result<Option<&str>, ApiError> {
 
 fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
     let root = loc![];
+    // Unknown top-level fields are ignored, as TypeSafe's API does (its SDK and clients may
+    // send fields this server has no use for); questions stay strict, their plugins decide.
     let body = j::object(value, &root)?;
-    j::only_fields(body, &["model", "state", "questions", "assets"], &root)?;
     let state = parse_state(body, &root)?;
     let QuestionSet {
         questions,
@@ -257,17 +258,17 @@ mod tests {
     }
 
     #[test]
-    fn assets_and_unknown_fields_are_refused() {
+    fn assets_are_refused_and_unknown_top_level_fields_ignored() {
         let assets = parse(
             &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}, "assets": {"a": {}}}),
             400,
         );
         assert!(assets.unwrap_err().to_string().contains("no vision model"));
         let unknown = parse(
-            &json!({"state": "x", "questions": {}, "temperature": 1}),
+            &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}, "temperature": 1, "metadata": {"a": 1}}),
             400,
         );
-        assert!(unknown.unwrap_err().to_string().contains("unknown field"));
+        assert_eq!(unknown.unwrap().ids, ["q"]);
         let empty = parse(
             &json!({"state": "", "questions": {"q": {"type": "noul", "instructions": "?"}}}),
             400,
