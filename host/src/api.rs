@@ -48,6 +48,8 @@ pub struct AppState {
     phase: RwLock<Phase>,
     /// What startup tuning measured (none: pinned, skipped or failed), for `/health`.
     tuned: RwLock<Option<Arc<crate::tune::store::Saved>>>,
+    /// Requests in flight, and whether a stop signal asked the server to drain.
+    pub drain: Arc<crate::drain::Drain>,
 }
 
 /// What handlers receive.
@@ -65,6 +67,7 @@ impl AppState {
             limits,
             phase: RwLock::new(Phase::Loading("starting".into())),
             tuned: RwLock::new(None),
+            drain: Arc::default(),
         });
         // A tenant deleted anywhere (this server's admin API, the CLI, another replica)
         // leaves no per-tenant state behind here.
@@ -160,13 +163,17 @@ pub fn router(state: SharedState) -> Router {
         .route("/metrics", get(metrics))
         .merge(crate::tenancy::admin_http::routes(state.clone()))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.drain.clone(),
+            crate::drain::track,
+        ))
         // Bodies are read with our own limit so the 413 names the setting.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
 }
 
 async fn health(State(state): State<SharedState>) -> Response {
-    let (status, body) = match &*state.phase.read().unwrap_or_else(|p| p.into_inner()) {
+    let (status, mut body) = match &*state.phase.read().unwrap_or_else(|p| p.into_inner()) {
         Phase::Ready(engine, served) => {
             let info = engine.model().info();
             let self_check = engine.self_check().map(|report| {
@@ -220,6 +227,12 @@ async fn health(State(state): State<SharedState>) -> Response {
             json!({"status": "failed", "reason": reason}),
         ),
     };
+    body["in_flight"] = json!(state.drain.in_flight());
+    // Draining: a router takes the replica out while its last requests finish.
+    if state.drain.is_draining() {
+        body["status"] = json!("draining");
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     (status, Json(body)).into_response()
 }
 

@@ -403,6 +403,12 @@ pub struct Config {
     #[arg(long, env = "DECIDE_SCHEMA_MAX_INPUT_CHARS", default_value_t = 100_000)]
     pub schema_max_input_chars: usize,
 
+    /// On SIGTERM or Ctrl-C: how long the requests in flight may take to finish, in seconds,
+    /// while no new connections are accepted and `/health` answers 503 `draining`. Drained in
+    /// time the process exits 0; past it the rest are abandoned and it exits 1.
+    #[arg(long, env = "DECIDE_DRAIN_TIMEOUT_S", default_value_t = 30.0)]
+    pub drain_timeout_s: f64,
+
     /// Most bytes in one HTTP request body (after decompression).
     #[arg(long, env = "DECIDE_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,

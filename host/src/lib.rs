@@ -15,6 +15,7 @@ pub mod api;
 pub mod calibration;
 pub mod config;
 pub mod doctor;
+pub mod drain;
 pub mod error;
 pub mod eval;
 pub mod frontends;

@@ -49,10 +49,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let loader = state.clone();
     tokio::task::spawn_blocking(move || load(&loader));
 
-    axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
-    Ok(())
+    let drain = state.drain.clone();
+    let timeout = std::time::Duration::from_secs_f64(state.config.drain_timeout_s);
+    match crate::drain::serve_until_drained(listener, api::router(state), drain, timeout).await? {
+        crate::drain::Stopped::Drained => {
+            tracing::info!("drained: every request in flight finished");
+            Ok(())
+        }
+        crate::drain::Stopped::Cut { in_flight } => anyhow::bail!(
+            "the drain deadline of {timeout:?} passed with {in_flight} requests still running; they were abandoned (setting --drain-timeout-s)"
+        ),
+    }
 }
 
 /// Opens the tenant store in `--data-dir` and loads its tenants and keys.
@@ -486,20 +493,3 @@ pub fn parse_device(name: &str) -> anyhow::Result<Device> {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        if let Ok(mut signal) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            signal.recv().await;
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
-    tracing::info!("shutting down");
-}

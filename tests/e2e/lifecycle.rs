@@ -1,8 +1,72 @@
-//! Readiness: decision requests get 503 with Retry-After until the model and plugins are loaded.
+//! Readiness and stopping: decision requests get 503 with Retry-After until the model and
+//! plugins are loaded; on SIGTERM the server finishes what is in flight and exits.
 
-use serde_json::json;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
 
 use crate::server::Server;
+
+/// A request that keeps the model busy for a few seconds on the test model: 24 questions over
+/// a long input.
+fn slow_request() -> Value {
+    let input = "The parcel arrived late and the box was crushed; the customer wants a refund. ".repeat(40);
+    let questions: Vec<Value> = (0..24)
+        .map(|i| json!({"type": "predicate", "instructions": format!("The message mentions item {i}.")}))
+        .collect();
+    json!({"model": "smol", "input": input, "questions": questions})
+}
+
+/// Waits until `/health` counts `n` requests in flight (itself included).
+fn wait_in_flight(server: &Server, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.get("/health").body["in_flight"].as_u64().unwrap_or(0) < n {
+        assert!(Instant::now() < deadline, "the slow request never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_finishes_the_requests_in_flight_then_exits_0() {
+    let mut server = Server::ready(&["--drain-timeout-s", "120"]);
+    let started = Instant::now();
+    let reply = std::thread::scope(|scope| {
+        let slow = scope.spawn(|| server.post("/v1/decisions", &slow_request()));
+        wait_in_flight(&server, 2);
+        server.signal("TERM");
+        slow.join().expect("the slow request's thread")
+    });
+    assert_eq!(reply.status, 200, "the request in flight was finished: {}", reply.body);
+    assert_eq!(reply.body["answers"].as_array().map(Vec::len), Some(24));
+    let status = server
+        .wait_exit(Duration::from_secs(60))
+        .expect("the server exits once drained");
+    assert!(status.success(), "drained in time: exit 0, got {status:?}");
+    eprintln!("drained and exited after {:?}", started.elapsed());
+}
+
+#[test]
+fn past_the_drain_timeout_the_rest_is_abandoned_and_the_exit_is_1() {
+    let mut server = Server::ready(&["--drain-timeout-s", "0.2"]);
+    let url = format!("{}/v1/decisions", server.base);
+    std::thread::scope(|scope| {
+        let slow = scope.spawn(|| {
+            // The connection is closed under it: reqwest's blocking client panics on a
+            // transport error through `post`, so send it by hand.
+            reqwest::blocking::Client::new()
+                .post(&url)
+                .json(&slow_request())
+                .send()
+        });
+        wait_in_flight(&server, 2);
+        server.signal("TERM");
+        let status = server
+            .wait_exit(Duration::from_secs(30))
+            .expect("the server exits at the drain deadline");
+        assert_eq!(status.code(), Some(1), "cut short: exit 1, got {status:?}");
+        assert!(slow.join().unwrap().is_err(), "the abandoned request got no answer");
+    });
+}
 
 #[test]
 fn decisions_get_503_with_retry_after_until_ready() {

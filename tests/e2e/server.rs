@@ -211,6 +211,30 @@ impl Server {
             .expect("a number")
     }
 
+    /// Sends the process a signal by name (`TERM`, `INT`), as a supervisor would.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {name} failed");
+    }
+
+    /// Waits for the process to exit within `limit`; its exit status, or `None` if it is
+    /// still running.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();
