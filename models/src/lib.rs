@@ -531,7 +531,10 @@ impl Model {
     /// Runs several suffixes against one shared prefix in a single batched pass (each suffix
     /// attends to the prefix and itself; see [`Transformer::forward_suffixes`]) and reads
     /// `label_ids[i]` after suffix `i`. On CPU each readout equals [`Model::read`] of
-    /// prefix + suffix bit for bit.
+    /// prefix + suffix up to float rounding: `models/tests` finds them bit for bit equal for
+    /// the passes it builds, while through the server, with longer prompts packed beside
+    /// other requests' or continuing a cached prefix, SmolLM2's f32 probabilities were seen
+    /// to move by up to ~7e-6.
     pub fn read_suffixes(
         &self,
         prefix: Option<&KvCache>,
@@ -548,7 +551,8 @@ impl Model {
     /// Runs segments that continue different cached prefixes in one pass (see
     /// [`Transformer::forward_packed`]) and reads `label_ids[i]` after segment `i`: how
     /// questions of several requests share one forward. On CPU each readout equals
-    /// [`Model::read`] of its prefix + segment bit for bit.
+    /// [`Model::read`] of its prefix + segment up to float rounding (see
+    /// [`Model::read_suffixes`]).
     pub fn read_packed(
         &self,
         segments: &[Segment<'_>],
