@@ -108,7 +108,11 @@ pub(super) fn requested_model(value: &Value) -> Result<Option<&str>, ApiError> {
 fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
     let root = loc![];
     let body = j::object(value, &root)?;
-    j::only_fields(body, &["model", "state", "questions", "assets"], &root)?;
+    j::only_fields(
+        body,
+        &["model", "state", "questions", "assets", "timeout_ms"],
+        &root,
+    )?;
     let state = parse_state(body, &root)?;
     let QuestionSet {
         questions,
@@ -119,8 +123,10 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
         &loc!["questions"],
         max_questions,
     )?;
+    let mut request = decision_request(state, questions);
+    request.timeout = j::timeout_ms(body, "timeout_ms", &root, TIMEOUT_FIELD)?;
     Ok(Parsed {
-        request: decision_request(state, questions),
+        request,
         ids,
         types,
     })
@@ -178,9 +184,13 @@ pub(super) fn decision_request(state: String, questions: Vec<Question>) -> Decis
         readout: crate::readout::Options::default(),
         renderer: None,
         min_option_mass: None,
+        timeout: None,
         scope: Default::default(),
     }
 }
+
+/// How a 504 names the Jev formats' `timeout_ms` (our extension: the request's own deadline).
+pub(super) const TIMEOUT_FIELD: &str = "timeout_ms of the request";
 
 fn respond(
     model: &str,
