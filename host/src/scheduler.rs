@@ -71,6 +71,14 @@ pub const MAX_FUSED_PASS_TOKENS: usize = 4096;
 /// the packed passes with other requests (more throughput, nothing stored).
 pub const STORE_MIN_TOKENS: usize = 512;
 
+/// Most rows of one prefill call on candle's ops (CPU), below the model's own chunk (4,096
+/// rows): a long prefill is where a cancelled request would otherwise keep the worker, and
+/// on CPU a 4,096-row chunk of SmolLM2 takes 10-40 s. A call costs about its rows there, so
+/// 512-row calls cost no throughput and let the worker drop a cancelled job (and serve
+/// another tenant's short read) within a second or so. On decide's fused kernels, where
+/// every call costs ~250 kernel launches, prefills keep the model's chunk.
+pub const PREFILL_CHECK_ROWS: usize = 512;
+
 /// What a read of a cancelled job ends with (nobody reads it: the pipeline answers with its
 /// request's cancellation instead).
 const CANCELLED: &str = "the request was cancelled (its client went away or its deadline passed)";
@@ -315,14 +323,25 @@ struct Job {
     flow: Flow,
     /// The request's token: once set, the job's remaining prompts are not read.
     cancel: Cancel,
+    /// Its place in the queue, given back when the job is dropped. Declared before `reply`
+    /// so that it is dropped first: a requester that learns its job ended (a reply, or the
+    /// reply channel closing) finds the place free again.
+    ticket: Ticket,
     reply: Sender<JobResult>,
-    /// Its place in the queue, given back when the job is dropped.
-    _ticket: Ticket,
 }
 
 impl Job {
     fn tokens(&self) -> usize {
         self.prompts.iter().map(|p| p.tokens.len()).sum()
+    }
+
+    /// Gives the job's place back, then its result to the requester: a client whose answer
+    /// came back can queue its next request at once.
+    fn answer(self, result: JobResult) {
+        let Job { ticket, reply, .. } = self;
+        drop(ticket);
+        // A requester that went away (client disconnected) no longer listens.
+        let _ = reply.send(result);
     }
 }
 
@@ -393,8 +412,8 @@ impl Scheduler {
             salt,
             flow,
             cancel,
+            ticket,
             reply,
-            _ticket: ticket,
         });
         match sent.ok().and_then(|()| result.recv().ok()) {
             Some(result) => result,
@@ -545,7 +564,8 @@ fn drop_cancelled(worker: &Worker<'_>, fair: &mut FairQueue) {
     );
     worker.metrics.record_cancelled_jobs(gone.len());
     for job in gone {
-        let _ = job.reply.send(JobResult::cancelled(job.prompts.len()));
+        let count = job.prompts.len();
+        job.answer(JobResult::cancelled(count));
     }
 }
 
@@ -601,8 +621,7 @@ fn serve(
 
 fn reply(batch: Vec<Job>, results: Vec<JobResult>) {
     for (job, result) in batch.into_iter().zip(results) {
-        // A requester that went away (client disconnected) no longer listens.
-        let _ = job.reply.send(result);
+        job.answer(result);
     }
 }
 
@@ -628,7 +647,7 @@ fn read_guarded(
             .map(|job| {
                 failed(
                     job.prompts.len(),
-                    &format!("the forward pass failed: {reason}"),
+                    &format!("the forward pass panicked: {reason}"),
                 )
             })
             .collect()
@@ -683,7 +702,7 @@ fn read_batch(
             worker.metrics.record_engine_failure();
             return batch
                 .iter()
-                .map(|job| failed(job.prompts.len(), &format!("compute: {INJECTED}")))
+                .map(|job| failed(job.prompts.len(), INJECTED))
                 .collect();
         }
         None => {}
@@ -868,9 +887,9 @@ fn job_prefix(
             return chunked_prefix(worker, cache, job, result, found, hit, shared, rows, step);
         }
         let prompt = &job.prompts[0];
-        // The model's own chunks, one call each, so a cancelled request stops between two
-        // (what `read_and_cache` would run in one call, read for read the same).
-        let chunk = worker.model.prefill_chunk_rows(tokens.len()).max(1);
+        // In chunks of one call each, so a cancelled request stops between two (what
+        // `read_and_cache` would run in one call, read for read the same).
+        let chunk = prefill_rows(worker.model, tokens.len());
         let head = tokens.len().saturating_sub(chunk).max(hit);
         let mut filled = found;
         let mut at = hit;
@@ -909,8 +928,20 @@ fn job_prefix(
     chunked_prefix(worker, cache, job, result, found, hit, shared, rows, step)
 }
 
+/// Rows of one prefill call once the keys reach `keys`: the model's own chunk, at most
+/// [`PREFILL_CHECK_ROWS`] on candle's ops. Chunking does not change a read (split-invariant
+/// numerics), so this only decides how often the worker looks up between two calls.
+fn prefill_rows(model: &Model, keys: usize) -> usize {
+    let rows = model.prefill_chunk_rows(keys).max(1);
+    if model.transformer().is_fused() {
+        rows
+    } else {
+        rows.min(PREFILL_CHECK_ROWS)
+    }
+}
+
 /// Prefills a job's tokens `hit..shared` over `found` in chunks of at most `rows` (and of at
-/// most the model's own chunk: one model call each, [`read_batch`]'s `between` before each,
+/// most [`prefill_rows`]: one model call each, [`read_batch`]'s `between` before each,
 /// the job's cancellation checked before each), and stores the prefix.
 #[allow(clippy::too_many_arguments)]
 fn chunked_prefix(
@@ -926,7 +957,7 @@ fn chunked_prefix(
 ) -> Result<Prefixed, Stop> {
     let tokens = &job.prompts[0].tokens;
     result.forward_passes += 1;
-    let own_chunk = worker.model.prefill_chunk_rows(shared).max(1);
+    let own_chunk = prefill_rows(worker.model, shared);
     let mut filled = found;
     let mut at = hit;
     while at < shared {
@@ -1095,8 +1126,8 @@ impl Job {
             salt: 0,
             flow,
             cancel,
+            ticket,
             reply,
-            _ticket: ticket,
         }
     }
 }
