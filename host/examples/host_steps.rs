@@ -359,6 +359,7 @@ fn main() -> anyhow::Result<()> {
             readout: Default::default(),
             renderer: None,
             min_option_mass: None,
+            timeout: None,
             scope: Default::default(),
         };
         for (name, state, count, cold, n) in [

@@ -2,7 +2,9 @@
 //!
 //! The router is built by [`router`] so tests can drive it in-process. The server listens
 //! before the model is loaded: `/health` reports progress and decision requests get 503 with
-//! Retry-After until the engine is ready (or the reason it failed to load).
+//! Retry-After until the engine is ready (or the reason it failed to load). `/health` takes
+//! no lock the model worker holds while it runs passes (the queue depth it reports sits
+//! behind a lock held for a few additions), so it answers at once on an overloaded server.
 
 use std::sync::{Arc, RwLock};
 
@@ -201,6 +203,7 @@ async fn health(State(state): State<SharedState>) -> Response {
                 })
             });
             let calibrated = engine.calibration();
+            let (depth, bounds) = engine.queue();
             (
                 StatusCode::OK,
                 json!({
@@ -215,6 +218,9 @@ async fn health(State(state): State<SharedState>) -> Response {
                                     "temperature": calibrated.temperature,
                                     "source": calibrated.source.as_str()},
                     "min_option_mass": engine.min_option_mass(),
+                    // For a router: what waits for the model worker, and where it sheds (0: no bound).
+                    "queue": {"requests": depth.requests, "tokens": depth.tokens,
+                              "max_requests": bounds.max_requests, "max_tokens": bounds.max_tokens},
                 }),
             )
         }
@@ -255,9 +261,29 @@ async fn models(State(state): State<SharedState>) -> Response {
 }
 
 async fn metrics(State(state): State<SharedState>) -> Response {
+    let mut text = state.metrics.render();
+    if let Ok(engine) = state.engine() {
+        let (depth, _) = engine.queue();
+        for (name, help, value) in [
+            (
+                "decide_queued_requests",
+                "Read jobs waiting for or being read by the model worker.",
+                depth.requests,
+            ),
+            (
+                "decide_queued_tokens",
+                "Tokens those jobs hold for the model (shared inputs once).",
+                depth.tokens,
+            ),
+        ] {
+            text.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
+            ));
+        }
+    }
     (
         [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render() + &state.usage.render(),
+        text + &state.usage.render(),
     )
         .into_response()
 }

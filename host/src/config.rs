@@ -446,6 +446,32 @@ pub struct Config {
     #[arg(long, env = "DECIDE_MAX_BATCH_TOKENS", default_value_t = 8192)]
     pub max_batch_tokens: usize,
 
+    /// Deadline of a decision request, in milliseconds from when its body was read until its
+    /// answer (waiting for a tenant's concurrent slot and for the model worker included); past
+    /// it the request gets 504 and its queued model work is dropped. A request's own
+    /// `timeout_ms` (`extra.timeout_ms` on `/v1/decisions`) may shorten it, not lengthen it.
+    /// 0: no deadline.
+    #[arg(long, env = "DECIDE_REQUEST_TIMEOUT_MS", default_value_t = 60_000)]
+    pub request_timeout_ms: u64,
+
+    /// Most read jobs waiting for or being read by the model worker (one per request and
+    /// read round; one per item of a batch); a request beyond it gets 503 with Retry-After at
+    /// once, before its work is queued. 0: no bound.
+    #[arg(long, env = "DECIDE_MAX_QUEUED_REQUESTS", default_value_t = 1024)]
+    pub max_queued_requests: usize,
+
+    /// Most tokens those jobs hold for the model (a request's shared input counted once,
+    /// plus each question's own tokens); beyond it 503 as above. A job alone in the queue is
+    /// taken whatever its size. 0: no bound.
+    #[arg(long, env = "DECIDE_MAX_QUEUED_TOKENS", default_value_t = 1_000_000)]
+    pub max_queued_tokens: usize,
+
+    /// Test hook, never for production: `panic-every:N` or `error-every:N` makes every Nth
+    /// batch of the model worker fail (its pass panics, or returns a compute error), counting
+    /// every batch since start. Tests use it to show that only that batch's requests fail.
+    #[arg(long, env = "DECIDE_INJECT_FAULT", hide = true, value_parser = crate::scheduler::Fault::parse)]
+    pub inject_fault: Option<crate::scheduler::Fault>,
+
     /// Least next-token probability mass on the option labels that the startup self-check
     /// (an easy built-in question) must measure; below it the empty reasoning blocks the
     /// tokenizer knows are tried, and if none reaches it decision requests get 503.

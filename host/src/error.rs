@@ -136,6 +136,18 @@ pub enum ApiError {
     /// A model was named that this server does not serve.
     #[error("{message}")]
     UnknownModel { message: String },
+    /// The request's deadline (`--request-timeout-ms`, or the request's own `timeout_ms`)
+    /// passed before it was answered: 504, and its queued model work is dropped.
+    #[error("{message}")]
+    Timeout { message: String },
+    /// The model worker's queue is full (`--max-queued-requests`, `--max-queued-tokens`):
+    /// 503 with `Retry-After` at once, before the request's work is queued.
+    #[error("{message}")]
+    Overloaded { message: String, retry_after_s: u64 },
+    /// The client closed the connection before the answer. Never sent (nobody is there); it
+    /// ends the request's remaining work. 499, as nginx logs such a request.
+    #[error("{message}")]
+    Cancelled { message: String },
     /// A bug: never caused by input.
     #[error("internal error: {0}")]
     Internal(String),
@@ -170,6 +182,11 @@ impl ApiError {
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Cancelled { .. } => {
+                StatusCode::from_u16(499).unwrap_or(StatusCode::REQUEST_TIMEOUT)
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -200,6 +217,9 @@ impl ApiError {
             ApiError::Forbidden { .. } => "forbidden",
             ApiError::NotFound { .. } => "not_found",
             ApiError::Conflict { .. } => "conflict",
+            ApiError::Timeout { .. } => "timeout",
+            ApiError::Overloaded { .. } => "overloaded",
+            ApiError::Cancelled { .. } => "cancelled",
             ApiError::Internal(_) => "internal_error",
         }
     }
@@ -224,6 +244,7 @@ impl ApiError {
         let body = match wire {
             Wire::OpenAi => {
                 let kind = match status {
+                    StatusCode::GATEWAY_TIMEOUT => "timeout",
                     StatusCode::SERVICE_UNAVAILABLE => "server_error",
                     StatusCode::NOT_FOUND => "invalid_request_error",
                     StatusCode::UNAUTHORIZED => "authentication_error",
@@ -242,7 +263,12 @@ impl ApiError {
             // Jev's API answers validation errors with a `detail` list of `{loc, msg, type}` and
             // every other error (401, 404, 429, 503, ...) with `detail: {error_type, message}`.
             Wire::SystemOne if !self.is_validation() => {
-                json!({"detail": {"error_type": error_type(status), "message": message}})
+                let error_type = match &self {
+                    ApiError::Timeout { .. } => "timeout",
+                    ApiError::Overloaded { .. } => "overloaded",
+                    _ => error_type(status),
+                };
+                json!({"detail": {"error_type": error_type, "message": message}})
             }
             Wire::SystemOne => {
                 json!({"detail": [{"loc": jev_loc(&loc), "msg": message, "type": self.code()}]})
@@ -250,7 +276,8 @@ impl ApiError {
         };
         let retry_after = match &self {
             ApiError::NotReady { retry_after_s, .. } => *retry_after_s,
-            ApiError::RateLimited { retry_after_s, .. } => Some(*retry_after_s),
+            ApiError::RateLimited { retry_after_s, .. }
+            | ApiError::Overloaded { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
         };
         let mut response = (status, axum::Json(body)).into_response();
@@ -269,7 +296,12 @@ impl ApiError {
                 response.headers_mut().insert(header::RETRY_AFTER, value);
             }
         }
-        if status.is_server_error() && !matches!(self, ApiError::NotReady { .. }) {
+        if status.is_server_error()
+            && !matches!(
+                self,
+                ApiError::NotReady { .. } | ApiError::Overloaded { .. } | ApiError::Timeout { .. }
+            )
+        {
             tracing::error!(%status, %message, "request failed");
         }
         response

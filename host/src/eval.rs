@@ -183,6 +183,7 @@ fn ask_all(
             renderer: None,
             // Evaluation measures every answer; abstaining would hide the ones it scores.
             min_option_mass: Some(0.0),
+            timeout: None,
             scope: Default::default(),
         };
         match engine.decide(&request) {

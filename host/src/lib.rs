@@ -8,11 +8,13 @@
 //! [`plugins`] runs question types, renderers and calibration policies as sandboxed
 //! WebAssembly components; the model lives in the `decide-models` crate and every forward pass
 //! runs on the [`scheduler`]'s worker thread, which batches concurrent requests and keeps the
-//! [`prefix_cache`]. [`tenancy`] says who is asking (tenants, keys, their store). [`api`]
-//! builds the router; [`server`] loads everything and serves.
+//! [`prefix_cache`]. [`tenancy`] says who is asking (tenants, keys, their store). [`cancel`]
+//! is a request's cancellation (client gone, deadline passed), carried from the frontend to
+//! the worker. [`api`] builds the router; [`server`] loads everything and serves.
 
 pub mod api;
 pub mod calibration;
+pub mod cancel;
 pub mod config;
 pub mod doctor;
 pub mod drain;

@@ -34,6 +34,17 @@ pub struct Metrics {
     token_cache_hits: AtomicU64,
     token_cache_misses: AtomicU64,
     token_cache_bytes: AtomicU64,
+    /// Robustness (issue #16): jobs the model worker dropped unread because their request was
+    /// cancelled, requests refused because the worker's queue was full, requests past their
+    /// deadline, requests whose client left before the answer, failed model calls or
+    /// batches, restarts of the worker loop, and every model call the worker made.
+    cancelled_jobs: AtomicU64,
+    shed_requests: AtomicU64,
+    timed_out_requests: AtomicU64,
+    disconnected_requests: AtomicU64,
+    engine_failures: AtomicU64,
+    worker_restarts: AtomicU64,
+    model_calls: AtomicU64,
 }
 
 impl Metrics {
@@ -95,6 +106,43 @@ impl Metrics {
         ] {
             counter.store(value, Ordering::Relaxed);
         }
+    }
+
+    /// Records jobs the model worker dropped unread (or stopped before their next pass)
+    /// because their request was cancelled.
+    pub fn record_cancelled_jobs(&self, jobs: usize) {
+        self.cancelled_jobs
+            .fetch_add(jobs as u64, Ordering::Relaxed);
+    }
+
+    /// Records a request refused (503) because the model worker's queue was full.
+    pub fn record_shed(&self) {
+        self.shed_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a request answered 504: its deadline passed.
+    pub fn record_timed_out(&self) {
+        self.timed_out_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a request whose client closed the connection before its answer.
+    pub fn record_disconnected(&self) {
+        self.disconnected_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a model call that failed, or a batch whose pass panicked.
+    pub fn record_engine_failure(&self) {
+        self.engine_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a restart of the model worker's loop after a panic outside a pass.
+    pub fn record_worker_restart(&self) {
+        self.worker_restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records one call into the model (a packed pass, a prefill chunk, a lone read).
+    pub fn record_model_call(&self) {
+        self.model_calls.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a request refused before the pipeline (validation, not ready).
@@ -180,6 +228,41 @@ impl Metrics {
                 "decide_token_cache_misses_total",
                 "Long input text pieces tokenized because the token cache did not hold them.",
                 &self.token_cache_misses,
+            ),
+            (
+                "decide_model_calls_total",
+                "Calls into the model by the worker (a packed pass, a prefill chunk, a lone read), whoever they served.",
+                &self.model_calls,
+            ),
+            (
+                "decide_cancelled_jobs_total",
+                "Read jobs the model worker dropped before (more of) their passes: the client went away or the deadline passed.",
+                &self.cancelled_jobs,
+            ),
+            (
+                "decide_shed_requests_total",
+                "Requests refused with 503 because the model worker's queue was full (--max-queued-requests, --max-queued-tokens).",
+                &self.shed_requests,
+            ),
+            (
+                "decide_timed_out_requests_total",
+                "Requests answered 504: their deadline passed (--request-timeout-ms or the request's timeout_ms).",
+                &self.timed_out_requests,
+            ),
+            (
+                "decide_disconnected_requests_total",
+                "Requests whose client closed the connection before the answer; their work is cancelled.",
+                &self.disconnected_requests,
+            ),
+            (
+                "decide_engine_failures_total",
+                "Model calls that failed and batches whose pass panicked; only their requests failed.",
+                &self.engine_failures,
+            ),
+            (
+                "decide_worker_restarts_total",
+                "Restarts of the model worker after a panic outside a pass.",
+                &self.worker_restarts,
             ),
         ];
         let mut text = String::new();

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 use decide_models::{Model, ModelError};
 
 use crate::calibration::CalibrationState;
+use crate::cancel::Cancel;
 use crate::error::{dotted, ApiError, Loc, LocPart};
 use crate::metrics::Metrics;
 use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType, Session};
@@ -69,6 +70,9 @@ pub struct DecisionRequest {
     pub renderer: Option<String>,
     /// `extra.min_option_mass` of the request (see [`EngineSettings::min_option_mass`]).
     pub min_option_mass: Option<f64>,
+    /// The request's own timeout (`extra.timeout_ms`, `timeout_ms`): it shortens the server's
+    /// `--request-timeout-ms` for this request (see [`crate::cancel::Deadline::of`]).
+    pub timeout: Option<crate::cancel::Requested>,
     /// What the request's tenant changes about how it is answered.
     pub scope: RequestScope,
 }
@@ -96,6 +100,14 @@ pub struct RequestScope {
     /// Called with the prompt tokens of each batched read before it goes to the model; an
     /// error (a tokens-per-minute limit) fails the request with it.
     pub admit_tokens: Option<AdmitTokens>,
+    /// The request's cancellation (its client gone, its deadline passed): once set, the
+    /// pipeline stops at its next step and the model worker drops the request's jobs. The
+    /// default never cancels (the server's own reads).
+    pub cancel: Cancel,
+    /// Whether the model worker's queue bound (`--max-queued-requests`,
+    /// `--max-queued-tokens`) may refuse the request's reads (503): true for HTTP requests;
+    /// the server's own reads (self-check, calibration, tenants' fits) wait instead.
+    pub sheddable: bool,
 }
 
 /// See [`RequestScope::admit_tokens`].
@@ -109,6 +121,8 @@ impl std::fmt::Debug for RequestScope {
             .field("calibration", &self.calibration)
             .field("limits", &self.limits)
             .field("flow", &self.flow)
+            .field("cancel", &self.cancel)
+            .field("sheddable", &self.sheddable)
             .finish_non_exhaustive()
     }
 }
@@ -485,6 +499,16 @@ impl<'a> Admission<'a> {
         }
     }
 
+    /// Stops the item and the batch with `error` (its request was cancelled, the model
+    /// worker's queue is full), unless they were stopped already.
+    fn stop(&self, error: ApiError) {
+        let mut item = self.item.lock().unwrap_or_else(|p| p.into_inner());
+        if item.is_none() {
+            let _ = self.batch.set(error.clone());
+            *item = Some(error);
+        }
+    }
+
     /// The refusal the item fails with, if any of its reads was refused.
     fn into_refused(self) -> Option<ApiError> {
         self.item.into_inner().unwrap_or_else(|p| p.into_inner())
@@ -612,6 +636,22 @@ impl Engine {
 
     pub fn plugins(&self) -> &Arc<PluginRegistry> {
         &self.plugins
+    }
+
+    /// What waits for the model worker now, and its bounds (`/health`, `/metrics`).
+    pub fn queue(&self) -> (scheduler::QueueDepth, scheduler::QueueLimits) {
+        (self.scheduler.depth(), self.scheduler.limits())
+    }
+
+    /// A 503 when the model worker's queue is full already: checked before a request's
+    /// prompts are made, so an overloaded server refuses it before any work (and without
+    /// holding its body longer). A request that passes may still be refused when its
+    /// prompts, counted in tokens, do not fit.
+    pub fn check_queue(&self) -> Result<(), ApiError> {
+        match self.scheduler.overloaded() {
+            Some(full) => Err(overloaded(&full)),
+            None => Ok(()),
+        }
     }
 
     /// The request's limits: its tenant's narrowed ones, else the server's.
@@ -982,21 +1022,48 @@ impl Engine {
         if prompts.is_empty() {
             return Vec::new();
         }
-        let tokens = prompts.iter().map(|p| p.tokens.len()).sum::<usize>();
-        if !prompting.admission.admit(tokens, prompting.scope) {
-            let reason = "the request was refused by its tenant's input-token rate";
-            return (0..prompts.len())
+        let scope = prompting.scope;
+        let unread = |reason: &str| -> Vec<scheduler::PromptRead> {
+            (0..prompts.len())
                 .map(|_| Err(ModelError::Compute(reason.into())))
-                .collect();
+                .collect()
+        };
+        // A request cancelled (client gone, deadline passed) sends nothing more to the model.
+        if let Some(error) = scope.cancel.error() {
+            prompting.admission.stop(error);
+            return unread("the request was cancelled");
+        }
+        // Its place in the worker's queue first: an overloaded server refuses before the
+        // tenant's token rate is spent on it.
+        let ticket = match self.scheduler.reserve(&prompts, scope.sheddable) {
+            Ok(ticket) => ticket,
+            Err(full) => {
+                prompting.admission.stop(overloaded(&full));
+                return unread("the model worker's queue is full");
+            }
+        };
+        let tokens = prompts.iter().map(|p| p.tokens.len()).sum::<usize>();
+        if !prompting.admission.admit(tokens, scope) {
+            let reason = "the request was refused by its tenant's input-token rate";
+            return unread(reason);
         }
         decided.input_tokens += tokens;
         decided.scheduler_jobs += 1;
         let sent = Instant::now();
-        let result = self
-            .scheduler
-            .read_in(prompts, prompting.salt, prompting.scope.flow);
+        let result = self.scheduler.read_in(
+            ticket,
+            prompts,
+            prompting.salt,
+            scope.flow,
+            scope.cancel.clone(),
+        );
         decided.timings.model += sent.elapsed();
         decided.forward_passes += result.forward_passes;
+        if result.cancelled {
+            if let Some(error) = scope.cancel.error() {
+                prompting.admission.stop(error);
+            }
+        }
         for read in result.reads.iter().flatten() {
             decided.cached_tokens += read.1;
         }
@@ -1159,6 +1226,55 @@ fn missing_plugin(kind: &str, name: &str, scope: &RequestScope, flag: &str) -> A
             reason: format!("{kind} plugin `{name}` is not loaded (setting {flag})"),
             retry_after_s: None,
         }
+    }
+}
+
+/// Seconds an overloaded server asks a client to wait: the queue moves in passes of
+/// milliseconds (GPU) to a second or so (CPU).
+pub const OVERLOADED_RETRY_AFTER_S: u64 = 1;
+
+/// The 503 of a request the model worker's queue has no room for.
+fn overloaded(full: &scheduler::Overloaded) -> ApiError {
+    let bound = |max: usize| match max {
+        0 => "none".to_string(),
+        max => max.to_string(),
+    };
+    let asked = match full.tokens {
+        0 => String::new(),
+        tokens => format!(" (this request's read: {tokens} tokens)"),
+    };
+    ApiError::Overloaded {
+        message: format!(
+            "the server is overloaded: {} requests and {} tokens wait for the model{asked}, at the bounds --max-queued-requests {} / --max-queued-tokens {} (DECIDE_MAX_QUEUED_REQUESTS, DECIDE_MAX_QUEUED_TOKENS); retry after {OVERLOADED_RETRY_AFTER_S} s or on another replica",
+            full.depth.requests,
+            full.depth.tokens,
+            bound(full.limits.max_requests),
+            bound(full.limits.max_tokens),
+        ),
+        retry_after_s: OVERLOADED_RETRY_AFTER_S,
+    }
+}
+
+/// A refusal for a read the model worker failed: a pass that returned an error or panicked,
+/// a worker that stopped. The engine failed, not the question, so it is 502 `engine_error`
+/// (the field-schema format's "engine failure"): the request may be retried as it is, and
+/// the server keeps serving. Errors that are the prompt's own keep their own refusals.
+fn engine_refusal(loc: &Loc, error: ModelError) -> Refusal {
+    match error {
+        ModelError::PromptTooLong { .. }
+        | ModelError::Label { .. }
+        | ModelError::TokenOutOfRange { .. }
+        | ModelError::EmptyPrompt => model_refusal(loc, error),
+        error => Refusal {
+            status: StatusCode::BAD_GATEWAY,
+            code: "engine_error",
+            message: format!(
+                "{}: the model failed to read this question ({error}); only this request's batch failed and the server keeps serving: retry the request",
+                dotted(loc)
+            ),
+            loc: loc.clone(),
+            abstained: None,
+        },
     }
 }
 

@@ -25,13 +25,32 @@
 //! read is bit-for-bit the read of its prompt alone, whatever it was batched with and
 //! whether its prefix came from the cache (the models crate's split-invariant numerics).
 
+//!
+//! What a busy or failing worker must not do to the server (issue #16):
+//!
+//! - **Cancelled jobs are not read.** A job carries its request's [`Cancel`] token (set when
+//!   the client goes away or the request's deadline passes); the worker drops cancelled jobs
+//!   from its queue whenever it looks at it (before every batch and between every two passes)
+//!   and stops a cancelled job of the batch in flight before its next pass or prefill chunk.
+//! - **The queue is bounded** in jobs and tokens ([`QueueLimits`], `--max-queued-requests`,
+//!   `--max-queued-tokens`): a request reserves its place ([`Scheduler::reserve`]) before its
+//!   job is built into the queue, and is refused at once when it does not fit, so an overload
+//!   sheds requests instead of growing memory and latency without bound.
+//! - **A failed pass fails only its batch.** A pass that returns an error fails the prompts
+//!   it held; one that panics fails its batch ([`std::panic::catch_unwind`]); and should the
+//!   worker loop itself panic, it restarts with an empty queue (the jobs it held fail). The
+//!   server keeps serving. `--inject-fault` ([`Fault`]) makes passes fail on purpose, so
+//!   tests can show it.
+
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use decide_models::{KvCache, Model, ModelError, Readout, Segment, PREFILL_SCORE_BUDGET};
 
+use crate::cancel::Cancel;
 use crate::metrics::Metrics;
 use crate::prefix_cache::{PrefixCache, BLOCK_TOKENS};
 
@@ -51,6 +70,18 @@ pub const MAX_FUSED_PASS_TOKENS: usize = 4096;
 /// cache, only when at least this many of its tokens are not cached yet; shorter ones join
 /// the packed passes with other requests (more throughput, nothing stored).
 pub const STORE_MIN_TOKENS: usize = 512;
+
+/// Most rows of one prefill call on candle's ops (CPU), below the model's own chunk (4,096
+/// rows): a long prefill is where a cancelled request would otherwise keep the worker, and
+/// on CPU a 4,096-row chunk of SmolLM2 takes 10-40 s. A call costs about its rows there, so
+/// 512-row calls cost no throughput and let the worker drop a cancelled job (and serve
+/// another tenant's short read) within a second or so. On decide's fused kernels, where
+/// every call costs ~250 kernel launches, prefills keep the model's chunk.
+pub const PREFILL_CHECK_ROWS: usize = 512;
+
+/// What a read of a cancelled job ends with (nobody reads it: the pipeline answers with its
+/// request's cancellation instead).
+const CANCELLED: &str = "the request was cancelled (its client went away or its deadline passed)";
 
 /// Whose work a job is, for fair share between tenants: jobs of one flow are served in
 /// arrival order, flows get passes in proportion to their weight. Opaque to the scheduler
@@ -87,6 +118,182 @@ pub struct JobResult {
     pub reads: Vec<PromptRead>,
     /// Model calls this job took part in (a prefill counts once, however many chunks).
     pub forward_passes: usize,
+    /// The job's request was cancelled before all its prompts were read; the reads not done
+    /// are errors, and the request ends with its cancellation (its 504, or nothing when its
+    /// client is gone).
+    pub cancelled: bool,
+}
+
+impl JobResult {
+    /// The result of a job dropped unread because its request was cancelled.
+    fn cancelled(count: usize) -> JobResult {
+        JobResult {
+            reads: (0..count)
+                .map(|_| Err(ModelError::Compute(CANCELLED.into())))
+                .collect(),
+            forward_passes: 0,
+            cancelled: true,
+        }
+    }
+}
+
+/// How much may wait for the model worker (0: no bound). Counted from when a request reserves
+/// its place until its job is answered or dropped: jobs waiting and jobs being read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// Jobs (one per request and read round; one per item of a batch).
+    pub max_requests: usize,
+    /// Tokens the model must read for them ([`work_tokens`]).
+    pub max_tokens: usize,
+}
+
+/// What waits for the model worker now ([`QueueLimits`] counts the same).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    pub requests: usize,
+    pub tokens: usize,
+}
+
+/// A reservation that did not fit the queue: what it holds, its bounds, and what was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overloaded {
+    pub depth: QueueDepth,
+    pub limits: QueueLimits,
+    /// Tokens of the job refused (0: the request was refused before its prompts were made).
+    pub tokens: usize,
+}
+
+/// The queue's bound and its depth, behind a lock held only for a few additions: `/health`
+/// reads it while the worker runs passes, and never waits for one.
+struct Queue {
+    limits: QueueLimits,
+    depth: Mutex<QueueDepth>,
+}
+
+impl Queue {
+    fn depth(&self) -> QueueDepth {
+        *self.depth.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a request could not even get a place for an empty job: checked before a
+    /// request's prompts are made, so an overloaded server refuses it before any work.
+    fn is_full(&self) -> bool {
+        let depth = self.depth();
+        let over = |max: usize, at: usize| max > 0 && at >= max;
+        over(self.limits.max_requests, depth.requests) || over(self.limits.max_tokens, depth.tokens)
+    }
+
+    /// A place for a job of `tokens` tokens. An empty queue takes any job (a request larger
+    /// than the token bound on its own is not refused for ever); `bounded: false` (the
+    /// server's own reads) always gets one.
+    fn reserve(self: &Arc<Self>, tokens: usize, bounded: bool) -> Result<Ticket, Overloaded> {
+        let mut depth = self.depth.lock().unwrap_or_else(|p| p.into_inner());
+        let over = |max: usize, after: usize| max > 0 && after > max;
+        let full = over(self.limits.max_requests, depth.requests + 1)
+            || over(self.limits.max_tokens, depth.tokens.saturating_add(tokens));
+        if bounded && depth.requests > 0 && full {
+            return Err(Overloaded {
+                depth: *depth,
+                limits: self.limits,
+                tokens,
+            });
+        }
+        depth.requests += 1;
+        depth.tokens = depth.tokens.saturating_add(tokens);
+        Ok(Ticket {
+            queue: self.clone(),
+            tokens,
+        })
+    }
+}
+
+/// A job's place in the queue, given back when it is dropped: when the job was answered,
+/// dropped as cancelled, or lost with a failed worker. Owned by the job, so no path can leak
+/// a place.
+pub struct Ticket {
+    queue: Arc<Queue>,
+    tokens: usize,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut depth = self.queue.depth.lock().unwrap_or_else(|p| p.into_inner());
+        depth.requests = depth.requests.saturating_sub(1);
+        depth.tokens = depth.tokens.saturating_sub(self.tokens);
+    }
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket")
+            .field("tokens", &self.tokens)
+            .finish()
+    }
+}
+
+/// Tokens the model worker must read for `prompts`: what they share once, and each one's own
+/// rest. What a request costs the worker (its questions share their input's prefill), not the
+/// prompts' total length, which counts a long input once per question.
+pub fn work_tokens(prompts: &[Prompt]) -> usize {
+    let shared = shared_prefix_len(prompts);
+    shared
+        + prompts
+            .iter()
+            .map(|p| p.tokens.len().saturating_sub(shared))
+            .sum::<usize>()
+}
+
+/// What `--inject-fault` makes fail. A test hook, always compiled in and hidden from
+/// `--help`: the only way to show end to end that a pass failing on the device (a CUDA error,
+/// a panic in a kernel wrapper) fails its batch alone and the server keeps serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The batch's pass panics (caught: the batch fails, the worker survives).
+    Panic,
+    /// The batch's pass returns a compute error.
+    Error,
+}
+
+/// `--inject-fault KIND-every:N`: every `N`th batch the model worker reads (counting every
+/// batch since it started, the startup self-check's too) fails as if its first pass had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    pub kind: FaultKind,
+    /// At least 1.
+    pub every: u64,
+}
+
+impl Fault {
+    /// Parses `panic-every:N` or `error-every:N` (N >= 1).
+    pub fn parse(text: &str) -> Result<Fault, String> {
+        let usage =
+            || format!("`{text}` is not a fault; use panic-every:N or error-every:N (N >= 1)");
+        let (kind, every) = text.split_once(':').ok_or_else(usage)?;
+        let kind = match kind {
+            "panic-every" => FaultKind::Panic,
+            "error-every" => FaultKind::Error,
+            _ => return Err(usage()),
+        };
+        match every.parse::<u64>() {
+            Ok(every) if every >= 1 => Ok(Fault { kind, every }),
+            _ => Err(usage()),
+        }
+    }
+}
+
+/// The fault schedule: which batch fails. Kept across worker restarts.
+struct Faults {
+    fault: Option<Fault>,
+    batches: AtomicU64,
+}
+
+impl Faults {
+    /// Counts a batch; what should fail in it.
+    fn next_batch(&self) -> Option<FaultKind> {
+        let fault = self.fault?;
+        let batch = self.batches.fetch_add(1, Ordering::Relaxed) + 1;
+        batch.is_multiple_of(fault.every).then_some(fault.kind)
+    }
 }
 
 /// How the worker batches and caches.
@@ -104,12 +311,22 @@ pub struct SchedulerConfig {
     /// Fair share: most rows of one pass (and of one prefill chunk) while several flows
     /// are active, which bounds how long a sparse flow's job waits for the pass in flight.
     pub fair_share_pass_tokens: usize,
+    /// How much may wait for the worker (`--max-queued-requests`, `--max-queued-tokens`).
+    pub queue: QueueLimits,
+    /// `--inject-fault`: passes that fail on purpose (tests only; none in production).
+    pub fault: Option<Fault>,
 }
 
 struct Job {
     prompts: Vec<Prompt>,
     salt: u64,
     flow: Flow,
+    /// The request's token: once set, the job's remaining prompts are not read.
+    cancel: Cancel,
+    /// Its place in the queue, given back when the job is dropped. Declared before `reply`
+    /// so that it is dropped first: a requester that learns its job ended (a reply, or the
+    /// reply channel closing) finds the place free again.
+    ticket: Ticket,
     reply: Sender<JobResult>,
 }
 
@@ -117,43 +334,90 @@ impl Job {
     fn tokens(&self) -> usize {
         self.prompts.iter().map(|p| p.tokens.len()).sum()
     }
+
+    /// Gives the job's place back, then its result to the requester: a client whose answer
+    /// came back can queue its next request at once.
+    fn answer(self, result: JobResult) {
+        let Job { ticket, reply, .. } = self;
+        drop(ticket);
+        // A requester that went away (client disconnected) no longer listens.
+        let _ = reply.send(result);
+    }
 }
 
 /// The handle requests use; the worker thread stops when it is dropped.
 pub struct Scheduler {
     jobs: Sender<Job>,
+    queue: Arc<Queue>,
 }
 
 impl Scheduler {
     /// Starts the worker thread for `model`.
     pub fn start(model: Arc<Model>, config: SchedulerConfig, metrics: Arc<Metrics>) -> Self {
-        let (jobs, queue) = mpsc::channel();
+        let (jobs, receiver) = mpsc::channel();
+        let queue = Arc::new(Queue {
+            limits: config.queue,
+            depth: Mutex::new(QueueDepth::default()),
+        });
         std::thread::Builder::new()
             .name("decide-model".into())
-            .spawn(move || work(&model, &config, &metrics, queue))
+            .spawn(move || supervise(&model, &config, &metrics, &receiver))
             .expect("spawning the model worker thread");
-        Scheduler { jobs }
+        Scheduler { jobs, queue }
     }
 
-    /// Reads `prompts` (blocking), sharing passes with concurrent requests and the prefix
-    /// cache with earlier requests of the same tenant (`salt`).
-    pub fn read(&self, prompts: Vec<Prompt>, salt: u64) -> JobResult {
-        self.read_in(prompts, salt, Flow::default())
+    /// A place in the queue for a job of `prompts` (reserved before anything else is spent on
+    /// it, such as a tenant's token rate), or [`Overloaded`] when the queue is full.
+    /// `bounded: false` always gets one (the server's own reads wait instead).
+    pub fn reserve(&self, prompts: &[Prompt], bounded: bool) -> Result<Ticket, Overloaded> {
+        self.queue.reserve(work_tokens(prompts), bounded)
     }
 
-    /// [`Scheduler::read`] under a fair-share flow (a tenant's).
-    pub fn read_in(&self, prompts: Vec<Prompt>, salt: u64, flow: Flow) -> JobResult {
+    /// Whether the queue is full already, before a request has made its prompts: such a
+    /// request is refused before any work.
+    pub fn overloaded(&self) -> Option<Overloaded> {
+        self.queue.is_full().then(|| Overloaded {
+            depth: self.queue.depth(),
+            limits: self.queue.limits,
+            tokens: 0,
+        })
+    }
+
+    /// What waits for the worker now (jobs waiting and being read, and their tokens).
+    pub fn depth(&self) -> QueueDepth {
+        self.queue.depth()
+    }
+
+    /// The queue's bounds.
+    pub fn limits(&self) -> QueueLimits {
+        self.queue.limits
+    }
+
+    /// Reads `prompts` (blocking) in the place `ticket` reserved, under a fair-share flow
+    /// (a tenant's), sharing passes with concurrent requests and the prefix cache with
+    /// earlier requests of the same tenant (`salt`). Once `cancel` is set the job's remaining
+    /// prompts are not read ([`JobResult::cancelled`]).
+    pub fn read_in(
+        &self,
+        ticket: Ticket,
+        prompts: Vec<Prompt>,
+        salt: u64,
+        flow: Flow,
+        cancel: Cancel,
+    ) -> JobResult {
         let count = prompts.len();
         let (reply, result) = mpsc::channel();
         let sent = self.jobs.send(Job {
             prompts,
             salt,
             flow,
+            cancel,
+            ticket,
             reply,
         });
         match sent.ok().and_then(|()| result.recv().ok()) {
             Some(result) => result,
-            None => failed(count, "the model worker stopped"),
+            None => failed(count, "the model worker stopped before reading it"),
         }
     }
 }
@@ -164,12 +428,71 @@ fn failed(count: usize, reason: &str) -> JobResult {
             .map(|_| Err(ModelError::Compute(reason.to_string())))
             .collect(),
         forward_passes: 0,
+        cancelled: false,
     }
 }
 
-/// The worker loop: gather the waiting jobs, read the batch fair share picks, reply; until
-/// every handle is gone.
-fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Receiver<Job>) {
+/// What every step of the worker needs: the model, the counters, the fault schedule.
+struct Worker<'a> {
+    model: &'a Model,
+    metrics: &'a Metrics,
+    faults: &'a Faults,
+}
+
+impl Worker<'_> {
+    /// One model call, counted; its failure counted as an engine failure.
+    fn call<T>(&self, run: impl FnOnce(&Model) -> Result<T, ModelError>) -> Result<T, ModelError> {
+        self.metrics.record_model_call();
+        let outcome = run(self.model);
+        if let Err(error) = &outcome {
+            tracing::error!(%error, "a model call failed; its prompts fail");
+            self.metrics.record_engine_failure();
+        }
+        outcome
+    }
+}
+
+/// Runs the worker loop, and runs it again should it panic outside a pass (a bug: passes are
+/// guarded on their own, [`read_guarded`]). The jobs it held then fail (their replies are
+/// dropped: "the model worker stopped"), and the prefix cache starts empty; the server keeps
+/// serving.
+fn supervise(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: &Receiver<Job>) {
+    let faults = Faults {
+        fault: config.fault,
+        batches: AtomicU64::new(0),
+    };
+    let worker = Worker {
+        model,
+        metrics,
+        faults: &faults,
+    };
+    loop {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| work(&worker, config, queue))) {
+            Ok(()) => return,
+            Err(panic) => {
+                tracing::error!(
+                    reason = panic_text(panic.as_ref()),
+                    "the model worker panicked outside a pass; it restarts, the jobs it held fail"
+                );
+                metrics.record_worker_restart();
+            }
+        }
+    }
+}
+
+/// A panic's message.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic")
+}
+
+/// The worker loop: gather the waiting jobs, drop the cancelled ones, read the batch fair
+/// share picks, reply; until every handle is gone.
+fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
+    let metrics = worker.metrics;
     let mut cache = PrefixCache::new(config.prefix_cache_bytes);
     let mut fair = FairQueue::new(config.fair_share_tokens);
     loop {
@@ -179,7 +502,8 @@ fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Recei
                 Err(_) => return,
             }
         }
-        gather(&queue, &mut fair, config);
+        gather(queue, &mut fair, config);
+        drop_cancelled(worker, &mut fair);
         let (batch, mode) = fair.next_batch(config.max_batch_tokens, Instant::now());
         if batch.is_empty() {
             continue;
@@ -188,24 +512,18 @@ fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Recei
             Mode::Alone | Mode::Sparse => usize::MAX,
             Mode::Shared => config.fair_share_pass_tokens.max(1),
         };
-        // Between two passes: sparse jobs that arrived meanwhile are read at once, also
-        // when the batch began with one flow alone and another one just showed up.
+        // Between two passes: cancelled jobs that wait are dropped, and sparse jobs that
+        // arrived meanwhile are read at once, also when the batch began with one flow alone
+        // and another one just showed up.
         let mut between = |cache: &mut PrefixCache| {
-            drain(&queue, &mut fair);
+            drain(queue, &mut fair);
+            drop_cancelled(worker, &mut fair);
             let now = fair.mode(Instant::now());
             if now == Mode::Shared {
                 let sparse = fair.take_sparse(config.max_batch_tokens);
                 if !sparse.is_empty() {
                     // Read as it would be alone: nothing preempts it anyway.
-                    serve(
-                        model,
-                        cache,
-                        metrics,
-                        &mut fair,
-                        sparse,
-                        usize::MAX,
-                        &mut |_| None,
-                    );
+                    serve(worker, cache, &mut fair, sparse, usize::MAX, &mut |_| None);
                 }
             }
             // Passes shrink once another flow shows up, and grow when it has gone.
@@ -217,7 +535,7 @@ fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Recei
         // The batch's own flows are settled after it; `between` borrows `fair` until then.
         let flows: Vec<Flow> = batch.iter().map(|job| job.flow).collect();
         let started = Instant::now();
-        let results = read_guarded(model, &mut cache, &batch, rows, &mut between);
+        let results = read_guarded(worker, &mut cache, &batch, rows, &mut between);
         tracing::debug!(
             jobs = batch.len(),
             tokens = batch.iter().map(Job::tokens).sum::<usize>(),
@@ -230,6 +548,24 @@ fn work(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: Recei
         for flow in flows {
             fair.done(flow);
         }
+    }
+}
+
+/// Drops the waiting jobs whose requests were cancelled, answering each as cancelled: they
+/// would only delay the jobs behind them, and nobody waits for their reads.
+fn drop_cancelled(worker: &Worker<'_>, fair: &mut FairQueue) {
+    let gone = fair.remove_cancelled(Instant::now());
+    if gone.is_empty() {
+        return;
+    }
+    tracing::debug!(
+        jobs = gone.len(),
+        "cancelled jobs dropped before their passes"
+    );
+    worker.metrics.record_cancelled_jobs(gone.len());
+    for job in gone {
+        let count = job.prompts.len();
+        job.answer(JobResult::cancelled(count));
     }
 }
 
@@ -262,22 +598,21 @@ fn gather(queue: &Receiver<Job>, fair: &mut FairQueue, config: &SchedulerConfig)
 /// Reads a batch that needs no fair-share decisions of its own (sparse jobs between two
 /// passes) and replies.
 fn serve(
-    model: &Model,
+    worker: &Worker<'_>,
     cache: &mut PrefixCache,
-    metrics: &Metrics,
     fair: &mut FairQueue,
     batch: Vec<Job>,
     rows: usize,
     between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
 ) {
     let started = Instant::now();
-    let results = read_guarded(model, cache, &batch, rows, between);
+    let results = read_guarded(worker, cache, &batch, rows, between);
     tracing::debug!(
         jobs = batch.len(),
         ms = started.elapsed().as_secs_f64() * 1e3,
         "sparse jobs read between two passes"
     );
-    metrics.record_batch(batch.len(), &cache.stats());
+    worker.metrics.record_batch(batch.len(), &cache.stats());
     for job in &batch {
         fair.done(job.flow);
     }
@@ -286,39 +621,42 @@ fn serve(
 
 fn reply(batch: Vec<Job>, results: Vec<JobResult>) {
     for (job, result) in batch.into_iter().zip(results) {
-        // A requester that went away (client disconnected) no longer listens.
-        let _ = job.reply.send(result);
+        job.answer(result);
     }
 }
 
-/// [`read_batch`], failing the batch's jobs (not the worker) when a pass panics.
+/// [`read_batch`], failing the batch's jobs (not the worker) when a pass panics; counts the
+/// jobs it stopped as cancelled.
 fn read_guarded(
-    model: &Model,
+    worker: &Worker<'_>,
     cache: &mut PrefixCache,
     batch: &[Job],
     rows: usize,
     between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
 ) -> Vec<JobResult> {
-    std::panic::catch_unwind(AssertUnwindSafe(|| {
-        read_batch(model, cache, batch, rows, between)
+    let fault = worker.faults.next_batch();
+    let results = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        read_batch(worker, cache, batch, rows, between, fault)
     }))
     .unwrap_or_else(|panic| {
-        let reason = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("unknown panic");
+        let reason = panic_text(panic.as_ref());
         tracing::error!(reason, "a forward pass panicked; its batch fails");
+        worker.metrics.record_engine_failure();
         batch
             .iter()
             .map(|job| {
                 failed(
                     job.prompts.len(),
-                    &format!("the forward pass failed: {reason}"),
+                    &format!("the forward pass panicked: {reason}"),
                 )
             })
             .collect()
-    })
+    });
+    let cancelled = results.iter().filter(|result| result.cancelled).count();
+    if cancelled > 0 {
+        worker.metrics.record_cancelled_jobs(cancelled);
+    }
+    results
 }
 
 /// The prefix a job's prompts continue: the KV of their first `len` tokens.
@@ -330,16 +668,45 @@ struct JobPrefix {
     hit: usize,
 }
 
+/// Why a job's prefix was not made.
+enum Stop {
+    /// Its request was cancelled between two chunks.
+    Cancelled,
+    /// A model call failed.
+    Failed(ModelError),
+}
+
+impl From<ModelError> for Stop {
+    fn from(error: ModelError) -> Self {
+        Stop::Failed(error)
+    }
+}
+
 /// Reads a batch of jobs: their prefixes first, then every prompt's own tokens in shared
 /// packed passes of at most `rows` rows (prefills in chunks of `rows`); `between` runs
-/// before every model call after the first.
+/// before every model call after the first. A job cancelled meanwhile is not read further.
+/// `fault` (`--inject-fault`) fails the batch before its first pass.
 fn read_batch(
-    model: &Model,
+    worker: &Worker<'_>,
     cache: &mut PrefixCache,
     batch: &[Job],
     rows: usize,
     between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
+    fault: Option<FaultKind>,
 ) -> Vec<JobResult> {
+    const INJECTED: &str = "fault injected by --inject-fault: the batch's first pass failed";
+    match fault {
+        Some(FaultKind::Panic) => panic!("{INJECTED}"),
+        Some(FaultKind::Error) => {
+            tracing::error!("{INJECTED}");
+            worker.metrics.record_engine_failure();
+            return batch
+                .iter()
+                .map(|job| failed(job.prompts.len(), INJECTED))
+                .collect();
+        }
+        None => {}
+    }
     let (mut calls, mut cap) = (0usize, rows);
     // Before each model call: `between` (after the first), which may change the row cap.
     let mut step = |cache: &mut PrefixCache| {
@@ -356,23 +723,41 @@ fn read_batch(
         .map(|job| JobResult {
             reads: Vec::with_capacity(job.prompts.len()),
             forward_passes: 0,
+            cancelled: false,
         })
         .collect();
-    // Every job's prefix (None: nothing left to pack, because its prompt was read already or
-    // its prefix failed); a long lone prompt is read (and its prefix stored) right here.
+    // Every job's prefix (None: nothing left to pack, because its prompt was read already,
+    // its prefix failed or its request was cancelled); a long lone prompt is read (and its
+    // prefix stored) right here.
     let mut prefixes: Vec<Option<JobPrefix>> = Vec::with_capacity(batch.len());
     let mut reads: Vec<Vec<Option<PromptRead>>> = batch
         .iter()
         .map(|job| (0..job.prompts.len()).map(|_| None).collect())
         .collect();
-    for (j, (job, result)) in batch.iter().zip(&mut results).enumerate() {
-        let prefix = match job_prefix(model, cache, job, result, rows, &mut step) {
+    // A cancelled job's prompts not read yet end as cancelled, and it takes no more passes.
+    let cancel = |j: usize, results: &mut [JobResult], reads: &mut [Vec<Option<PromptRead>>]| {
+        results[j].cancelled = true;
+        for slot in reads[j].iter_mut().filter(|slot| slot.is_none()) {
+            *slot = Some(Err(ModelError::Compute(CANCELLED.into())));
+        }
+    };
+    for (j, job) in batch.iter().enumerate() {
+        if job.cancel.is_cancelled() {
+            cancel(j, &mut results, &mut reads);
+            prefixes.push(None);
+            continue;
+        }
+        let prefix = match job_prefix(worker, cache, job, &mut results[j], rows, &mut step) {
             Ok(Prefixed::Prefix(prefix)) => Some(prefix),
             Ok(Prefixed::Read(read, cached)) => {
                 reads[j][0] = Some(Ok((read, cached)));
                 None
             }
-            Err(error) => {
+            Err(Stop::Cancelled) => {
+                cancel(j, &mut results, &mut reads);
+                None
+            }
+            Err(Stop::Failed(error)) => {
                 for slot in &mut reads[j] {
                     *slot = Some(Err(ModelError::Compute(error.to_string())));
                 }
@@ -383,27 +768,41 @@ fn read_batch(
     }
 
     // Every prompt of every job whose prefix is ready, as (job, prompt) in order.
-    let items: Vec<(usize, usize)> = batch
+    let mut rest: Vec<(usize, usize)> = batch
         .iter()
         .zip(&prefixes)
         .enumerate()
         .filter(|(_, (_, prefix))| prefix.is_some())
         .flat_map(|(j, (job, _))| (0..job.prompts.len()).map(move |p| (j, p)))
         .collect();
-    let bounds = PassBounds::of(model);
-    // Passes are grouped one at a time, so a cap set by `between` applies to the next one.
-    let mut rest: &[(usize, usize)] = &items;
+    let bounds = PassBounds::of(worker.model);
+    // Passes are grouped one at a time, so a cap set by `between` applies to the next one,
+    // and a job cancelled meanwhile leaves the rest before it.
     while !rest.is_empty() {
         let cap = step(cache);
+        let now = Instant::now();
+        let gone: Vec<bool> = batch
+            .iter()
+            .enumerate()
+            .map(|(j, job)| !results[j].cancelled && job.cancel.is_cancelled_at(now))
+            .collect();
+        if gone.iter().any(|&g| g) {
+            for j in (0..batch.len()).filter(|&j| gone[j]) {
+                cancel(j, &mut results, &mut reads);
+            }
+            rest.retain(|&(j, _)| !results[j].cancelled);
+            if rest.is_empty() {
+                break;
+            }
+        }
         let bounds = PassBounds {
             rows: bounds.rows.min(cap),
             ..bounds
         };
-        let pass = passes(rest, batch, &prefixes, bounds)
+        let pass = passes(&rest, batch, &prefixes, bounds)
             .into_iter()
             .next()
             .expect("items left make a pass");
-        rest = &rest[pass.len()..];
         let segments: Vec<Segment<'_>> = pass
             .iter()
             .map(|&(j, p)| {
@@ -418,7 +817,7 @@ fn read_batch(
             .iter()
             .map(|&(j, p)| batch[j].prompts[p].label_ids.as_slice())
             .collect();
-        let outcome = model.read_packed(&segments, &labels);
+        let outcome = worker.call(|model| model.read_packed(&segments, &labels));
         let mut joined: Vec<usize> = pass.iter().map(|&(j, _)| j).collect();
         joined.dedup();
         for j in joined {
@@ -439,11 +838,12 @@ fn read_batch(
                 }
             }
         }
+        rest.drain(..pass.len());
     }
     for (result, reads) in results.iter_mut().zip(reads) {
         result.reads = reads
             .into_iter()
-            .map(|read| read.expect("every prompt was read or failed"))
+            .map(|read| read.expect("every prompt was read, failed or cancelled"))
             .collect();
     }
     results
@@ -460,13 +860,13 @@ enum Prefixed {
 
 /// Finds or computes the KV a job's prompts continue from, and stores new prefixes.
 fn job_prefix(
-    model: &Model,
+    worker: &Worker<'_>,
     cache: &mut PrefixCache,
     job: &Job,
     result: &mut JobResult,
     rows: usize,
     step: &mut dyn FnMut(&mut PrefixCache) -> usize,
-) -> Result<Prefixed, ModelError> {
+) -> Result<Prefixed, Stop> {
     let shared = shared_prefix_len(&job.prompts);
     let tokens = &job.prompts[0].tokens;
     let found = cache.lookup(job.salt, &tokens[..shared]);
@@ -484,12 +884,32 @@ fn job_prefix(
             }));
         }
         if rows < shared - hit {
-            return chunked_prefix(model, cache, job, result, found, hit, shared, rows, step);
+            return chunked_prefix(worker, cache, job, result, found, hit, shared, rows, step);
+        }
+        let prompt = &job.prompts[0];
+        // In chunks of one call each, so a cancelled request stops between two (what
+        // `read_and_cache` would run in one call, read for read the same).
+        let chunk = prefill_rows(worker.model, tokens.len());
+        let head = tokens.len().saturating_sub(chunk).max(hit);
+        let mut filled = found;
+        let mut at = hit;
+        while at < head {
+            step(cache);
+            if job.cancel.is_cancelled() {
+                return Err(Stop::Cancelled);
+            }
+            let end = head.min(at + chunk);
+            filled = Some(worker.call(|model| model.prefill(&tokens[at..end], filled.as_ref()))?);
+            result.forward_passes += 1;
+            at = end;
         }
         step(cache);
-        let prompt = &job.prompts[0];
-        let (read, filled, passes) =
-            model.read_and_cache(&tokens[hit..], found.as_ref(), &prompt.label_ids)?;
+        if job.cancel.is_cancelled() {
+            return Err(Stop::Cancelled);
+        }
+        let (read, filled, passes) = worker.call(|model| {
+            model.read_and_cache(&tokens[at..], filled.as_ref(), &prompt.label_ids)
+        })?;
         result.forward_passes += passes;
         let store = shared / BLOCK_TOKENS * BLOCK_TOKENS;
         if store > hit {
@@ -505,14 +925,27 @@ fn job_prefix(
             hit,
         }));
     }
-    chunked_prefix(model, cache, job, result, found, hit, shared, rows, step)
+    chunked_prefix(worker, cache, job, result, found, hit, shared, rows, step)
 }
 
-/// Prefills a job's tokens `hit..shared` over `found` in chunks of at most `rows` (one
-/// model call each, [`read_batch`]'s `between` before each), and stores the prefix.
+/// Rows of one prefill call once the keys reach `keys`: the model's own chunk, at most
+/// [`PREFILL_CHECK_ROWS`] on candle's ops. Chunking does not change a read (split-invariant
+/// numerics), so this only decides how often the worker looks up between two calls.
+fn prefill_rows(model: &Model, keys: usize) -> usize {
+    let rows = model.prefill_chunk_rows(keys).max(1);
+    if model.transformer().is_fused() {
+        rows
+    } else {
+        rows.min(PREFILL_CHECK_ROWS)
+    }
+}
+
+/// Prefills a job's tokens `hit..shared` over `found` in chunks of at most `rows` (and of at
+/// most [`prefill_rows`]: one model call each, [`read_batch`]'s `between` before each,
+/// the job's cancellation checked before each), and stores the prefix.
 #[allow(clippy::too_many_arguments)]
 fn chunked_prefix(
-    model: &Model,
+    worker: &Worker<'_>,
     cache: &mut PrefixCache,
     job: &Job,
     result: &mut JobResult,
@@ -521,15 +954,19 @@ fn chunked_prefix(
     shared: usize,
     rows: usize,
     step: &mut dyn FnMut(&mut PrefixCache) -> usize,
-) -> Result<Prefixed, ModelError> {
+) -> Result<Prefixed, Stop> {
     let tokens = &job.prompts[0].tokens;
     result.forward_passes += 1;
+    let own_chunk = prefill_rows(worker.model, shared);
     let mut filled = found;
     let mut at = hit;
     while at < shared {
-        let cap = step(cache).min(rows);
+        let cap = step(cache).min(rows).min(own_chunk);
+        if job.cancel.is_cancelled() {
+            return Err(Stop::Cancelled);
+        }
         let end = shared.min(at.saturating_add(cap.max(1)));
-        filled = Some(model.prefill(&tokens[at..end], filled.as_ref())?);
+        filled = Some(worker.call(|model| model.prefill(&tokens[at..end], filled.as_ref()))?);
         at = end;
     }
     let filled = filled.expect("at least one chunk: shared > hit");
@@ -667,6 +1104,35 @@ fn shared_prefix_len(prompts: &[Prompt]) -> usize {
 }
 
 #[cfg(test)]
+impl Job {
+    /// A job for tests of batching and fair share, in an unbounded queue of its own, never
+    /// cancelled, whose reply nobody reads.
+    fn for_test(prompts: Vec<Prompt>, flow: Flow) -> Job {
+        Job::cancellable(prompts, flow, Cancel::default())
+    }
+
+    /// [`Job::for_test`] under a cancellation token.
+    fn cancellable(prompts: Vec<Prompt>, flow: Flow, cancel: Cancel) -> Job {
+        let queue = Arc::new(Queue {
+            limits: QueueLimits::default(),
+            depth: Mutex::new(QueueDepth::default()),
+        });
+        let ticket = queue
+            .reserve(work_tokens(&prompts), false)
+            .expect("unbounded");
+        let (reply, _) = mpsc::channel();
+        Job {
+            prompts,
+            salt: 0,
+            flow,
+            cancel,
+            ticket,
+            reply,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -690,13 +1156,7 @@ mod tests {
 
     #[test]
     fn on_candle_a_pass_holds_only_so_many_jobs_prefixes() {
-        let (reply, _) = mpsc::channel();
-        let job = || Job {
-            prompts: vec![prompt(&vec![1; 160])],
-            salt: 0,
-            flow: Flow::default(),
-            reply: reply.clone(),
-        };
+        let job = || Job::for_test(vec![prompt(&vec![1; 160])], Flow::default());
         let batch: Vec<Job> = (0..10).map(|_| job()).collect();
         // Each job continues its own 100-token prefix and reads 60 rows of its own.
         let prefixes: Vec<Option<JobPrefix>> = (0..10)
@@ -731,24 +1191,21 @@ mod tests {
         };
         assert_eq!(candle_key_columns(&dims), 768, "SmolLM2-135M");
         // One job's prompts share its prefix: they are not held to the column bound.
-        let one = [Job {
-            prompts: (0..10).map(|_| prompt(&vec![1; 160])).collect(),
-            salt: 0,
-            flow: Flow::default(),
-            reply: reply.clone(),
-        }];
+        let one = [Job::for_test(
+            (0..10).map(|_| prompt(&vec![1; 160])).collect(),
+            Flow::default(),
+        )];
         let items: Vec<(usize, usize)> = (0..10).map(|p| (0, p)).collect();
         assert_eq!(passes(&items, &one, &prefixes[..1], bounds).len(), 1);
     }
 
     #[test]
     fn passes_are_bounded_by_rows_and_a_longer_prompt_runs_alone() {
-        let (reply, _) = mpsc::channel();
-        let job = |lengths: &[usize]| Job {
-            prompts: lengths.iter().map(|&n| prompt(&vec![1; n])).collect(),
-            salt: 0,
-            flow: Flow::default(),
-            reply: reply.clone(),
+        let job = |lengths: &[usize]| {
+            Job::for_test(
+                lengths.iter().map(|&n| prompt(&vec![1; n])).collect(),
+                Flow::default(),
+            )
         };
         let batch = [job(&[30, MAX_PASS_TOKENS + 20, 30]), job(&[30])];
         let prefixes: Vec<Option<JobPrefix>> = [10, 0]
@@ -773,5 +1230,126 @@ mod tests {
             [vec![(0, 0)], vec![(0, 1)], vec![(0, 2), (1, 0)]],
             "rows of several jobs share a pass"
         );
+    }
+
+    fn queue(max_requests: usize, max_tokens: usize) -> Arc<Queue> {
+        Arc::new(Queue {
+            limits: QueueLimits {
+                max_requests,
+                max_tokens,
+            },
+            depth: Mutex::new(QueueDepth::default()),
+        })
+    }
+
+    #[test]
+    fn the_queue_refuses_beyond_its_requests_and_gives_places_back() {
+        let queue = queue(2, 0);
+        let first = queue.reserve(10, true).unwrap();
+        let second = queue.reserve(10, true).unwrap();
+        assert!(queue.is_full());
+        let refused = queue.reserve(10, true).unwrap_err();
+        assert_eq!(
+            refused.depth,
+            QueueDepth {
+                requests: 2,
+                tokens: 20
+            }
+        );
+        // The server's own reads are never refused; they count while they wait.
+        let internal = queue.reserve(10, false).unwrap();
+        assert_eq!(queue.depth().requests, 3);
+        drop((first, internal));
+        assert_eq!(
+            queue.depth(),
+            QueueDepth {
+                requests: 1,
+                tokens: 10
+            }
+        );
+        assert!(!queue.is_full());
+        let third = queue.reserve(10, true).unwrap();
+        drop((second, third));
+        assert_eq!(queue.depth(), QueueDepth::default());
+    }
+
+    #[test]
+    fn the_queue_bounds_tokens_but_an_empty_queue_takes_any_job() {
+        let queue = queue(0, 100);
+        let big = queue
+            .reserve(1_000, true)
+            .expect("alone, a job of any size is read");
+        assert!(queue.is_full());
+        assert!(
+            queue.reserve(1, true).is_err(),
+            "nothing more fits beside it"
+        );
+        drop(big);
+        let a = queue.reserve(60, true).unwrap();
+        assert!(queue.reserve(41, true).is_err());
+        let b = queue.reserve(40, true).unwrap();
+        assert_eq!(
+            queue.depth(),
+            QueueDepth {
+                requests: 2,
+                tokens: 100
+            }
+        );
+        drop((a, b));
+        // Unbounded (0, 0): everything fits.
+        let open = self::queue(0, 0);
+        let held: Vec<Ticket> = (0..100)
+            .map(|_| open.reserve(1 << 20, true).unwrap())
+            .collect();
+        assert!(!open.is_full());
+        drop(held);
+    }
+
+    #[test]
+    fn work_tokens_count_a_shared_input_once() {
+        let shared: Vec<u32> = (0..100).collect();
+        let ask = |own: u32| {
+            let mut tokens = shared.clone();
+            tokens.extend([1000 + own, 2000 + own]);
+            prompt(&tokens)
+        };
+        assert_eq!(work_tokens(&[ask(0)]), 102);
+        assert_eq!(work_tokens(&[ask(0), ask(1), ask(2)]), 100 + 3 * 2);
+        assert_eq!(work_tokens(&[]), 0);
+    }
+
+    #[test]
+    fn faults_parse_and_fire_on_every_nth_batch() {
+        assert_eq!(
+            Fault::parse("panic-every:3"),
+            Ok(Fault {
+                kind: FaultKind::Panic,
+                every: 3
+            })
+        );
+        assert_eq!(
+            Fault::parse("error-every:1").unwrap().kind,
+            FaultKind::Error
+        );
+        for bad in [
+            "panic",
+            "panic-every:0",
+            "panic-every:x",
+            "crash-every:2",
+            "",
+        ] {
+            assert!(Fault::parse(bad).is_err(), "{bad}");
+        }
+        let faults = Faults {
+            fault: Some(Fault::parse("error-every:3").unwrap()),
+            batches: AtomicU64::new(0),
+        };
+        let fired: Vec<bool> = (0..7).map(|_| faults.next_batch().is_some()).collect();
+        assert_eq!(fired, [false, false, true, false, false, true, false]);
+        let none = Faults {
+            fault: None,
+            batches: AtomicU64::new(0),
+        };
+        assert!((0..5).all(|_| none.next_batch().is_none()));
     }
 }

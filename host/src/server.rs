@@ -241,6 +241,11 @@ pub fn load_engine(
                 0 => CPU_FAIR_SHARE_PASS_TOKENS,
                 rows => rows,
             },
+            queue: crate::scheduler::QueueLimits {
+                max_requests: config.max_queued_requests,
+                max_tokens: config.max_queued_tokens,
+            },
+            fault: config.inject_fault,
         },
     };
     let engine = Engine::new(model, plugins, settings, metrics);

@@ -613,6 +613,14 @@ impl Model {
         }
     }
 
+    /// Rows of one prefill chunk once the keys reach `keys` positions: how [`Model::prefill`]
+    /// and [`Model::read_and_cache`] cut a long prompt. A caller that checks something between
+    /// chunks (the host's scheduler: cancelled requests, other tenants' short reads) cuts its
+    /// own calls to this size, so each is one pass and the reads stay what they were.
+    pub fn prefill_chunk_rows(&self, keys: usize) -> usize {
+        self.chunk_rows(keys, self.max_chunk())
+    }
+
     /// On the fused path no scores are materialised: chunks are `max_chunk` rows.
     fn chunk_rows(&self, keys: usize, max_chunk: usize) -> usize {
         if self.transformer.is_fused() {

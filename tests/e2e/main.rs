@@ -17,6 +17,7 @@ mod limits;
 mod plugins;
 mod quality;
 mod readouts;
+mod robustness;
 mod structured;
 mod tenant_calibration;
 mod tenant_plugins;

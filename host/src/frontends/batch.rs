@@ -57,6 +57,8 @@ struct Parsed {
     shared: QuestionSet,
     /// Each item, or the error that fails it alone.
     items: Vec<Result<ParsedItem, ApiError>>,
+    /// `timeout_ms`: the batch's own deadline.
+    timeout: Option<crate::cancel::Requested>,
 }
 
 /// One item that parsed.
@@ -87,7 +89,11 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let value = super::read_json(state, headers, body, false).await?;
-    let Parsed { shared, items } = parse(&value, BatchLimits::of(&state.config))?;
+    let Parsed {
+        shared,
+        items,
+        timeout,
+    } = parse(&value, BatchLimits::of(&state.config))?;
     let model = super::check_model(state, Wire::SystemOne, systemone::requested_model(&value)?)?;
     let count = items.len();
     let QuestionSet {
@@ -96,6 +102,7 @@ async fn run(
         types,
     } = shared;
     let mut request = systemone::decision_request(String::new(), questions);
+    request.timeout = timeout;
     request.scope = super::request_scope(&caller);
     request.cache_salt = caller.cache_salt(None);
     let (ready, slots) = split(items);
@@ -144,7 +151,8 @@ fn split(
 fn parse(value: &Value, limits: BatchLimits) -> Result<Parsed, ApiError> {
     let root = loc![];
     let body = j::object(value, &root)?;
-    j::only_fields(body, &["model", "questions", "items"], &root)?;
+    j::only_fields(body, &["model", "questions", "items", "timeout_ms"], &root)?;
+    let timeout = j::timeout_ms(body, "timeout_ms", &root, systemone::TIMEOUT_FIELD)?;
     let shared = match body.get("questions") {
         None | Some(Value::Null) => None,
         Some(questions) => Some(systemone::parse_questions(
@@ -177,6 +185,7 @@ fn parse(value: &Value, limits: BatchLimits) -> Result<Parsed, ApiError> {
     Ok(Parsed {
         shared: shared.unwrap_or_default(),
         items,
+        timeout,
     })
 }
 

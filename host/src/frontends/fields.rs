@@ -46,6 +46,8 @@ struct Parsed {
     temperature: Option<f64>,
     min_probability: f64,
     cache_salt: Option<String>,
+    /// `timeout_ms`: the request's own deadline.
+    timeout: Option<crate::cancel::Requested>,
 }
 
 /// Is this body a field-schema request (`context` and `schema`, no `input` or `questions`)?
@@ -97,6 +99,7 @@ pub async fn run(
         readout: crate::readout::Options::default(),
         renderer: None,
         min_option_mass: None,
+        timeout: parsed.timeout,
         scope: super::request_scope(&caller),
     };
     let decided = match super::decide(state, &caller, engine, request).await {
@@ -117,7 +120,7 @@ fn as_fields_error(error: ApiError) -> ApiError {
             loc, message, code, ..
         } => {
             let status = match code {
-                "model_failed" => StatusCode::BAD_GATEWAY,
+                "model_failed" | "engine_error" => StatusCode::BAD_GATEWAY,
                 _ => StatusCode::UNPROCESSABLE_ENTITY,
             };
             ApiError::QuestionFailed {
@@ -143,9 +146,11 @@ fn parse(value: &Value, max_input_chars: usize, max_fields: usize) -> Result<Par
             "score_temperature",
             "min_probability",
             "cache_salt",
+            "timeout_ms",
         ],
         &root,
     )?;
+    let timeout = j::timeout_ms(body, "timeout_ms", &root, "timeout_ms of the request")?;
     let context = j::string(j::required(body, "context", &root)?, &loc!["context"])?.to_string();
     let chars = context.chars().count();
     if chars > max_input_chars {
@@ -205,6 +210,7 @@ fn parse(value: &Value, max_input_chars: usize, max_fields: usize) -> Result<Par
         temperature,
         min_probability,
         cache_salt,
+        timeout,
     })
 }
 

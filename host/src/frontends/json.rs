@@ -25,6 +25,35 @@ pub fn invalid(loc: &Loc, what: impl std::fmt::Display) -> ApiError {
     ApiError::invalid(loc.clone(), message)
 }
 
+/// Longest timeout a request may ask for, in milliseconds (a day): a larger number is a
+/// mistake, and the server's `--request-timeout-ms` bounds it anyway.
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+/// The optional timeout field `key` of `map` (at `loc`): whole milliseconds from 1 to
+/// [`MAX_TIMEOUT_MS`]; a 504 names it as `field`.
+pub fn timeout_ms(
+    map: &Map<String, Value>,
+    key: &str,
+    loc: &Loc,
+    field: &'static str,
+) -> Result<Option<crate::cancel::Requested>, ApiError> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => match value.as_u64() {
+            Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => {
+                Ok(Some(crate::cancel::Requested { ms, field }))
+            }
+            _ => Err(invalid(
+                &at(loc, key),
+                format!(
+                    "expected whole milliseconds from 1 to {MAX_TIMEOUT_MS}, got {}",
+                    compact(value)
+                ),
+            )),
+        },
+    }
+}
+
 /// The JSON type name used in messages.
 pub fn type_name(value: &Value) -> &'static str {
     match value {

@@ -2,8 +2,9 @@
 //!
 //! Each frontend parses its format into a [`DecisionRequest`], and renders the pipeline's
 //! outcomes back. What is common (reading the body within limits, checking the model name,
-//! running the pipeline off the async runtime, failing a request whose every question failed)
-//! lives here.
+//! running the pipeline off the async runtime under the request's deadline and cancellation,
+//! shedding it when the model worker's queue is full, failing a request whose every question
+//! failed) lives here.
 
 pub mod batch;
 pub mod body;
@@ -22,7 +23,9 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::api::AppState;
+use crate::cancel::{Cancel, Deadline, Requested};
 use crate::error::{ApiError, Wire};
+use crate::metrics::Metrics;
 use crate::pipeline::{
     Decided, DecisionRequest, Engine, Item, Limits, Narrowed, Outcome, RequestScope,
 };
@@ -156,25 +159,38 @@ pub fn check_model(
 /// Runs the pipeline on a blocking thread under the caller's limits, counts the request
 /// against the caller's usage, and fails the request when every question failed.
 ///
-/// Before any model work: the tenant's narrowed request limits, then its request and
-/// decision rates, then one of its concurrent slots (waiting in its queue if need be). Its
+/// Before any model work: the tenant's narrowed request limits, whether the model worker's
+/// queue has room (503 at once when it has none), then the tenant's request and decision
+/// rates, then one of its concurrent slots (waiting in its queue if need be). Its
 /// input-token rate is taken by the pipeline as prompts go to the model.
+///
+/// The request runs under its [`Watch`]: past its deadline it gets 504 at once, and when its
+/// client goes away (axum drops this future) its work is cancelled; either way its queued
+/// model work is dropped.
 pub async fn decide(
     state: &AppState,
     caller: &Caller,
     engine: Arc<Engine>,
     mut request: DecisionRequest,
 ) -> Result<(Decided, DecisionRequest), ApiError> {
-    scope_limits(state, caller, &engine, &mut request.scope)
-        .check_request(request.questions.len(), request.state.len())?;
-    let slot = admit(state, caller, &mut request.scope, request.questions.len()).await?;
-    let (decided, request) = off_runtime(slot, move || {
-        let decided = engine.decide(&request);
-        (decided, request)
-    })
-    .await?;
-    let decided = counted(state, caller, decided?)?;
-    Ok((decided, request))
+    let mut watch = Watch::new(state, request.timeout);
+    request.scope.cancel = watch.cancel.clone();
+    request.scope.sheddable = true;
+    watch
+        .within(async move {
+            scope_limits(state, caller, &engine, &mut request.scope)
+                .check_request(request.questions.len(), request.state.len())?;
+            engine.check_queue()?;
+            let slot = admit(state, caller, &mut request.scope, request.questions.len()).await?;
+            let (decided, request) = off_runtime(slot, move || {
+                let decided = engine.decide(&request);
+                (decided, request)
+            })
+            .await?;
+            let decided = counted(state, caller, decided?)?;
+            Ok((decided, request))
+        })
+        .await
 }
 
 /// [`decide`] for a batch of items ([`Engine::decide_items`]): `request` carries the shared
@@ -184,7 +200,8 @@ pub async fn decide(
 /// its question limit (failing the batch), then it takes one request and every item's
 /// questions from its rates, and one concurrent slot. Each item is counted in the caller's
 /// usage as a single request would be, and an item whose every question failed becomes that
-/// item's error; the others are answered.
+/// item's error; the others are answered. It has one deadline: past it the whole batch gets
+/// 504. Items the model worker's queue has no room for fail alone (503 `overloaded`).
 pub async fn decide_items(
     state: &AppState,
     caller: &Caller,
@@ -192,28 +209,122 @@ pub async fn decide_items(
     mut request: DecisionRequest,
     items: Vec<Item>,
 ) -> Result<Vec<Result<Decided, ApiError>>, ApiError> {
-    let limits = scope_limits(state, caller, &engine, &mut request.scope);
-    let shared = request.questions.len();
-    if shared > 0 || items.iter().any(|item| item.questions.is_none()) {
-        limits.check_questions(shared, &crate::loc!["questions"])?;
-    }
-    let questions = items
-        .iter()
-        .map(|item| item.questions.as_ref().map_or(shared, Vec::len))
-        .sum();
-    let slot = admit(state, caller, &mut request.scope, questions).await?;
-    let results = off_runtime(slot, move || engine.decide_items(&request, items)).await??;
-    let usage = state.usage.of(caller.label());
-    Ok(results
-        .into_iter()
-        .map(|result| {
-            let counted = result.and_then(|decided| counted(state, caller, decided));
-            if let Err(error) = &counted {
-                usage.record_error(error);
+    let mut watch = Watch::new(state, request.timeout);
+    request.scope.cancel = watch.cancel.clone();
+    request.scope.sheddable = true;
+    watch
+        .within(async move {
+            let limits = scope_limits(state, caller, &engine, &mut request.scope);
+            let shared = request.questions.len();
+            if shared > 0 || items.iter().any(|item| item.questions.is_none()) {
+                limits.check_questions(shared, &crate::loc!["questions"])?;
             }
-            counted
+            let questions = items
+                .iter()
+                .map(|item| item.questions.as_ref().map_or(shared, Vec::len))
+                .sum();
+            engine.check_queue()?;
+            let slot = admit(state, caller, &mut request.scope, questions).await?;
+            let results = off_runtime(slot, move || engine.decide_items(&request, items)).await??;
+            // The deadline is the batch's: past it, no item's answer is sent, as when the
+            // timer fires first.
+            if let Some(late) = results
+                .iter()
+                .find_map(|result| result.as_ref().err().filter(|e| is_timeout(e)))
+            {
+                return Err(late.clone());
+            }
+            if results
+                .iter()
+                .any(|result| matches!(result, Err(ApiError::Overloaded { .. })))
+            {
+                state.metrics.record_shed();
+            }
+            let usage = state.usage.of(caller.label());
+            Ok(results
+                .into_iter()
+                .map(|result| {
+                    let counted = result.and_then(|decided| counted(state, caller, decided));
+                    if let Err(error) = &counted {
+                        usage.record_error(error);
+                    }
+                    counted
+                })
+                .collect())
         })
-        .collect())
+        .await
+}
+
+fn is_timeout(error: &ApiError) -> bool {
+    matches!(error, ApiError::Timeout { .. })
+}
+
+/// A request's cancellation as its frontend holds it: the token the pipeline and the model
+/// worker check, the deadline's timer, and a drop guard. axum drops a handler's future when
+/// its client closes the connection; dropping the watch before the answer then cancels the
+/// request's work, which would otherwise run to the end for nobody.
+struct Watch<'a> {
+    cancel: Cancel,
+    metrics: &'a Metrics,
+    answered: bool,
+}
+
+impl<'a> Watch<'a> {
+    /// The watch of a request starting now, its deadline the shorter of the server's
+    /// `--request-timeout-ms` and the request's own timeout.
+    fn new(state: &'a AppState, requested: Option<Requested>) -> Watch<'a> {
+        let deadline = Deadline::of(
+            state.config.request_timeout_ms,
+            requested,
+            std::time::Instant::now(),
+        );
+        Watch {
+            cancel: Cancel::new(deadline),
+            metrics: &state.metrics,
+            answered: false,
+        }
+    }
+
+    /// Runs `work` until it ends or the deadline passes (504 at once, the work cancelled: the
+    /// blocking thread and the model worker stop at their next step). Counts timeouts and
+    /// requests shed for a full queue.
+    async fn within<T>(
+        &mut self,
+        work: impl std::future::Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, ApiError> {
+        let result = match self.cancel.deadline().map(|d| (d.at, d.clone())) {
+            None => work.await,
+            Some((at, deadline)) => {
+                match tokio::time::timeout_at(tokio::time::Instant::from_std(at), work).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        self.cancel.expire();
+                        Err(deadline.error())
+                    }
+                }
+            }
+        };
+        self.answered = true;
+        match &result {
+            Err(ApiError::Timeout { message }) => {
+                self.metrics.record_timed_out();
+                tracing::warn!(%message, "request timed out");
+            }
+            Err(ApiError::Overloaded { .. }) => self.metrics.record_shed(),
+            _ => {}
+        }
+        result
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.cancel.disconnect();
+            self.metrics.record_disconnected();
+            tracing::debug!("client went away; its request's work is cancelled");
+        }
+    }
 }
 
 /// Sets the tenant's parts of a request's scope (its own calibration, its narrowed limits,
@@ -255,7 +366,8 @@ async fn admit(
 }
 
 /// Runs `work` (the pipeline, which blocks) on a blocking thread, holding the caller's
-/// concurrent slot until it is done, even if its client went away.
+/// concurrent slot until it is done, even if its client went away (the work then stops at its
+/// next step: its request's token is cancelled).
 async fn off_runtime<R: Send + 'static>(
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
     work: impl FnOnce() -> R + Send + 'static,

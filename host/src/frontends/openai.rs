@@ -133,6 +133,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
         readout,
         renderer,
         min_option_mass,
+        timeout,
     } = parse_extra(body.get("extra"))?;
 
     let questions_loc = loc!["questions"];
@@ -185,6 +186,7 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
             readout,
             renderer,
             min_option_mass,
+            timeout,
             scope: Default::default(),
         },
         names,
@@ -200,6 +202,8 @@ struct Extra {
     readout: readout::Options,
     renderer: Option<String>,
     min_option_mass: Option<f64>,
+    /// `extra.timeout_ms`: the request's own deadline.
+    timeout: Option<crate::cancel::Requested>,
 }
 
 /// Longest renderer name `extra.renderer` accepts (plugin names are file names).
@@ -214,6 +218,7 @@ fn parse_extra(extra: Option<&Value>) -> Result<Extra, ApiError> {
             readout: readout::Options::default(),
             renderer: None,
             min_option_mass: None,
+            timeout: None,
         });
     };
     let loc = loc!["extra"];
@@ -227,9 +232,11 @@ fn parse_extra(extra: Option<&Value>) -> Result<Extra, ApiError> {
             "detail",
             "renderer",
             "min_option_mass",
+            "timeout_ms",
         ],
         &loc,
     )?;
+    let timeout = j::timeout_ms(map, "timeout_ms", &loc, "extra.timeout_ms of the request")?;
     let renderer = match map.get("renderer").filter(|v| !v.is_null()) {
         None => None,
         Some(value) => {
@@ -311,6 +318,7 @@ fn parse_extra(extra: Option<&Value>) -> Result<Extra, ApiError> {
         readout,
         renderer,
         min_option_mass,
+        timeout,
     })
 }
 

@@ -120,8 +120,10 @@ fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
         &loc!["questions"],
         max_questions,
     )?;
+    let mut request = decision_request(state, questions);
+    request.timeout = j::timeout_ms(body, "timeout_ms", &root, TIMEOUT_FIELD)?;
     Ok(Parsed {
-        request: decision_request(state, questions),
+        request,
         ids,
         types,
     })
@@ -179,9 +181,13 @@ pub(super) fn decision_request(state: String, questions: Vec<Question>) -> Decis
         readout: crate::readout::Options::default(),
         renderer: None,
         min_option_mass: None,
+        timeout: None,
         scope: Default::default(),
     }
 }
+
+/// How a 504 names the Jev formats' `timeout_ms` (our extension: the request's own deadline).
+pub(super) const TIMEOUT_FIELD: &str = "timeout_ms of the request";
 
 fn respond(
     model: &str,

@@ -119,16 +119,21 @@ impl Engine {
     /// `min_option_mass`) applies to every item. Blocking: call from a blocking thread.
     ///
     /// Fails as a whole (nothing was read) when the request cannot be answered at all: a
-    /// renderer or calibration plugin not loaded, or the shared questions invalid or over the
-    /// question limit. Otherwise each item gets its [`Decided`], or the error of that item
-    /// alone: its input over `max_input_bytes`, its own questions invalid or too many, or its
-    /// tenant's token rate refusing one of its reads (which also fails the items read after).
+    /// renderer or calibration plugin not loaded, the request cancelled already, or the
+    /// shared questions invalid or over the question limit. Otherwise each item gets its
+    /// [`Decided`], or the error of that item alone: its input over `max_input_bytes`, its own
+    /// questions invalid or too many, or one of its reads refused: by its tenant's token
+    /// rate, by the model worker's full queue, or by the request's cancellation (its client
+    /// gone, its deadline passed). Such a refusal also fails the items read after it.
     pub fn decide_items(
         &self,
         request: &DecisionRequest,
         items: Vec<Item>,
     ) -> Result<Vec<Result<Decided, ApiError>>, ApiError> {
         let started = Instant::now();
+        if let Some(error) = request.scope.cancel.error() {
+            return Err(error);
+        }
         let asked = items.iter().any(|item| item.questions.is_none());
         let mut shared = self.shared(request, asked)?;
         // The request's own work (setup, shared compile and neutral reads), not any item's.
@@ -242,6 +247,10 @@ impl Engine {
     /// compiled once), its reads on the model worker, its answers in question order.
     fn decide_item(&self, shared: &Shared<'_>, item: Item) -> Result<Decided, ApiError> {
         let started = Instant::now();
+        // A cancelled request (client gone, deadline passed) starts no more items.
+        if let Some(error) = shared.request.scope.cancel.error() {
+            return Err(error);
+        }
         let (questions, planned) = self.item_questions(shared, &item)?;
         let mut decided = Decided::new();
         let compiled_at = Instant::now();

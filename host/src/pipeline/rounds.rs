@@ -5,7 +5,7 @@
 
 use decide_models::{ModelError, Readout};
 
-use super::{model_refusal, Decided, Engine, Planned, Prepared, Prompting, Question, Refusal};
+use super::{engine_refusal, Decided, Engine, Planned, Prepared, Prompting, Question, Refusal};
 use crate::error::Loc;
 use crate::readout;
 
@@ -180,7 +180,7 @@ enum Stage {
 }
 
 /// The readouts of one question's prompts and their (total, cached) prompt tokens, or the
-/// refusal for the first read that failed.
+/// refusal for the first read that failed (the model worker's failure: `engine_error`).
 fn collect_reads(
     reads: Vec<Result<(Readout, usize), ModelError>>,
     prepared: &[Prepared],
@@ -189,7 +189,7 @@ fn collect_reads(
     let mut out = Vec::with_capacity(reads.len());
     let (mut tokens, mut cached) = (0, 0);
     for (read, prompt) in reads.into_iter().zip(prepared) {
-        let (read, from_cache) = read.map_err(|error| model_refusal(loc, error))?;
+        let (read, from_cache) = read.map_err(|error| engine_refusal(loc, error))?;
         tokens += prompt.tokens;
         cached += from_cache;
         out.push(read);

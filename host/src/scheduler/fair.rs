@@ -154,6 +154,29 @@ impl FairQueue {
         }
     }
 
+    /// Takes every waiting job whose request was cancelled by `now` out of the queue: it is
+    /// answered as cancelled instead of read. Its flow counts it as done, and a flow left
+    /// with nothing waiting leaves the round.
+    pub fn remove_cancelled(&mut self, now: Instant) -> Vec<Job> {
+        let mut gone = Vec::new();
+        take_cancelled(&mut self.sparse, now, &mut gone);
+        let mut emptied = Vec::new();
+        for (&id, queue) in &mut self.flows {
+            take_cancelled(&mut queue.jobs, now, &mut gone);
+            if queue.jobs.is_empty() {
+                emptied.push(id);
+            }
+        }
+        for id in emptied {
+            self.flows.remove(&id);
+            self.order.retain(|&other| other != id);
+        }
+        for job in &gone {
+            self.done(job.flow);
+        }
+        gone
+    }
+
     /// The sparse jobs waiting, up to `max_tokens` (at least one when any waits).
     pub fn take_sparse(&mut self, max_tokens: usize) -> Vec<Job> {
         let mut batch = Vec::new();
@@ -240,23 +263,35 @@ impl FairQueue {
     }
 }
 
+/// Moves the jobs of `jobs` cancelled by `now` into `into`, keeping the others in order.
+fn take_cancelled(jobs: &mut VecDeque<Job>, now: Instant, into: &mut Vec<Job>) {
+    if !jobs.iter().any(|job| job.cancel.is_cancelled_at(now)) {
+        return;
+    }
+    for job in std::mem::take(jobs) {
+        if job.cancel.is_cancelled_at(now) {
+            into.push(job);
+        } else {
+            jobs.push_back(job);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cancel::Cancel;
     use crate::scheduler::Prompt;
-    use std::sync::mpsc;
+
+    fn prompts(tokens: usize) -> Vec<Prompt> {
+        vec![Prompt {
+            tokens: vec![1; tokens],
+            label_ids: vec![],
+        }]
+    }
 
     fn job(flow: u64, weight: u32, tokens: usize) -> Job {
-        let (reply, _) = mpsc::channel();
-        Job {
-            prompts: vec![Prompt {
-                tokens: vec![1; tokens],
-                label_ids: vec![],
-            }],
-            salt: 0,
-            flow: Flow { id: flow, weight },
-            reply,
-        }
+        Job::for_test(prompts(tokens), Flow { id: flow, weight })
     }
 
     fn flows_of(batch: &[Job]) -> Vec<u64> {
@@ -366,5 +401,30 @@ mod tests {
         assert_eq!(fair.mode(start), Mode::Shared, "flow 1 was seen just now");
         let later = start + RECENT + Duration::from_millis(1);
         assert_eq!(fair.mode(later), Mode::Alone, "only flow 2 is left");
+    }
+
+    #[test]
+    fn cancelled_jobs_leave_the_queue_and_their_flows() {
+        let mut fair = FairQueue::new(100);
+        let now = Instant::now();
+        let gone = Cancel::new(None);
+        let flow = |id| Flow { id, weight: 1 };
+        fair.push(Job::cancellable(prompts(10), flow(1), gone.clone()), now);
+        fair.push(Job::cancellable(prompts(10), flow(1), gone.clone()), now);
+        fair.push(job(2, 1, 10), now);
+        fair.push(Job::cancellable(prompts(10), flow(3), gone.clone()), now);
+        assert!(
+            fair.remove_cancelled(now).is_empty(),
+            "nothing cancelled yet"
+        );
+        gone.disconnect();
+        let removed = fair.remove_cancelled(now);
+        assert_eq!(removed.len(), 3);
+        assert!(!fair.outstanding.contains_key(&1) && !fair.outstanding.contains_key(&3));
+        assert!(!fair.flows.contains_key(&1), "flow 1 has nothing waiting");
+        assert!(!fair.order.contains(&1));
+        let (batch, _) = fair.next_batch(10_000, now);
+        assert_eq!(flows_of(&batch), [2], "only the live job is read");
+        assert!(fair.is_empty());
     }
 }

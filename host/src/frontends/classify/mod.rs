@@ -69,6 +69,8 @@ struct Parsed {
     schema: Value,
     compiled: Compiled,
     min_confidence: f64,
+    /// `timeout_ms`: the request's own deadline.
+    timeout: Option<crate::cancel::Requested>,
 }
 
 /// `POST /v1/classify` and `POST /plugins/jev-decison/infer`.
@@ -139,6 +141,7 @@ async fn run(
             readout: crate::readout::Options::default(),
             renderer: None,
             min_option_mass: None,
+            timeout: parsed.timeout,
             scope: super::request_scope(&caller),
         };
         Some(super::decide(state, &caller, engine, request).await?.0)
@@ -175,9 +178,18 @@ fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
     }
     j::only_fields(
         body,
-        &["state", "question", "schema", "mode", "min_confidence", "model"],
+        &[
+            "state",
+            "question",
+            "schema",
+            "mode",
+            "min_confidence",
+            "model",
+            "timeout_ms",
+        ],
         &root,
     )?;
+    let timeout = j::timeout_ms(body, "timeout_ms", &root, "timeout_ms of the request")?;
     let state = j::state_text(j::required(body, "state", &root)?, &loc!["state"])?;
     let chars = state.chars().count();
     if chars > limits.max_input_chars {
@@ -220,6 +232,7 @@ fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
         schema,
         compiled,
         min_confidence,
+        timeout,
     })
 }
 
