@@ -120,19 +120,43 @@ impl ToSchema for QuestionMap {
     }
 }
 
-/// A question of a built-in type.
+/// A question of a built-in type. (Each names its own `type` so that it can refuse unknown
+/// fields.)
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum JevQuestion {
     Noul(Noul),
     Choice(JevChoice),
     Score(JevScore),
 }
 
+/// `noul`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NoulType {
+    Noul,
+}
+
+/// `choice`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JevChoiceType {
+    Choice,
+}
+
+/// `score`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JevScoreType {
+    Score,
+}
+
 /// A yes/no question: `noul` is p(true). Needs `instructions` or a described outcome.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Noul {
+    #[serde(rename = "type")]
+    pub kind: NoulType,
     pub instructions: Option<Content>,
     pub criteria: Option<NoulCriteria>,
 }
@@ -161,6 +185,8 @@ pub enum Content {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JevChoice {
+    #[serde(rename = "type")]
+    pub kind: JevChoiceType,
     pub instructions: Option<Content>,
     pub criteria: ChoiceCriteria,
 }
@@ -184,6 +210,8 @@ impl ToSchema for ChoiceCriteria {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JevScore {
+    #[serde(rename = "type")]
+    pub kind: JevScoreType,
     pub instructions: Option<Content>,
     #[schema(min_items = 2, max_items = 10)]
     pub criteria: Vec<Content>,

@@ -369,3 +369,102 @@ mod tests {
         assert_eq!(body["oneOf"].as_array().map(Vec::len), Some(2), "{body}");
     }
 }
+
+/// Validates `value` against the schema at `pointer` (a JSON pointer into the document, e.g. a
+/// request body's or a response's schema), resolving the document's own references: the
+/// document is registered as a resource and the schema is `{"$ref": "<document>#<pointer>"}`.
+/// Used by the unit tests here; `tests/e2e/contract.rs` does the same over HTTP.
+#[cfg(test)]
+pub(crate) fn validate_at(pointer: &str, value: &serde_json::Value) -> Result<(), String> {
+    const URI: &str = "urn:decide:openapi";
+    let registry = jsonschema::Registry::new()
+        .add(URI, document().clone())
+        .and_then(|r| r.prepare())
+        .map_err(|e| e.to_string())?;
+    let encoded = pointer.replace('{', "%7B").replace('}', "%7D");
+    let schema = serde_json::json!({"$ref": format!("{URI}#{encoded}")});
+    let validator = jsonschema::options()
+        .with_registry(&registry)
+        .build(&schema)
+        .map_err(|e| e.to_string())?;
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod request_tests {
+    use super::validate_at;
+    use serde_json::json;
+
+    fn body(path: &str) -> String {
+        format!(
+            "/paths/{}/post/requestBody/content/application~1json/schema",
+            path.replace('/', "~1")
+        )
+    }
+
+    #[test]
+    fn the_readme_requests_validate_and_broken_ones_do_not() {
+        let decisions = json!({
+            "model": "q15",
+            "input": "I was charged twice this month. Please refund the extra charge.",
+            "questions": [
+                {"type": "predicate", "name": "refund", "instructions": "The customer asks for a refund."},
+                {"type": "choice", "name": "team", "instructions": "Which team owns this ticket?",
+                 "choices": [{"value": "billing"}, {"value": "shipping"}, {"value": "technical"}]},
+                {"type": "score", "name": "anger", "instructions": "How angry is the customer?",
+                 "levels": [{"label": "calm"}, {"label": "annoyed"}, {"label": "furious"}]}
+            ],
+            "extra": {"detail": "full", "backend_options": {"readout": "two-stage", "shortlist": 4}}});
+        validate_at(&body("/v1/decisions"), &decisions).unwrap();
+        let conversation = json!({"model": "m", "questions": [{"type": "predicate", "instructions": "?"}],
+            "input": [{"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": [{"type": "input_json", "data": {"order": 42}}]},
+                      {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": "c1", "output": "shipped"}]});
+        validate_at(&body("/v1/decisions"), &conversation).unwrap();
+        let fields = json!({"context": "Charged twice.", "min_probability": 0.6,
+            "schema": {"refund": {"type": "boolean", "description": "Refund?"},
+                       "team": {"type": "enum", "description": "Team?", "choices": ["billing", "shipping"]}}});
+        validate_at(&body("/v1/decisions"), &fields).unwrap();
+        validate_at(&body("/v1/fields"), &fields).unwrap();
+        let systemone = json!({"state": "I was charged twice.", "metadata": {"ignored": true},
+            "questions": {
+                "refund": {"type": "noul", "instructions": "The customer asks for a refund."},
+                "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": null, "shipping": "Parcels"}},
+                "anger": {"type": "score", "instructions": "How angry?", "criteria": ["calm", {"level": "furious"}]}}});
+        validate_at(&body("/v1/systemone"), &systemone).unwrap();
+        let batch = json!({"questions": {"q": {"type": "noul", "instructions": "?"}},
+            "items": [{"state": "a"}, {"state": {"k": 1}, "questions": {"u": {"type": "noul", "instructions": "?"}}}]});
+        validate_at(&body("/v1/systemone/batch"), &batch).unwrap();
+        let classify = json!({"state": "x", "question": "Triage.", "min_confidence": 0.2,
+            "schema": {"type": "object", "properties": {"refund": {"type": "boolean"}}}});
+        validate_at(&body("/v1/classify"), &classify).unwrap();
+        validate_at(&body("/plugins/jev-decison/infer"), &classify).unwrap();
+
+        let broken = [
+            ("/v1/decisions", json!({"model": "m", "input": "x", "questions": []})),
+            ("/v1/decisions", json!({"model": "m", "input": " ", "questions": [{"type": "predicate", "instructions": "?"}]})),
+            ("/v1/decisions", json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "?", "colour": 1}]})),
+            ("/v1/decisions", json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "name": null, "instructions": "?"}]})),
+            ("/v1/decisions", json!({"model": "m", "input": "x", "surprise": 1, "questions": [{"type": "predicate", "instructions": "?"}]})),
+            ("/v1/decisions", json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "?"}], "extra": {"detail": "everything"}})),
+            ("/v1/fields", json!({"context": "x", "schema": {}})),
+            ("/v1/fields", json!({"context": "x", "schema": {"a": {"type": "enum", "description": "d", "choices": ["only"]}}})),
+            ("/v1/systemone", json!({"state": "x", "questions": {}})),
+            ("/v1/systemone", json!({"state": "x", "questions": {"q": {"type": "choice", "criteria": {"a": null}}}})),
+            ("/v1/systemone/batch", json!({"items": []})),
+            ("/v1/classify", json!({"state": "x", "question": "q", "schema": {}, "mode": "generate"})),
+        ];
+        for (path, value) in broken {
+            assert!(validate_at(&body(path), &value).is_err(), "{path} accepted {value}");
+        }
+    }
+}

@@ -151,18 +151,28 @@ crate::openapi_non_empty_list!(
     AssistantParts, AssistantPart
 );
 
-/// A part of a user message.
+/// A part of a user message. (Each part names its own `type`, so that it can refuse unknown
+/// fields: utoipa's internally tagged enums put the tag beside a closed object.)
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum UserPart {
-    InputText(TextPart),
+    InputText(InputTextPart),
     InputJson(JsonPart),
 }
 
-/// `{type: input_text | output_text, text}`.
+/// `input_text`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InputTextType {
+    InputText,
+}
+
+/// `{type: input_text, text}`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct TextPart {
+pub struct InputTextPart {
+    #[serde(rename = "type")]
+    pub kind: InputTextType,
     #[schema(value_type = NonBlank)]
     pub text: String,
     /// Accepted for compatibility.
@@ -170,11 +180,39 @@ pub struct TextPart {
     pub prompt_cache_breakpoint: Option<serde_json::Value>,
 }
 
+/// `output_text`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputTextType {
+    OutputText,
+}
+
+/// `{type: output_text, text}`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputTextPart {
+    #[serde(rename = "type")]
+    pub kind: OutputTextType,
+    #[schema(value_type = NonBlank)]
+    pub text: String,
+    #[schema(value_type = Option<AnyJson>)]
+    pub prompt_cache_breakpoint: Option<serde_json::Value>,
+}
+
+/// `input_json`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InputJsonType {
+    InputJson,
+}
+
 /// `{type: input_json, data}`: an object or an array of objects, shown to the model as compact
 /// JSON (at most 32 levels, 10,000 values, 256 KiB).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JsonPart {
+    #[serde(rename = "type")]
+    pub kind: InputJsonType,
     pub data: JsonData,
     #[schema(value_type = Option<AnyJson>)]
     pub prompt_cache_breakpoint: Option<serde_json::Value>,
@@ -219,13 +257,6 @@ pub enum TextContent {
     Parts(Vec<InputTextPart>),
 }
 
-/// `{type: input_text, text}`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum InputTextPart {
-    InputText(TextPart),
-}
-
 /// An assistant message: output text and refusals.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -258,9 +289,9 @@ pub enum AssistantContent {
 
 /// A part of an assistant message.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum AssistantPart {
-    OutputText(TextPart),
+    OutputText(OutputTextPart),
     Refusal(RefusalPart),
 }
 
@@ -268,24 +299,49 @@ pub enum AssistantPart {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefusalPart {
+    #[serde(rename = "type")]
+    pub kind: RefusalType,
     #[schema(value_type = NonBlank)]
     pub refusal: String,
 }
 
 /// A tool call or its output, shown to the model as `name(input) [call id]`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum ToolItem {
     FunctionCall(FunctionCall),
     CustomToolCall(CustomToolCall),
-    FunctionCallOutput(ToolOutput),
-    CustomToolCallOutput(ToolOutput),
+    Output(ToolOutput),
+}
+
+/// `function_call`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FunctionCallType {
+    FunctionCall,
+}
+
+/// `custom_tool_call`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CustomToolCallType {
+    CustomToolCall,
+}
+
+/// `function_call_output` or `custom_tool_call_output`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutputType {
+    FunctionCallOutput,
+    CustomToolCallOutput,
 }
 
 /// `{type: function_call, call_id, name, arguments}`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FunctionCall {
+    #[serde(rename = "type")]
+    pub kind: FunctionCallType,
     #[schema(value_type = NonBlank)]
     pub call_id: String,
     #[schema(value_type = NonBlank)]
@@ -303,6 +359,8 @@ pub struct FunctionCall {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CustomToolCall {
+    #[serde(rename = "type")]
+    pub kind: CustomToolCallType,
     #[schema(value_type = NonBlank)]
     pub call_id: String,
     #[schema(value_type = NonBlank)]
@@ -320,6 +378,8 @@ pub struct CustomToolCall {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolOutput {
+    #[serde(rename = "type")]
+    pub kind: ToolOutputType,
     #[schema(value_type = NonBlank)]
     pub call_id: String,
     pub output: UserContent,
@@ -343,17 +403,40 @@ pub struct PromptCacheOptions {
 /// its fields (a refusal of every question is the status of the first refusal: 422 for an
 /// invalid question).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum OpenAiQuestion {
     Predicate(Predicate),
     Choice(OpenAiChoice),
     Score(OpenAiScore),
 }
 
+/// The built-in question types.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PredicateType {
+    Predicate,
+}
+
+/// `choice`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChoiceType {
+    Choice,
+}
+
+/// `score`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoreType {
+    Score,
+}
+
 /// A yes/no question: the answer's `probability` is p(true).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Predicate {
+    #[serde(rename = "type")]
+    pub kind: PredicateType,
     /// Unique within the request; echoed in the answer. Omit it rather than send null.
     #[serde(default)]
     #[schema(required = false, value_type = NonBlank)]
@@ -365,6 +448,8 @@ pub struct Predicate {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenAiChoice {
+    #[serde(rename = "type")]
+    pub kind: ChoiceType,
     #[serde(default)]
     #[schema(required = false, value_type = NonBlank)]
     pub name: String,
@@ -394,6 +479,8 @@ pub enum ChoiceValue {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenAiScore {
+    #[serde(rename = "type")]
+    pub kind: ScoreType,
     #[serde(default)]
     #[schema(required = false, value_type = NonBlank)]
     pub name: String,

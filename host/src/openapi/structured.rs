@@ -286,16 +286,32 @@ impl ToSchema for FieldSchema {
 
 /// A field: a boolean or one of listed strings.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum FieldSpec {
     Boolean(BooleanField),
     Enum(EnumField),
+}
+
+/// `boolean`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BooleanType {
+    Boolean,
+}
+
+/// `enum`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EnumType {
+    Enum,
 }
 
 /// A yes/no field.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BooleanField {
+    #[serde(rename = "type")]
+    pub kind: BooleanType,
     /// What the field means, asked after `Field: <name>`.
     #[schema(pattern = r"\S", max_length = 4000)]
     pub description: String,
@@ -305,6 +321,8 @@ pub struct BooleanField {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnumField {
+    #[serde(rename = "type")]
+    pub kind: EnumType,
     #[schema(pattern = r"\S", max_length = 4000)]
     pub description: String,
     #[schema(min_items = 2, max_items = 255, inline)]
