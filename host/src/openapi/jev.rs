@@ -14,7 +14,7 @@ use utoipa::{IntoResponses, ToSchema};
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::openapi::RefOr;
 
-use super::{bounded_map, register, AnyJson, NonBlank, NonEmptyText};
+use super::{bounded_map, register, AnyJson, JsonNull, NonBlank, NonEmptyText};
 
 /// A validation error: every problem found, each with where it is.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -89,7 +89,7 @@ pub struct SystemOneRequest {
     pub state: JevState,
     pub questions: QuestionMap,
     /// Image assets are refused (422): there is no vision model. Only null is accepted.
-    #[schema(value_type = Option<()>)]
+    #[schema(value_type = JsonNull, required = false)]
     pub assets: Option<serde_json::Value>,
 }
 

@@ -124,6 +124,17 @@ pub fn register<T: ToSchema>(schemas: &mut Vec<(String, RefOr<Schema>)>) {
     T::schemas(schemas);
 }
 
+/// Only `null`: a field accepted for compatibility whose every other value is refused.
+#[derive(Debug, Clone)]
+pub struct JsonNull;
+
+impl PartialSchema for JsonNull {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new().schema_type(Type::Null).into()
+    }
+}
+impl ToSchema for JsonNull {}
+
 /// Any JSON value: a place whose content is defined elsewhere (a plugin's answer fields, a
 /// JSON Schema, a state given as JSON).
 #[derive(Debug, Clone)]
@@ -131,7 +142,9 @@ pub struct AnyJson;
 
 impl PartialSchema for AnyJson {
     fn schema() -> RefOr<Schema> {
-        RefOr::T(Schema::default())
+        ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::SchemaType::AnyValue)
+            .into()
     }
 }
 impl ToSchema for AnyJson {}

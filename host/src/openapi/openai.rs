@@ -113,7 +113,7 @@ pub struct UserMessage {
     pub kind: Option<MessageType>,
     pub role: UserRole,
     pub content: UserContent,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub phase: Option<serde_json::Value>,
 }
 
@@ -176,7 +176,7 @@ pub struct InputTextPart {
     #[schema(value_type = NonBlank)]
     pub text: String,
     /// Accepted for compatibility.
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub prompt_cache_breakpoint: Option<serde_json::Value>,
 }
 
@@ -195,7 +195,7 @@ pub struct OutputTextPart {
     pub kind: OutputTextType,
     #[schema(value_type = NonBlank)]
     pub text: String,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub prompt_cache_breakpoint: Option<serde_json::Value>,
 }
 
@@ -214,7 +214,7 @@ pub struct JsonPart {
     #[serde(rename = "type")]
     pub kind: InputJsonType,
     pub data: JsonData,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub prompt_cache_breakpoint: Option<serde_json::Value>,
 }
 
@@ -235,7 +235,7 @@ pub struct InstructionsMessage {
     pub kind: Option<MessageType>,
     pub role: InstructionsRole,
     pub content: TextContent,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub phase: Option<serde_json::Value>,
 }
 
@@ -266,7 +266,7 @@ pub struct AssistantMessage {
     pub kind: Option<MessageType>,
     pub role: AssistantRole,
     pub content: AssistantContent,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub phase: Option<serde_json::Value>,
 }
 
@@ -347,11 +347,11 @@ pub struct FunctionCall {
     #[schema(value_type = NonBlank)]
     pub name: String,
     pub arguments: String,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub id: Option<serde_json::Value>,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub namespace: Option<serde_json::Value>,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub status: Option<serde_json::Value>,
 }
 
@@ -366,11 +366,11 @@ pub struct CustomToolCall {
     #[schema(value_type = NonBlank)]
     pub name: String,
     pub input: String,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub id: Option<serde_json::Value>,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub namespace: Option<serde_json::Value>,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub status: Option<serde_json::Value>,
 }
 
@@ -383,9 +383,9 @@ pub struct ToolOutput {
     #[schema(value_type = NonBlank)]
     pub call_id: String,
     pub output: UserContent,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub id: Option<serde_json::Value>,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub status: Option<serde_json::Value>,
 }
 
@@ -393,9 +393,9 @@ pub struct ToolOutput {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PromptCacheOptions {
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub mode: Option<serde_json::Value>,
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub ttl: Option<serde_json::Value>,
 }
 

@@ -127,7 +127,7 @@ pub struct HealthSetup {
     pub readout: String,
     pub source: String,
     /// What startup tuning measured (null when pinned, skipped or failed).
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub tuning: Option<serde_json::Value>,
 }
 

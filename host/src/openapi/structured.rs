@@ -17,7 +17,7 @@ use super::openai::CodedMessage;
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::openapi::RefOr;
 
-use super::{bounded_map, register, AnyJson, NonBlank};
+use super::{bounded_map, register, AnyJson, JsonNull, NonBlank};
 
 /// Many states in one request. Unknown fields are refused (422).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -40,7 +40,7 @@ pub struct BatchItem {
     /// Replace the shared questions for this item.
     pub questions: Option<QuestionMap>,
     /// Refused (the item fails): there is no vision model. Only null is accepted.
-    #[schema(value_type = Option<()>)]
+    #[schema(value_type = JsonNull, required = false)]
     pub assets: Option<serde_json::Value>,
 }
 
@@ -103,7 +103,7 @@ pub struct ClassifyRequest {
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_confidence: Option<f64>,
     /// When a string, one of the served model's names (else 404).
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub model: Option<serde_json::Value>,
 }
 
@@ -201,7 +201,7 @@ pub struct StructuredAudit {
     pub renderer: String,
     #[serde(default)]
     #[schema(required = false)]
-    pub render_version: u64,
+    pub render_version: String,
     #[serde(default)]
     #[schema(required = false)]
     pub label_scheme: String,
