@@ -190,7 +190,8 @@ fn systemone() -> Value {
             "refund": {"type": "noul", "instructions": "The customer asks for a refund."},
             "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": null, "shipping": "Parcels"}},
             "anger": {"type": "score", "instructions": "How angry?", "criteria": ["calm", "annoyed", {"level": "furious"}]},
-            "broken": {"type": "choice", "instructions": "Only one?", "criteria": {"a": null}},
+            // Over --max-prompt-tokens: this question alone fails (a partial failure).
+            "broken": {"type": "noul", "instructions": "Is the parcel late again? ".repeat(500)},
         },
     })
 }
@@ -238,21 +239,27 @@ fn real_responses_match_the_openapi_document() {
     let path = "/v1/decisions";
     c.expect("post", path, s.post(path, &decisions()), 200);
     let mut mixed = decisions();
-    mixed["questions"][1]["choices"] = json!([{"value": "only"}]);
-    mixed["extra"] = json!({"detail": "none"});
+    // 30 options do not fit the direct readout's 26 labels: that question alone is refused.
+    let many: Vec<Value> = (0..30).map(|i| json!({"value": format!("team {i}")})).collect();
+    mixed["questions"][1]["choices"] = json!(many);
+    mixed["extra"] = json!({"detail": "none", "backend_options": {"readout": "direct"}});
     let reply = c.expect("post", path, s.post(path, &mixed), 200);
     assert_eq!(reply.body["answers"][1]["type"], "refusal", "{}", reply.body);
     c.expect("post", path, s.post(path, &fields()), 200);
-    c.expect("post", path, s.post(path, &json!({"model": "m", "input": "x", "questions": []})), 400);
+    c.expect("post", path, s.post(path, &json!({"model": "gpt-6-luna", "input": "x", "questions": []})), 400);
     let mut unknown = decisions();
     unknown["model"] = json!("no-such-model");
     c.expect("post", path, s.post(path, &unknown), 404);
-    let big = json!({"model": "m", "input": "x".repeat(400_000), "questions": []});
+    let big = json!({"model": "gpt-6-luna", "input": "x".repeat(400_000), "questions": []});
     c.expect("post", path, s.post(path, &big), 413);
     let gzip = send(s, "post", path, None, json_body(&decisions()), &[("content-encoding", "gzip")]);
     c.expect("post", path, gzip, 415);
-    let invalid_question = json!({"model": "m", "input": "x", "questions": [{"type": "predicate"}]});
-    c.expect("post", path, s.post(path, &invalid_question), 422);
+    // Every answer below its min_option_mass abstains: 422.
+    let mut abstain = decisions();
+    abstain["extra"] = json!({"min_option_mass": 1.0});
+    c.expect("post", path, s.post(path, &abstain), 422);
+    let invalid_question = json!({"model": "gpt-6-luna", "input": "x", "questions": [{"type": "predicate"}]});
+    c.expect("post", path, s.post(path, &invalid_question), 400);
     c.expect("post", path, s.post(path, &json!({"context": "x", "schema": {}})), 422);
 
     // /v1/fields.
