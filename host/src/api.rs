@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::config::Config;
 use crate::error::{ApiError, Wire};
@@ -163,6 +163,7 @@ pub fn router(state: SharedState) -> Router {
         )
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(crate::openapi::openapi_json))
         .merge(crate::tenancy::admin_http::routes(state.clone()))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
@@ -174,6 +175,8 @@ pub fn router(state: SharedState) -> Router {
         .with_state(state)
 }
 
+#[utoipa::path(get, path = "/health", operation_id = "health", tag = "service", security(()),
+    responses(crate::openapi::service::HealthResponses))]
 async fn health(State(state): State<SharedState>) -> Response {
     let (status, mut body) = match &*state.phase.read().unwrap_or_else(|p| p.into_inner()) {
         Phase::Ready(engine, served) => {
@@ -243,23 +246,34 @@ async fn health(State(state): State<SharedState>) -> Response {
 }
 
 /// `GET /v1/models` in the shapes both SDKs read: OpenAI's `data` list and Jev's `models` list.
+#[utoipa::path(get, path = "/v1/models", operation_id = "list_models", tag = "service", security(()),
+    responses(crate::openapi::service::ModelsResponses))]
 async fn models(State(state): State<SharedState>) -> Response {
+    use crate::openapi::service::{JevModel, ModelCard, ModelList};
     if let Err(error) = state.engine() {
         return error.into_response_for(Wire::OpenAi);
     }
     let served = state.served_model_name();
-    let body: Value = json!({
-        "object": "list",
-        "data": [{"id": served, "object": "model", "created": 0, "owned_by": "decide"}],
-        "models": [{
-            "name": served,
-            "description": format!("{served} served by decide: typed decisions read from next-token probabilities"),
-            "release_date": "2026-11-29",
+    Json(ModelList {
+        object: "list",
+        data: vec![ModelCard {
+            id: served.clone(),
+            object: "model",
+            created: 0,
+            owned_by: "decide",
         }],
-    });
-    Json(body).into_response()
+        models: vec![JevModel {
+            description: format!("{served} served by decide: typed decisions read from next-token probabilities"),
+            name: served,
+            release_date: "2026-11-29",
+        }],
+    })
+    .into_response()
 }
 
+/// Prometheus text: the server's counters and each tenant's.
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "service", security(()),
+    responses((status = 200, description = "Prometheus text exposition (version 0.0.4).", body = String, content_type = "text/plain")))]
 async fn metrics(State(state): State<SharedState>) -> Response {
     let mut text = state.metrics.render();
     if let Ok(engine) = state.engine() {

@@ -22,6 +22,7 @@ pub mod error;
 pub mod eval;
 pub mod frontends;
 pub mod metrics;
+pub mod openapi;
 pub mod pipeline;
 pub mod plugin_api;
 pub mod plugin_check;

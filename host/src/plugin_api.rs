@@ -24,11 +24,12 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::api::{AppState, SharedState};
 use crate::error::{ApiError, Wire};
 use crate::loc;
+use crate::openapi::service::InstalledPlugin;
 use crate::plugins::{Plugin, PluginRegistry, MAX_COMPONENT_BYTES};
 use crate::tenancy::{now_s, Caller, PluginVersion, Store, Tenant};
 
@@ -139,11 +140,15 @@ fn check_count(
 }
 
 /// `GET /v1/plugins`.
+#[utoipa::path(get, path = "/v1/plugins", operation_id = "list_plugins", tag = "plugins",
+    responses(crate::openapi::service::PluginListResponses))]
 async fn list(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let result = (|| {
         let caller = state.directory.authenticate(&headers)?;
         let registry = registry(&state)?;
-        Ok::<_, ApiError>(json!({"plugins": registry.list_for(caller.tenant_id())}))
+        Ok::<_, ApiError>(crate::openapi::service::PluginList {
+            plugins: registry.list_for(caller.tenant_id()),
+        })
     })();
     match result {
         Ok(body) => Json(body).into_response(),
@@ -152,20 +157,23 @@ async fn list(State(state): State<SharedState>, headers: HeaderMap) -> Response 
 }
 
 /// What an upload or a rollback answers.
-fn installed_body(record: &PluginVersion, plugin: &Plugin) -> Value {
-    json!({
-        "name": record.name,
-        "kind": record.kind,
-        "version": record.version,
-        "plugin_version": record.plugin_version,
-        "contract_version": plugin.contract_version(),
-        "sha256": record.sha256,
-        "size": record.size,
-        "source": "tenant",
-    })
+fn installed_body(record: &PluginVersion, plugin: &Plugin) -> InstalledPlugin {
+    InstalledPlugin {
+        name: record.name.clone(),
+        kind: record.kind.clone(),
+        version: record.version,
+        plugin_version: record.plugin_version.clone(),
+        contract_version: plugin.contract_version().to_string(),
+        sha256: record.sha256.clone(),
+        size: record.size,
+        source: "tenant",
+    }
 }
 
 /// `PUT /v1/plugins/{name}`.
+#[utoipa::path(put, path = "/v1/plugins/{name}", operation_id = "upload_plugin", tag = "plugins", params(("name" = String, Path, description = "A plugin name: 1 to 64 of `a-z 0-9 - _ .`, starting with a letter or digit.")),
+    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The component (a .wasm file built for wasm32-wasip2)."),
+    responses(crate::openapi::service::UploadResponses))]
 async fn upload(
     State(state): State<SharedState>,
     Path(name): Path<String>,
@@ -220,7 +228,7 @@ async fn upload_inner(
     name: String,
     headers: &HeaderMap,
     body: &mut Option<Body>,
-) -> Result<Value, ApiError> {
+) -> Result<InstalledPlugin, ApiError> {
     let caller = state.directory.authenticate(headers)?;
     let tenant = tenant_of(&caller)?;
     check_name(&name)?;
@@ -280,7 +288,7 @@ fn install_upload(
     name: &str,
     bytes: &[u8],
     cap: (u64, String),
-) -> Result<Value, ApiError> {
+) -> Result<InstalledPlugin, ApiError> {
     let lock = registry.tenant_lock(&tenant.id);
     let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
     check_count(state, registry, tenant, name)?;
@@ -320,6 +328,8 @@ fn install_upload(
 }
 
 /// `DELETE /v1/plugins/{name}`.
+#[utoipa::path(delete, path = "/v1/plugins/{name}", operation_id = "remove_plugin", tag = "plugins", params(("name" = String, Path, description = "A plugin name: 1 to 64 of `a-z 0-9 - _ .`, starting with a letter or digit.")),
+    responses(crate::openapi::service::RemoveResponses))]
 async fn remove(
     State(state): State<SharedState>,
     Path(name): Path<String>,
@@ -376,6 +386,8 @@ fn stored_versions(
 }
 
 /// `GET /v1/plugins/{name}/versions`.
+#[utoipa::path(get, path = "/v1/plugins/{name}/versions", operation_id = "plugin_versions", tag = "plugins", params(("name" = String, Path, description = "A plugin name: 1 to 64 of `a-z 0-9 - _ .`, starting with a letter or digit.")),
+    responses(crate::openapi::service::VersionsResponses))]
 async fn versions(
     State(state): State<SharedState>,
     Path(name): Path<String>,
@@ -386,7 +398,7 @@ async fn versions(
         let tenant = tenant_of(&caller)?;
         check_name(&name)?;
         let versions = stored_versions(state.directory.store().as_ref(), &tenant, &name)?;
-        Ok::<_, ApiError>(json!({"name": name, "versions": versions}))
+        Ok::<_, ApiError>(crate::openapi::service::PluginVersions { name, versions })
     })();
     match result {
         Ok(body) => Json(body).into_response(),
@@ -396,6 +408,9 @@ async fn versions(
 
 /// `POST /v1/plugins/{name}/rollback {"version": N}`: makes an earlier (or any stored)
 /// version the active one, after the same checks as an upload.
+#[utoipa::path(post, path = "/v1/plugins/{name}/rollback", operation_id = "rollback_plugin", tag = "plugins", params(("name" = String, Path, description = "A plugin name: 1 to 64 of `a-z 0-9 - _ .`, starting with a letter or digit.")),
+    request_body = crate::openapi::service::RollbackRequest,
+    responses(crate::openapi::service::RollbackResponses))]
 async fn rollback(
     State(state): State<SharedState>,
     Path(name): Path<String>,
@@ -437,7 +452,7 @@ fn rollback_to(
     tenant: &Tenant,
     name: &str,
     version: u32,
-) -> Result<Value, ApiError> {
+) -> Result<InstalledPlugin, ApiError> {
     let lock = registry.tenant_lock(&tenant.id);
     let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
     let store = state.directory.store();

@@ -8,6 +8,7 @@ mod tenant_fixture;
 mod batch;
 mod cache;
 mod calibration;
+mod contract;
 mod endpoints;
 mod errors;
 mod fairness;

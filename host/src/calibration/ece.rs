@@ -67,7 +67,7 @@ pub fn ece(tops: &[Top]) -> f64 {
 }
 
 /// A point estimate with its 95% interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Interval {
     pub value: f64,
     pub low: f64,

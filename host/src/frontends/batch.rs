@@ -73,6 +73,9 @@ struct ParsedItem {
 type Keys = (Vec<String>, Vec<String>);
 
 /// `POST /v1/systemone/batch`.
+#[utoipa::path(post, path = "/v1/systemone/batch", operation_id = "system_one_batch", tag = "decisions",
+    request_body = crate::openapi::structured::BatchRequest,
+    responses(crate::openapi::structured::BatchResponses))]
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     systemone::handle_jev(&state, &headers, |caller, request_id| {
         run(&state, caller, &headers, body, request_id)

@@ -61,6 +61,9 @@ pub fn is_fields_request(value: &Value) -> bool {
 }
 
 /// `POST /v1/fields`.
+#[utoipa::path(post, path = "/v1/fields", operation_id = "fields", tag = "structured",
+    request_body = crate::openapi::structured::FieldsRequest,
+    responses(crate::openapi::structured::FieldsResponses))]
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     let started = std::time::Instant::now();
     let mut response = match super::authenticated(&state, &headers, |caller| async {

@@ -40,6 +40,9 @@ struct Parsed {
 /// `POST /v1/decisions`: OpenAI's format, or the field-schema format when the body has
 /// `context` and `schema` instead of `input` and `questions` (its errors then in its own
 /// shape).
+#[utoipa::path(post, path = "/v1/decisions", operation_id = "create_decision", tag = "decisions",
+    request_body = crate::openapi::openai::DecisionsBody,
+    responses(crate::openapi::openai::DecisionsResponses))]
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     let started = std::time::Instant::now();
     let is_fields = std::sync::atomic::AtomicBool::new(false);

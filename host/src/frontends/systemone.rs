@@ -39,6 +39,9 @@ pub(super) struct QuestionSet {
 }
 
 /// `POST /v1/systemone`.
+#[utoipa::path(post, path = "/v1/systemone", operation_id = "system_one", tag = "decisions",
+    request_body = crate::openapi::jev::SystemOneRequest,
+    responses(crate::openapi::jev::SystemOneResponses))]
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     handle_jev(&state, &headers, |caller, request_id| {
         run(&state, caller, &headers, body, request_id)

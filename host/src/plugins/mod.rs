@@ -61,7 +61,7 @@ pub mod builtin {
 
 /// The three kinds of plugin, one per WIT world (a contextual-calibration policy is a
 /// calibration policy).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PluginKind {
     /// World `question-type-plugin`: validates a question, names its options, answers.

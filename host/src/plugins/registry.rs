@@ -55,7 +55,7 @@ impl Serialize for PluginSource {
 }
 
 /// One line of `/v1/plugins`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PluginSummary {
     /// The name requests use.
     pub name: String,
@@ -66,6 +66,7 @@ pub struct PluginSummary {
     /// The plugin's one-line description.
     pub description: String,
     /// `builtin`, `operator` (a file of the plugins directory) or `tenant` (the caller's own).
+    #[schema(value_type = crate::openapi::service::PluginSourceName)]
     pub source: PluginSource,
     /// Hex SHA-256 of the component bytes.
     pub sha256: String,

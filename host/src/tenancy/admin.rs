@@ -36,7 +36,7 @@ pub const MAX_PLUGIN_NAME_CHARS: usize = 128;
 const TENANT_FIELDS: &[&str] = &["name", "limits", "settings"];
 
 /// A key as created: the only time the key itself is seen.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct NewKey {
     /// `key_...`: what revoking names.
     pub id: String,

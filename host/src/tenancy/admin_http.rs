@@ -17,7 +17,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::admin;
 use super::directory::presented_key;
@@ -99,6 +99,9 @@ fn respond(result: Result<Response, ApiError>) -> Response {
     result.unwrap_or_else(fail)
 }
 
+#[utoipa::path(post, path = "/admin/v1/tenants", operation_id = "create_tenant", tag = "admin", security(("bearer" = [])),
+    request_body = crate::openapi::service::TenantCreate,
+    responses(crate::openapi::service::CreateTenantResponses))]
 async fn create_tenant(
     State(state): State<SharedState>,
     headers: HeaderMap,
@@ -115,14 +118,18 @@ async fn create_tenant(
     )
 }
 
+#[utoipa::path(get, path = "/admin/v1/tenants", operation_id = "list_tenants", tag = "admin", security(("bearer" = [])),
+    responses(crate::openapi::service::ListTenantsResponses))]
 async fn list_tenants(State(state): State<SharedState>) -> Response {
     respond(
         on_store(&state, admin::list_tenants)
             .await
-            .map(|tenants| Json(json!({"tenants": tenants})).into_response()),
+            .map(|tenants| Json(crate::openapi::service::TenantList { tenants }).into_response()),
     )
 }
 
+#[utoipa::path(get, path = "/admin/v1/tenants/{id}", operation_id = "get_tenant", tag = "admin", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tenant id (`tn_...`).")), responses(crate::openapi::service::GetTenantResponses))]
 async fn get_tenant(State(state): State<SharedState>, Path(id): Path<String>) -> Response {
     respond(
         on_store(&state, move |store| admin::get_tenant(store, &id))
@@ -131,6 +138,9 @@ async fn get_tenant(State(state): State<SharedState>, Path(id): Path<String>) ->
     )
 }
 
+#[utoipa::path(patch, path = "/admin/v1/tenants/{id}", operation_id = "update_tenant", tag = "admin", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tenant id (`tn_...`).")), request_body = crate::openapi::service::TenantUpdate,
+    responses(crate::openapi::service::UpdateTenantResponses))]
 async fn update_tenant(
     State(state): State<SharedState>,
     Path(id): Path<String>,
@@ -149,6 +159,8 @@ async fn update_tenant(
     )
 }
 
+#[utoipa::path(delete, path = "/admin/v1/tenants/{id}", operation_id = "delete_tenant", tag = "admin", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tenant id (`tn_...`).")), responses(crate::openapi::service::AdminDeleteResponses))]
 async fn delete_tenant(State(state): State<SharedState>, Path(id): Path<String>) -> Response {
     respond(
         async {
@@ -162,6 +174,9 @@ async fn delete_tenant(State(state): State<SharedState>, Path(id): Path<String>)
     )
 }
 
+#[utoipa::path(post, path = "/admin/v1/tenants/{id}/keys", operation_id = "create_key", tag = "admin", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tenant id (`tn_...`).")), request_body(content = Option<crate::openapi::service::KeyCreate>, description = "Empty, or `{}`."),
+    responses(crate::openapi::service::CreateKeyResponses))]
 async fn create_key(
     State(state): State<SharedState>,
     Path(id): Path<String>,
@@ -199,14 +214,19 @@ async fn create_key(
     )
 }
 
+#[utoipa::path(get, path = "/admin/v1/tenants/{id}/keys", operation_id = "list_keys", tag = "admin", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tenant id (`tn_...`).")), responses(crate::openapi::service::ListKeysResponses))]
 async fn list_keys(State(state): State<SharedState>, Path(id): Path<String>) -> Response {
     respond(
         on_store(&state, move |store| admin::list_keys(store, &id))
             .await
-            .map(|keys| Json(json!({"keys": keys})).into_response()),
+            .map(|keys| Json(crate::openapi::service::KeyList { keys }).into_response()),
     )
 }
 
+#[utoipa::path(delete, path = "/admin/v1/tenants/{id}/keys/{key_id}", operation_id = "revoke_key", tag = "admin", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tenant id (`tn_...`)."), ("key_id" = String, Path, description = "The key id (`key_...`).")),
+    responses(crate::openapi::service::AdminDeleteResponses))]
 async fn revoke_key(
     State(state): State<SharedState>,
     Path((id, key_id)): Path<(String, String)>,
@@ -223,6 +243,9 @@ async fn revoke_key(
 
 /// `{tenant_id, usage}` since the server started; `default` is the implicit tenant (requests
 /// without a tenant key).
+#[utoipa::path(get, path = "/admin/v1/tenants/{id}/usage", operation_id = "tenant_usage", tag = "admin", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tenant id (`tn_...`), or `default`.")),
+    responses(crate::openapi::service::UsageResponses))]
 async fn usage(State(state): State<SharedState>, Path(id): Path<String>) -> Response {
     respond(
         async {
@@ -231,7 +254,11 @@ async fn usage(State(state): State<SharedState>, Path(id): Path<String>) -> Resp
                 on_store(&state, move |store| admin::get_tenant(store, &known)).await?;
             }
             let report = state.usage.report(&id);
-            Ok(Json(json!({"tenant_id": id, "usage": report})).into_response())
+            Ok(Json(crate::openapi::service::TenantUsage {
+                tenant_id: id,
+                usage: report,
+            })
+            .into_response())
         }
         .await,
     )

@@ -19,7 +19,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::store::Store;
 use super::{now_s, Caller};
@@ -29,7 +28,7 @@ use crate::error::{ApiError, Wire};
 use crate::pipeline::{Engine, RequestScope, TemperatureSource};
 
 /// A tenant's fitted calibration, as stored (JSON).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Fitted {
     /// The policy plugin and the sha256 of the version that fitted.
     pub policy: String,
@@ -53,7 +52,7 @@ pub struct Fitted {
 }
 
 /// Where a tenant's latest fit is.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Progress {
     /// `running`, `done` or `failed`.
     pub status: &'static str,
@@ -295,13 +294,19 @@ fn tenant_caller(state: &SharedState, headers: &HeaderMap) -> Result<(Caller, St
 }
 
 /// `PUT /v1/calibration`: starts fitting the uploaded labelled questions.
+#[utoipa::path(put, path = "/v1/calibration", operation_id = "start_calibration", tag = "calibration",
+    request_body(content = String, content_type = "application/x-ndjson",
+        description = "Labelled questions, one JSON object a line (`{state, question, expected, group?, id?}`, the format of calibration/default.jsonl), at least 50."),
+    responses(crate::openapi::service::CalibrationUploadResponses))]
 pub async fn upload(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     match start_upload(&state, &headers, body).await {
         Ok(progress) => (
             StatusCode::ACCEPTED,
-            Json(
-                json!({"status": progress.status, "progress": progress, "poll": "/v1/calibration"}),
-            ),
+            Json(crate::openapi::service::CalibrationStarted {
+                status: progress.status,
+                progress,
+                poll: "/v1/calibration",
+            }),
         )
             .into_response(),
         Err(error) => error.into_response_for(Wire::OpenAi),
@@ -353,6 +358,8 @@ async fn start_upload(
 }
 
 /// `GET /v1/calibration`: the running or last fit, and the stored result.
+#[utoipa::path(get, path = "/v1/calibration", operation_id = "calibration_status", tag = "calibration",
+    responses(crate::openapi::service::CalibrationStatusResponses))]
 pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let result = (|| {
         let (_, tenant_id) = tenant_caller(&state, &headers)?;
@@ -374,7 +381,11 @@ pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Res
             (None, Some(_)) => "done",
             (None, None) => "none",
         };
-        Ok::<_, ApiError>(json!({"status": status, "progress": progress, "result": stored}))
+        Ok::<_, ApiError>(crate::openapi::service::CalibrationStatus {
+            status,
+            progress,
+            result: stored,
+        })
     })();
     match result {
         Ok(body) => Json(body).into_response(),
@@ -383,6 +394,8 @@ pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Res
 }
 
 /// `DELETE /v1/calibration`: the tenant's answers go back to the server's calibration.
+#[utoipa::path(delete, path = "/v1/calibration", operation_id = "remove_calibration", tag = "calibration",
+    responses(crate::openapi::service::CalibrationRemoveResponses))]
 pub async fn remove(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let result = (|| {
         let (_, tenant_id) = tenant_caller(&state, &headers)?;

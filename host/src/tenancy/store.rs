@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// A tenant's limits. `None` takes the server-wide default (the `--tenant-*` flags); a value
 /// also never exceeds the server's own limit of the same name (`--max-questions`, ...).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantLimits {
     /// Decision requests per minute (token bucket, bursts up to the whole minute).
@@ -52,26 +52,30 @@ pub struct TenantLimits {
 }
 
 /// A tenant's settings: what its requests get when they do not say.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantSettings {
     /// Renderer plugin (its own, the operator's or a built-in); default `--renderer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S", max_length = 128)]
     pub renderer: Option<String>,
     /// Calibration policy plugin; default `--calibration`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S", max_length = 128)]
     pub calibration: Option<String>,
     /// Fair-share weight on the model worker (default 1): a tenant of weight 2 gets twice the
     /// tokens per round of one of weight 1 when both are waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub weight: Option<u32>,
     /// Least option mass an answer needs, else it is a refusal (default `--min-option-mass`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_option_mass: Option<f64>,
 }
 
 /// A tenant as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Tenant {
     /// `tn_` and 16 hex digits.
     pub id: String,
@@ -83,7 +87,7 @@ pub struct Tenant {
 }
 
 /// An API key as stored: never the key itself, only its SHA-256.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct KeyRecord {
     /// `key_` and 12 hex digits; what the admin API revokes.
     pub id: String,
@@ -99,7 +103,7 @@ pub struct KeyRecord {
 }
 
 /// One uploaded version of one of a tenant's plugins.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PluginVersion {
     pub tenant_id: String,
     /// The name requests use (`openai-T`, `systemone-T`, a renderer or policy name).

@@ -28,7 +28,7 @@ pub struct Counters {
 }
 
 /// A copy of one tenant's counters, as the admin API returns it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct UsageReport {
     /// Decision requests answered (at least one question decided or refused by a plugin).
     pub requests: u64,

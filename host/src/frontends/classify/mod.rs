@@ -74,6 +74,9 @@ struct Parsed {
 }
 
 /// `POST /v1/classify` and `POST /plugins/jev-decison/infer`.
+#[utoipa::path(post, path = "/v1/classify", operation_id = "classify", tag = "structured",
+    request_body = crate::openapi::structured::ClassifyRequest,
+    responses(crate::openapi::structured::ClassifyResponses))]
 pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
     let started = std::time::Instant::now();
     let mut response = match super::authenticated(&state, &headers, |caller| {
@@ -89,24 +92,27 @@ pub async fn handle(State(state): State<SharedState>, headers: HeaderMap, body: 
 }
 
 /// `GET /plugins/jev-decison/capabilities`: what this server classifies and its limits.
+#[utoipa::path(get, path = "/plugins/jev-decison/capabilities", operation_id = "jev_decison_capabilities",
+    tag = "structured", security(()), responses(crate::openapi::structured::CapabilitiesResponses))]
 pub async fn capabilities(State(state): State<SharedState>) -> Response {
+    use crate::openapi::structured::{Capabilities, CapabilityLimits};
     let limits = ClassifyLimits::of(&state);
-    axum::Json(json!({
-        "name": "jev-decison",
-        "model": state.served_model_name(),
-        "modes": ["classify"],
-        "schema_draft": compile::DRAFT_2020_12,
-        "supported": ["enum", "boolean", "integer with minimum and maximum", "const", "null",
-                      "anyOf/oneOf/type lists of these", "closed objects with every property required",
-                      "fixed-length arrays (prefixItems, items: false)"],
-        "limits": {
-            "max_fields": limits.schema.max_fields,
-            "max_candidates_per_field": limits.schema.max_candidates,
-            "max_depth": limits.schema.max_depth,
-            "max_input_chars": limits.max_input_chars,
-            "max_schema_bytes": limits.max_schema_bytes,
+    axum::Json(Capabilities {
+        name: "jev-decison",
+        model: state.served_model_name(),
+        modes: vec!["classify"],
+        schema_draft: compile::DRAFT_2020_12,
+        supported: vec!["enum", "boolean", "integer with minimum and maximum", "const", "null",
+                        "anyOf/oneOf/type lists of these", "closed objects with every property required",
+                        "fixed-length arrays (prefixItems, items: false)"],
+        limits: CapabilityLimits {
+            max_fields: limits.schema.max_fields,
+            max_candidates_per_field: limits.schema.max_candidates,
+            max_depth: limits.schema.max_depth,
+            max_input_chars: limits.max_input_chars,
+            max_schema_bytes: limits.max_schema_bytes,
         },
-    }))
+    })
     .into_response()
 }
 
