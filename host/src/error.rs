@@ -355,7 +355,10 @@ mod tests {
         assert_eq!(json["error"]["code"], "timeout");
         let (_, _, json) = body(timeout().into_response_for(Wire::SystemOne));
         assert_eq!(json["detail"]["error_type"], "timeout");
-        assert!(json["detail"]["message"].as_str().unwrap().contains("timeout_ms"));
+        assert!(json["detail"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timeout_ms"));
 
         let overloaded = || ApiError::Overloaded {
             message: "queue full".into(),
