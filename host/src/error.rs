@@ -373,4 +373,48 @@ mod tests {
             StatusCode::UNPROCESSABLE_ENTITY
         );
     }
+
+    fn body(response: Response) -> (StatusCode, Option<String>, Value) {
+        let status = response.status();
+        let retry = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_string());
+        let bytes = futures_util::FutureExt::now_or_never(axum::body::to_bytes(
+            response.into_body(),
+            usize::MAX,
+        ))
+        .expect("a JSON body is ready at once")
+        .unwrap();
+        (status, retry, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[test]
+    fn timeouts_and_overload_render_in_each_format() {
+        let timeout = || ApiError::Timeout {
+            message: "past 50 ms (extra.timeout_ms of the request)".into(),
+        };
+        let (status, retry, json) = body(timeout().into_response_for(Wire::OpenAi));
+        assert_eq!((status, retry), (StatusCode::GATEWAY_TIMEOUT, None));
+        assert_eq!(json["error"]["type"], "timeout");
+        assert_eq!(json["error"]["code"], "timeout");
+        let (_, _, json) = body(timeout().into_response_for(Wire::SystemOne));
+        assert_eq!(json["detail"]["error_type"], "timeout");
+        assert!(json["detail"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timeout_ms"));
+
+        let overloaded = || ApiError::Overloaded {
+            message: "queue full".into(),
+            retry_after_s: 1,
+        };
+        let (status, retry, json) = body(overloaded().into_response_for(Wire::OpenAi));
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert_eq!(json["error"]["code"], "overloaded");
+        let (_, retry, json) = body(overloaded().into_response_for(Wire::SystemOne));
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert_eq!(json["detail"]["error_type"], "overloaded");
+    }
 }

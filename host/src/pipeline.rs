@@ -644,9 +644,9 @@ impl Engine {
     }
 
     /// A 503 when the model worker's queue is full already: checked before a request's
-    /// prompts are made, so an overloaded server refuses it before any work (and without
-    /// holding its body longer). A request that passes may still be refused when its
-    /// prompts, counted in tokens, do not fit.
+    /// questions are compiled and its prompts rendered, so an overloaded server refuses it
+    /// before any work. A request that passes may still be refused when its prompts, counted
+    /// in tokens, do not fit ([`scheduler::Scheduler::reserve`]).
     pub fn check_queue(&self) -> Result<(), ApiError> {
         match self.scheduler.overloaded() {
             Some(full) => Err(overloaded(&full)),

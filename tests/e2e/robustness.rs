@@ -209,9 +209,14 @@ fn a_request_past_its_deadline_gets_504_and_its_work_is_dropped() {
         message.contains("1000 ms") && message.contains("extra.timeout_ms"),
         "{message}"
     );
-    wait_until("the timed-out work leaves the queue", || queued(&server) == 0);
+    wait_until("the timed-out work leaves the queue", || {
+        queued(&server) == 0
+    });
     let ran = calls(&server) - before;
-    assert!(ran < full, "{ran} of its {full} calls ran after the deadline");
+    assert!(
+        ran < full,
+        "{ran} of its {full} calls ran after the deadline"
+    );
 
     // The Jev format: a top-level `timeout_ms`, the error as an object.
     let jev = json!({
@@ -222,7 +227,11 @@ fn a_request_past_its_deadline_gets_504_and_its_work_is_dropped() {
     });
     let reply = server.post("/v1/systemone", &jev);
     assert_eq!(reply.status, 504, "{}", reply.body);
-    assert_eq!(reply.body["detail"]["error_type"], "timeout", "{}", reply.body);
+    assert_eq!(
+        reply.body["detail"]["error_type"], "timeout",
+        "{}",
+        reply.body
+    );
     let message = reply.body["detail"]["message"].as_str().unwrap();
     assert!(message.contains("timeout_ms"), "{message}");
 
@@ -232,7 +241,11 @@ fn a_request_past_its_deadline_gets_504_and_its_work_is_dropped() {
     fields["timeout_ms"] = json!(1000);
     let reply = server.post("/v1/fields", &fields);
     assert_eq!(reply.status, 504, "{}", reply.body);
-    assert_eq!(reply.body["detail"]["error_type"], "timeout", "{}", reply.body);
+    assert_eq!(
+        reply.body["detail"]["error_type"], "timeout",
+        "{}",
+        reply.body
+    );
 
     // A timeout that is not whole milliseconds is the caller's mistake.
     let mut bad = quick();
@@ -272,7 +285,11 @@ fn an_overloaded_server_sheds_with_503_at_once_and_health_answers() {
     let server = Server::ready(&["--prefix-cache-mib", "0", "--max-queued-requests", "1"]);
     let health = server.get("/health");
     assert_eq!(health.body["queue"]["max_requests"], 1, "{}", health.body);
-    assert_eq!(health.body["queue"]["max_tokens"], 1_000_000, "{}", health.body);
+    assert_eq!(
+        health.body["queue"]["max_tokens"], 1_000_000,
+        "{}",
+        health.body
+    );
     std::thread::scope(|scope| {
         let blocker = scope.spawn(|| server.post("/v1/decisions", &slow()));
         wait_until("the slow request reaches the model worker", || {
@@ -304,7 +321,11 @@ fn an_overloaded_server_sheds_with_503_at_once_and_health_answers() {
         );
         for (path, reply) in &shed {
             assert_eq!(reply.status, 503, "{path}: {}", reply.body);
-            let retry: u64 = reply.headers["retry-after"].to_str().unwrap().parse().unwrap();
+            let retry: u64 = reply.headers["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
             assert!((1..=60).contains(&retry), "retry-after {retry}");
             let message = match *path {
                 "/v1/decisions" => {
@@ -312,7 +333,11 @@ fn an_overloaded_server_sheds_with_503_at_once_and_health_answers() {
                     reply.body["error"]["message"].as_str().unwrap()
                 }
                 _ => {
-                    assert_eq!(reply.body["detail"]["error_type"], "overloaded", "{}", reply.body);
+                    assert_eq!(
+                        reply.body["detail"]["error_type"], "overloaded",
+                        "{}",
+                        reply.body
+                    );
                     reply.body["detail"]["message"].as_str().unwrap()
                 }
             };
@@ -329,8 +354,14 @@ fn an_overloaded_server_sheds_with_503_at_once_and_health_answers() {
             assert!(health.body["queue"]["tokens"].as_u64().unwrap() > 1000);
         }
         samples.sort();
-        assert!(samples[2] < Duration::from_millis(500), "/health took {samples:?}");
-        assert!(samples[4] < Duration::from_secs(2), "/health took {samples:?}");
+        assert!(
+            samples[2] < Duration::from_millis(500),
+            "/health took {samples:?}"
+        );
+        assert!(
+            samples[4] < Duration::from_secs(2),
+            "/health took {samples:?}"
+        );
         assert_ok(&blocker.join().unwrap());
     });
     assert_eq!(server.metric("decide_shed_requests_total"), 5.0);
@@ -390,7 +421,11 @@ fn a_failed_pass_fails_only_its_batch_and_the_server_keeps_serving() {
     let server = Server::ready(&["--inject-fault", "panic-every:3"]);
     let failed = first_failure(&server, "/v1/decisions", &quick(), 3);
     assert_engine_error(&failed);
-    assert_eq!(failed.body["error"]["type"], "server_error", "{}", failed.body);
+    assert_eq!(
+        failed.body["error"]["type"], "server_error",
+        "{}",
+        failed.body
+    );
     let message = failed.body["error"]["message"].as_str().unwrap();
     assert!(message.contains("panicked"), "{message}");
     assert_ok(&server.post("/v1/decisions", &quick()));
