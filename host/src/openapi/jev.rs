@@ -91,6 +91,10 @@ pub struct SystemOneRequest {
     /// Image assets are refused (422): there is no vision model. Only null is accepted.
     #[schema(value_type = JsonNull, required = false)]
     pub assets: Option<serde_json::Value>,
+    /// This request's own deadline in milliseconds (it can only shorten
+    /// `--request-timeout-ms`); past it, 504 and the work is dropped.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// `state`: text, or a JSON object or array shown to the model as compact JSON (keys in the

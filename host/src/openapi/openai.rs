@@ -527,6 +527,10 @@ pub struct DecisionsExtra {
     /// Answers whose option mass is below it become `low_option_mass` refusals.
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_option_mass: Option<f64>,
+    /// This request's own deadline in milliseconds (it can only shorten
+    /// `--request-timeout-ms`); past it, 504 and the work is dropped.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// `extra.detail`.

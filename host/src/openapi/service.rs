@@ -85,6 +85,21 @@ pub struct Health {
     #[serde(default)]
     #[schema(required = false)]
     pub min_option_mass: f64,
+    /// The model worker's queue: what a router reads to spread load.
+    #[serde(default)]
+    #[schema(required = false)]
+    pub queue: Option<HealthQueue>,
+}
+
+/// The model worker's queue now and its bounds (`--max-queued-requests`,
+/// `--max-queued-tokens`): beyond them requests get 503 `overloaded`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthQueue {
+    pub requests: u64,
+    pub tokens: u64,
+    pub max_requests: u64,
+    pub max_tokens: u64,
 }
 
 /// `/health`'s status.

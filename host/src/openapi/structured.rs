@@ -30,6 +30,10 @@ pub struct BatchRequest {
     /// (default 8 MiB) of state over all of them.
     #[schema(min_items = 1, max_items = 256)]
     pub items: Vec<BatchItem>,
+    /// This request's own deadline in milliseconds (it can only shorten
+    /// `--request-timeout-ms`); past it, 504 and the work is dropped.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// One state, with its own questions or the shared ones. An invalid item fails alone.
@@ -105,6 +109,10 @@ pub struct ClassifyRequest {
     /// When a string, one of the served model's names (else 404).
     #[schema(value_type = AnyJson, required = false)]
     pub model: Option<serde_json::Value>,
+    /// This request's own deadline in milliseconds (it can only shorten
+    /// `--request-timeout-ms`); past it, 504 and the work is dropped.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// The only mode: classification (no text is generated).
@@ -263,6 +271,10 @@ pub struct FieldsRequest {
     /// Joins the tenant's cache salt.
     #[schema(min_length = 1, max_length = 256)]
     pub cache_salt: Option<String>,
+    /// This request's own deadline in milliseconds (it can only shorten
+    /// `--request-timeout-ms`); past it, 504 and the work is dropped.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// 1 to `--schema-max-fields` (64) fields by name (1 to 128 characters, no control characters).
