@@ -48,7 +48,10 @@ fn every_option_count_answers_with_a_distribution_over_exactly_its_options() {
     assert_over_exactly(answer, 255);
     let audit = &answer["extra"]["audit"];
     assert_eq!(audit["readout"], "wide-direct", "{audit}");
-    assert_eq!(audit["forward_passes"], 1, "{audit}");
+    // One read of the prompt: on CPU a lone long prompt is prefilled in 512-row calls (so a
+    // cancelled request stops within one), its last call reading the labels.
+    let tokens = audit["input_tokens"].as_u64().unwrap();
+    assert_eq!(audit["forward_passes"], tokens.div_ceil(512), "{audit}");
     let layout: Vec<&str> = audit["label_layout"]
         .as_array()
         .unwrap()
