@@ -151,7 +151,10 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/classify", post(classify::handle))
         .route("/v1/fields", post(fields::handle))
         .route("/plugins/jev-decison/infer", post(classify::handle))
-        .route("/plugins/jev-decison/capabilities", get(classify::capabilities))
+        .route(
+            "/plugins/jev-decison/capabilities",
+            get(classify::capabilities),
+        )
         .route("/v1/systemone/batch", post(batch::handle))
         .route("/v1/models", get(models))
         .merge(crate::plugin_api::routes())
@@ -263,7 +266,9 @@ async fn models(State(state): State<SharedState>) -> Response {
             owned_by: "decide",
         }],
         models: vec![JevModel {
-            description: format!("{served} served by decide: typed decisions read from next-token probabilities"),
+            description: format!(
+                "{served} served by decide: typed decisions read from next-token probabilities"
+            ),
             name: served,
             release_date: "2026-11-29",
         }],

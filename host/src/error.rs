@@ -342,7 +342,9 @@ mod tests {
     fn jev_errors_are_a_detail_list_for_validation_and_an_object_otherwise() {
         let body = |error: ApiError| {
             let response = error.into_response_for(Wire::SystemOne);
-            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
             let bytes = runtime
                 .block_on(axum::body::to_bytes(response.into_body(), 1 << 20))
                 .unwrap();

@@ -140,8 +140,13 @@ fn check_count(
 }
 
 /// `GET /v1/plugins`.
-#[utoipa::path(get, path = "/v1/plugins", operation_id = "list_plugins", tag = "plugins",
-    responses(crate::openapi::service::PluginListResponses))]
+#[utoipa::path(
+    get,
+    path = "/v1/plugins",
+    operation_id = "list_plugins",
+    tag = "plugins",
+    responses(crate::openapi::service::PluginListResponses)
+)]
 async fn list(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let result = (|| {
         let caller = state.directory.authenticate(&headers)?;

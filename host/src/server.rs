@@ -497,4 +497,3 @@ pub fn parse_device(name: &str) -> anyhow::Result<Device> {
         },
     }
 }
-

@@ -52,12 +52,17 @@ impl Contract {
     /// Checks `reply` to `method path` (`path` as the document writes it, `{name}` and all).
     fn check(&mut self, method: &str, path: &str, reply: &Reply) {
         let operation = &self.document["paths"][path][method];
-        assert!(operation.is_object(), "{method} {path} is not in the document");
+        assert!(
+            operation.is_object(),
+            "{method} {path} is not in the document"
+        );
         let status = reply.status.to_string();
         let Some(response) = operation["responses"].get(&status) else {
             panic!(
                 "{method} {path} answered {status}, which the document does not list ({:?}): {}",
-                operation["responses"].as_object().map(|r| r.keys().collect::<Vec<_>>()),
+                operation["responses"]
+                    .as_object()
+                    .map(|r| r.keys().collect::<Vec<_>>()),
                 reply.body
             );
         };
@@ -70,10 +75,14 @@ impl Contract {
             (None, None) => {}
             (None, Some(_)) if reply.body == Value::String(String::new()) => {}
             (None, Some(kind)) => {
-                panic!("{method} {path} {status}: a body of {kind} where none is documented: {}", reply.body)
+                panic!(
+                    "{method} {path} {status}: a body of {kind} where none is documented: {}",
+                    reply.body
+                )
             }
             (Some(content), kind) => {
-                let kind = kind.unwrap_or_else(|| panic!("{method} {path} {status}: no content-type"));
+                let kind =
+                    kind.unwrap_or_else(|| panic!("{method} {path} {status}: no content-type"));
                 assert!(
                     content.get(&kind).is_some(),
                     "{method} {path} {status}: content-type {kind} is not documented ({content})"
@@ -117,7 +126,11 @@ impl Contract {
         let mut missing = Vec::new();
         for (path, item) in self.document["paths"].as_object().unwrap() {
             for method in item.as_object().unwrap().keys() {
-                if !self.checked.iter().any(|(m, p, _)| m == method && p == path) {
+                if !self
+                    .checked
+                    .iter()
+                    .any(|(m, p, _)| m == method && p == path)
+                {
                     missing.push(format!("{method} {path}"));
                 }
             }
@@ -233,56 +246,138 @@ fn real_responses_match_the_openapi_document() {
     c.expect("get", "/health", s.get("/health"), 200);
     c.expect("get", "/metrics", s.get("/metrics"), 200);
     c.expect("get", "/v1/models", s.get("/v1/models"), 200);
-    c.expect("get", "/plugins/jev-decison/capabilities", s.get("/plugins/jev-decison/capabilities"), 200);
+    c.expect(
+        "get",
+        "/plugins/jev-decison/capabilities",
+        s.get("/plugins/jev-decison/capabilities"),
+        200,
+    );
 
     // OpenAI's Decisions format: answers, a refusal among answers, every error kind.
     let path = "/v1/decisions";
     c.expect("post", path, s.post(path, &decisions()), 200);
     let mut mixed = decisions();
     // 30 options do not fit the direct readout's 26 labels: that question alone is refused.
-    let many: Vec<Value> = (0..30).map(|i| json!({"value": format!("team {i}")})).collect();
+    let many: Vec<Value> = (0..30)
+        .map(|i| json!({"value": format!("team {i}")}))
+        .collect();
     mixed["questions"][1]["choices"] = json!(many);
     mixed["extra"] = json!({"detail": "none", "backend_options": {"readout": "direct"}});
     let reply = c.expect("post", path, s.post(path, &mixed), 200);
-    assert_eq!(reply.body["answers"][1]["type"], "refusal", "{}", reply.body);
+    assert_eq!(
+        reply.body["answers"][1]["type"], "refusal",
+        "{}",
+        reply.body
+    );
     c.expect("post", path, s.post(path, &fields()), 200);
-    c.expect("post", path, s.post(path, &json!({"model": "gpt-6-luna", "input": "x", "questions": []})), 400);
+    c.expect(
+        "post",
+        path,
+        s.post(
+            path,
+            &json!({"model": "gpt-6-luna", "input": "x", "questions": []}),
+        ),
+        400,
+    );
     let mut unknown = decisions();
     unknown["model"] = json!("no-such-model");
     c.expect("post", path, s.post(path, &unknown), 404);
     let big = json!({"model": "gpt-6-luna", "input": "x".repeat(400_000), "questions": []});
     c.expect("post", path, s.post(path, &big), 413);
-    let gzip = send(s, "post", path, None, json_body(&decisions()), &[("content-encoding", "gzip")]);
+    let gzip = send(
+        s,
+        "post",
+        path,
+        None,
+        json_body(&decisions()),
+        &[("content-encoding", "gzip")],
+    );
     c.expect("post", path, gzip, 415);
     // Every answer below its min_option_mass abstains: 422.
     let mut abstain = decisions();
     abstain["extra"] = json!({"min_option_mass": 1.0});
     c.expect("post", path, s.post(path, &abstain), 422);
-    let invalid_question = json!({"model": "gpt-6-luna", "input": "x", "questions": [{"type": "predicate"}]});
+    let invalid_question =
+        json!({"model": "gpt-6-luna", "input": "x", "questions": [{"type": "predicate"}]});
     c.expect("post", path, s.post(path, &invalid_question), 400);
-    c.expect("post", path, s.post(path, &json!({"context": "x", "schema": {}})), 422);
+    c.expect(
+        "post",
+        path,
+        s.post(path, &json!({"context": "x", "schema": {}})),
+        422,
+    );
 
     // /v1/fields.
     let path = "/v1/fields";
     c.expect("post", path, s.post(path, &fields()), 200);
-    c.expect("post", path, s.post(path, &json!({"context": "x", "schema": {"a": {"type": "text", "description": "d"}}})), 422);
-    c.expect("post", path, s.post_raw(path, "{not json", "application/json"), 422);
-    c.expect("post", path, s.post(path, &json!({"context": "y".repeat(400_000), "schema": {}})), 413);
-    let multipart = send(s, "post", path, None, Some((b"--b--".to_vec(), "multipart/form-data; boundary=b")), &[]);
+    c.expect(
+        "post",
+        path,
+        s.post(
+            path,
+            &json!({"context": "x", "schema": {"a": {"type": "text", "description": "d"}}}),
+        ),
+        422,
+    );
+    c.expect(
+        "post",
+        path,
+        s.post_raw(path, "{not json", "application/json"),
+        422,
+    );
+    c.expect(
+        "post",
+        path,
+        s.post(path, &json!({"context": "y".repeat(400_000), "schema": {}})),
+        413,
+    );
+    let multipart = send(
+        s,
+        "post",
+        path,
+        None,
+        Some((b"--b--".to_vec(), "multipart/form-data; boundary=b")),
+        &[],
+    );
     c.expect("post", path, multipart, 415);
 
     // TypeSafe's Jev format.
     let path = "/v1/systemone";
     let reply = c.expect("post", path, s.post(path, &systemone()), 200);
-    assert!(reply.body["partial_failures"]["broken"].is_object(), "{}", reply.body);
-    c.expect("post", path, s.post(path, &json!({"state": "", "questions": {}})), 422);
+    assert!(
+        reply.body["partial_failures"]["broken"].is_object(),
+        "{}",
+        reply.body
+    );
+    c.expect(
+        "post",
+        path,
+        s.post(path, &json!({"state": "", "questions": {}})),
+        422,
+    );
     c.expect("post", path, s.post(path, &json!({"model": "gpt-9", "state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}})), 404);
-    c.expect("post", path, s.post(path, &json!({"state": "z".repeat(400_000), "questions": {}})), 413);
-    let zstd = send(s, "post", path, None, json_body(&systemone()), &[("content-encoding", "br")]);
+    c.expect(
+        "post",
+        path,
+        s.post(
+            path,
+            &json!({"state": "z".repeat(400_000), "questions": {}}),
+        ),
+        413,
+    );
+    let zstd = send(
+        s,
+        "post",
+        path,
+        None,
+        json_body(&systemone()),
+        &[("content-encoding", "br")],
+    );
     c.expect("post", path, zstd, 415);
     // A prompt over --max-prompt-tokens: every question refused with 400.
     let long = "The parcel was late again and nobody answered the phone. ".repeat(300);
-    let over = json!({"state": long, "questions": {"q": {"type": "noul", "instructions": "Late?"}}});
+    let over =
+        json!({"state": long, "questions": {"q": {"type": "noul", "instructions": "Late?"}}});
     c.expect("post", path, s.post(path, &over), 400);
 
     // Batches.
@@ -290,12 +385,23 @@ fn real_responses_match_the_openapi_document() {
     let batch = json!({"questions": {"q": {"type": "noul", "instructions": "Is this about billing?"}},
                        "items": [{"state": "I was charged twice."}, {"state": ""}, {"state": {"k": 1}, "questions": {"u": {"type": "noul", "instructions": "Urgent?"}}}]});
     let reply = c.expect("post", path, s.post(path, &batch), 200);
-    assert!(reply.body["items"][1]["error"].is_object(), "{}", reply.body);
+    assert!(
+        reply.body["items"][1]["error"].is_object(),
+        "{}",
+        reply.body
+    );
     c.expect("post", path, s.post(path, &json!({"items": []})), 422);
     c.expect("post", path, s.post(path, &json!({"model": "gpt-9", "questions": {"q": {"type": "noul", "instructions": "?"}}, "items": [{"state": "x"}]})), 404);
     let heavy = json!({"questions": {"q": {"type": "noul", "instructions": "?"}}, "items": [{"state": "w".repeat(2500)}]});
     c.expect("post", path, s.post(path, &heavy), 413);
-    let multipart = send(s, "post", path, None, Some((b"--b--".to_vec(), "multipart/form-data; boundary=b")), &[]);
+    let multipart = send(
+        s,
+        "post",
+        path,
+        None,
+        Some((b"--b--".to_vec(), "multipart/form-data; boundary=b")),
+        &[],
+    );
     c.expect("post", path, multipart, 415);
 
     // JSON-Schema classification, on both of its paths.
@@ -313,7 +419,14 @@ fn real_responses_match_the_openapi_document() {
         let mut unknown = classify();
         unknown["model"] = json!("gpt-9");
         c.expect("post", path, s.post(path, &unknown), 404);
-        let br = send(s, "post", path, None, json_body(&classify()), &[("content-encoding", "br")]);
+        let br = send(
+            s,
+            "post",
+            path,
+            None,
+            json_body(&classify()),
+            &[("content-encoding", "br")],
+        );
         c.expect("post", path, br, 415);
     }
     let mut fixed = classify();
@@ -325,99 +438,474 @@ fn real_responses_match_the_openapi_document() {
     c.expect("get", "/v1/plugins", s.get("/v1/plugins"), 200);
     let sentiment = std::fs::read(test_guest("openai-sentiment")).unwrap();
     let wasm = |bytes: &[u8]| Some((bytes.to_vec(), "application/wasm"));
-    c.expect("put", "/v1/plugins/{name}", send(s, "put", "/v1/plugins/openai-sentiment", None, wasm(&sentiment), &[]), 403);
+    c.expect(
+        "put",
+        "/v1/plugins/{name}",
+        send(
+            s,
+            "put",
+            "/v1/plugins/openai-sentiment",
+            None,
+            wasm(&sentiment),
+            &[],
+        ),
+        403,
+    );
     c.expect("get", "/v1/calibration", s.get("/v1/calibration"), 403);
 
     // The admin API.
     let admin = Some(ADMIN);
     let tenants = "/admin/v1/tenants";
     c.expect("get", tenants, s.get(tenants), 401);
-    c.expect("get", tenants, send(s, "get", tenants, admin, None, &[]), 200);
+    c.expect(
+        "get",
+        tenants,
+        send(s, "get", tenants, admin, None, &[]),
+        200,
+    );
     let create = json!({"name": "contract", "limits": {"requests_per_minute": 600}, "settings": {"weight": 2}});
-    let tenant = c.expect("post", tenants, send(s, "post", tenants, admin, json_body(&create), &[]), 201);
+    let tenant = c.expect(
+        "post",
+        tenants,
+        send(s, "post", tenants, admin, json_body(&create), &[]),
+        201,
+    );
     let id = tenant.body["id"].as_str().unwrap().to_string();
-    c.expect("post", tenants, send(s, "post", tenants, admin, json_body(&create), &[]), 409);
-    c.expect("post", tenants, send(s, "post", tenants, admin, json_body(&json!({"name": ""})), &[]), 400);
-    c.expect("post", tenants, send(s, "post", tenants, admin, Some((b"{".to_vec(), "application/json")), &[("content-encoding", "br")]), 415);
+    c.expect(
+        "post",
+        tenants,
+        send(s, "post", tenants, admin, json_body(&create), &[]),
+        409,
+    );
+    c.expect(
+        "post",
+        tenants,
+        send(
+            s,
+            "post",
+            tenants,
+            admin,
+            json_body(&json!({"name": ""})),
+            &[],
+        ),
+        400,
+    );
+    c.expect(
+        "post",
+        tenants,
+        send(
+            s,
+            "post",
+            tenants,
+            admin,
+            Some((b"{".to_vec(), "application/json")),
+            &[("content-encoding", "br")],
+        ),
+        415,
+    );
     let one = "/admin/v1/tenants/{id}";
     let at = format!("{tenants}/{id}");
     c.expect("get", one, send(s, "get", &at, admin, None, &[]), 200);
-    c.expect("get", one, send(s, "get", "/admin/v1/tenants/tn_missing", admin, None, &[]), 404);
+    c.expect(
+        "get",
+        one,
+        send(s, "get", "/admin/v1/tenants/tn_missing", admin, None, &[]),
+        404,
+    );
     let patch = json!({"limits": {"requests_per_minute": null, "max_questions": 50}, "settings": {"min_option_mass": 0.0}});
-    c.expect("patch", one, send(s, "patch", &at, admin, json_body(&patch), &[]), 200);
-    c.expect("patch", one, send(s, "patch", &at, admin, json_body(&json!({"colour": 1})), &[]), 400);
+    c.expect(
+        "patch",
+        one,
+        send(s, "patch", &at, admin, json_body(&patch), &[]),
+        200,
+    );
+    c.expect(
+        "patch",
+        one,
+        send(
+            s,
+            "patch",
+            &at,
+            admin,
+            json_body(&json!({"colour": 1})),
+            &[],
+        ),
+        400,
+    );
     let keys = "/admin/v1/tenants/{id}/keys";
-    let key = c.expect("post", keys, send(s, "post", &format!("{at}/keys"), admin, None, &[]), 201);
+    let key = c.expect(
+        "post",
+        keys,
+        send(s, "post", &format!("{at}/keys"), admin, None, &[]),
+        201,
+    );
     let key_id = key.body["id"].as_str().unwrap().to_string();
     let key = key.body["key"].as_str().unwrap().to_string();
-    c.expect("post", keys, send(s, "post", &format!("{at}/keys"), admin, json_body(&json!({"x": 1})), &[]), 400);
-    c.expect("post", keys, send(s, "post", "/admin/v1/tenants/tn_missing/keys", admin, None, &[]), 404);
-    c.expect("get", keys, send(s, "get", &format!("{at}/keys"), admin, None, &[]), 200);
-    c.expect("get", keys, send(s, "get", "/admin/v1/tenants/tn_missing/keys", admin, None, &[]), 404);
+    c.expect(
+        "post",
+        keys,
+        send(
+            s,
+            "post",
+            &format!("{at}/keys"),
+            admin,
+            json_body(&json!({"x": 1})),
+            &[],
+        ),
+        400,
+    );
+    c.expect(
+        "post",
+        keys,
+        send(
+            s,
+            "post",
+            "/admin/v1/tenants/tn_missing/keys",
+            admin,
+            None,
+            &[],
+        ),
+        404,
+    );
+    c.expect(
+        "get",
+        keys,
+        send(s, "get", &format!("{at}/keys"), admin, None, &[]),
+        200,
+    );
+    c.expect(
+        "get",
+        keys,
+        send(
+            s,
+            "get",
+            "/admin/v1/tenants/tn_missing/keys",
+            admin,
+            None,
+            &[],
+        ),
+        404,
+    );
 
     // With a tenant, decision requests need a key.
     let key = Some(key.as_str());
-    c.expect("post", "/v1/decisions", s.post("/v1/decisions", &decisions()), 401);
-    c.expect("post", "/v1/decisions", send(s, "post", "/v1/decisions", key, json_body(&decisions()), &[]), 200);
-    c.expect("post", "/v1/systemone", s.post("/v1/systemone", &systemone()), 401);
-    c.expect("post", "/v1/systemone/batch", s.post("/v1/systemone/batch", &json!({"items": [{"state": "x"}]})), 401);
+    c.expect(
+        "post",
+        "/v1/decisions",
+        s.post("/v1/decisions", &decisions()),
+        401,
+    );
+    c.expect(
+        "post",
+        "/v1/decisions",
+        send(
+            s,
+            "post",
+            "/v1/decisions",
+            key,
+            json_body(&decisions()),
+            &[],
+        ),
+        200,
+    );
+    c.expect(
+        "post",
+        "/v1/systemone",
+        s.post("/v1/systemone", &systemone()),
+        401,
+    );
+    c.expect(
+        "post",
+        "/v1/systemone/batch",
+        s.post("/v1/systemone/batch", &json!({"items": [{"state": "x"}]})),
+        401,
+    );
     c.expect("post", "/v1/fields", s.post("/v1/fields", &fields()), 401);
-    c.expect("post", "/v1/classify", s.post("/v1/classify", &classify()), 401);
-    c.expect("post", "/plugins/jev-decison/infer", s.post("/plugins/jev-decison/infer", &classify()), 401);
+    c.expect(
+        "post",
+        "/v1/classify",
+        s.post("/v1/classify", &classify()),
+        401,
+    );
+    c.expect(
+        "post",
+        "/plugins/jev-decison/infer",
+        s.post("/plugins/jev-decison/infer", &classify()),
+        401,
+    );
     c.expect("get", "/v1/plugins", s.get("/v1/plugins"), 401);
     let usage = "/admin/v1/tenants/{id}/usage";
-    c.expect("get", usage, send(s, "get", &format!("{at}/usage"), admin, None, &[]), 200);
-    c.expect("get", usage, send(s, "get", "/admin/v1/tenants/default/usage", admin, None, &[]), 200);
-    c.expect("get", usage, send(s, "get", "/admin/v1/tenants/tn_missing/usage", admin, None, &[]), 404);
+    c.expect(
+        "get",
+        usage,
+        send(s, "get", &format!("{at}/usage"), admin, None, &[]),
+        200,
+    );
+    c.expect(
+        "get",
+        usage,
+        send(
+            s,
+            "get",
+            "/admin/v1/tenants/default/usage",
+            admin,
+            None,
+            &[],
+        ),
+        200,
+    );
+    c.expect(
+        "get",
+        usage,
+        send(
+            s,
+            "get",
+            "/admin/v1/tenants/tn_missing/usage",
+            admin,
+            None,
+            &[],
+        ),
+        404,
+    );
 
     // The tenant's own plugins.
     let plugin = "/v1/plugins/{name}";
     let at_plugin = "/v1/plugins/openai-sentiment";
-    c.expect("put", plugin, send(s, "put", at_plugin, key, Some((sentiment.clone(), "application/octet-stream")), &[]), 415);
-    c.expect("put", plugin, send(s, "put", at_plugin, key, wasm(b"not a component"), &[]), 400);
-    c.expect("put", plugin, send(s, "put", "/v1/plugins/Bad%20Name", key, wasm(&sentiment), &[]), 400);
-    c.expect("put", plugin, send(s, "put", at_plugin, None, wasm(&sentiment), &[]), 401);
-    c.expect("put", plugin, send(s, "put", at_plugin, key, wasm(&sentiment), &[]), 200);
-    c.expect("put", plugin, send(s, "put", at_plugin, key, wasm(&sentiment), &[]), 200);
-    c.expect("get", "/v1/plugins", send(s, "get", "/v1/plugins", key, None, &[]), 200);
+    c.expect(
+        "put",
+        plugin,
+        send(
+            s,
+            "put",
+            at_plugin,
+            key,
+            Some((sentiment.clone(), "application/octet-stream")),
+            &[],
+        ),
+        415,
+    );
+    c.expect(
+        "put",
+        plugin,
+        send(s, "put", at_plugin, key, wasm(b"not a component"), &[]),
+        400,
+    );
+    c.expect(
+        "put",
+        plugin,
+        send(
+            s,
+            "put",
+            "/v1/plugins/Bad%20Name",
+            key,
+            wasm(&sentiment),
+            &[],
+        ),
+        400,
+    );
+    c.expect(
+        "put",
+        plugin,
+        send(s, "put", at_plugin, None, wasm(&sentiment), &[]),
+        401,
+    );
+    c.expect(
+        "put",
+        plugin,
+        send(s, "put", at_plugin, key, wasm(&sentiment), &[]),
+        200,
+    );
+    c.expect(
+        "put",
+        plugin,
+        send(s, "put", at_plugin, key, wasm(&sentiment), &[]),
+        200,
+    );
+    c.expect(
+        "get",
+        "/v1/plugins",
+        send(s, "get", "/v1/plugins", key, None, &[]),
+        200,
+    );
     let versions = "/v1/plugins/{name}/versions";
-    c.expect("get", versions, send(s, "get", &format!("{at_plugin}/versions"), key, None, &[]), 200);
-    c.expect("get", versions, send(s, "get", "/v1/plugins/openai-none/versions", key, None, &[]), 404);
-    c.expect("get", versions, send(s, "get", &format!("{at_plugin}/versions"), None, None, &[]), 401);
+    c.expect(
+        "get",
+        versions,
+        send(s, "get", &format!("{at_plugin}/versions"), key, None, &[]),
+        200,
+    );
+    c.expect(
+        "get",
+        versions,
+        send(s, "get", "/v1/plugins/openai-none/versions", key, None, &[]),
+        404,
+    );
+    c.expect(
+        "get",
+        versions,
+        send(s, "get", &format!("{at_plugin}/versions"), None, None, &[]),
+        401,
+    );
     let rollback = "/v1/plugins/{name}/rollback";
     let at_rollback = format!("{at_plugin}/rollback");
-    c.expect("post", rollback, send(s, "post", &at_rollback, key, json_body(&json!({"version": 1})), &[]), 200);
-    c.expect("post", rollback, send(s, "post", &at_rollback, key, json_body(&json!({"version": 9})), &[]), 404);
-    c.expect("post", rollback, send(s, "post", &at_rollback, key, json_body(&json!({"version": 0})), &[]), 400);
-    c.expect("post", rollback, send(s, "post", &at_rollback, key, json_body(&json!({"pad": "p".repeat(5000)})), &[]), 413);
-    c.expect("delete", plugin, send(s, "delete", at_plugin, key, None, &[]), 204);
-    c.expect("delete", plugin, send(s, "delete", at_plugin, key, None, &[]), 404);
+    c.expect(
+        "post",
+        rollback,
+        send(
+            s,
+            "post",
+            &at_rollback,
+            key,
+            json_body(&json!({"version": 1})),
+            &[],
+        ),
+        200,
+    );
+    c.expect(
+        "post",
+        rollback,
+        send(
+            s,
+            "post",
+            &at_rollback,
+            key,
+            json_body(&json!({"version": 9})),
+            &[],
+        ),
+        404,
+    );
+    c.expect(
+        "post",
+        rollback,
+        send(
+            s,
+            "post",
+            &at_rollback,
+            key,
+            json_body(&json!({"version": 0})),
+            &[],
+        ),
+        400,
+    );
+    c.expect(
+        "post",
+        rollback,
+        send(
+            s,
+            "post",
+            &at_rollback,
+            key,
+            json_body(&json!({"pad": "p".repeat(5000)})),
+            &[],
+        ),
+        413,
+    );
+    c.expect(
+        "delete",
+        plugin,
+        send(s, "delete", at_plugin, key, None, &[]),
+        204,
+    );
+    c.expect(
+        "delete",
+        plugin,
+        send(s, "delete", at_plugin, key, None, &[]),
+        404,
+    );
 
     // The tenant's calibration: none, a file too small, a fit started and one refused while
     // it runs.
     let calibration = "/v1/calibration";
-    c.expect("get", calibration, send(s, "get", calibration, key, None, &[]), 200);
-    c.expect("delete", calibration, send(s, "delete", calibration, key, None, &[]), 404);
-    c.expect("delete", calibration, send(s, "delete", calibration, None, None, &[]), 401);
+    c.expect(
+        "get",
+        calibration,
+        send(s, "get", calibration, key, None, &[]),
+        200,
+    );
+    c.expect(
+        "delete",
+        calibration,
+        send(s, "delete", calibration, key, None, &[]),
+        404,
+    );
+    c.expect(
+        "delete",
+        calibration,
+        send(s, "delete", calibration, None, None, &[]),
+        401,
+    );
     let text = |body: String| Some((body.into_bytes(), "application/x-ndjson"));
-    let questions = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../calibration/default.jsonl")).unwrap();
+    let questions = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../calibration/default.jsonl"
+    ))
+    .unwrap();
     let few: String = questions.lines().take(3).collect::<Vec<_>>().join("\n");
-    c.expect("put", calibration, send(s, "put", calibration, key, text(few), &[]), 400);
+    c.expect(
+        "put",
+        calibration,
+        send(s, "put", calibration, key, text(few), &[]),
+        400,
+    );
     let fifty: String = questions.lines().take(50).collect::<Vec<_>>().join("\n");
-    c.expect("put", calibration, send(s, "put", calibration, key, text(fifty.clone()), &[]), 202);
-    c.expect("put", calibration, send(s, "put", calibration, key, text(fifty), &[]), 409);
-    c.expect("get", calibration, send(s, "get", calibration, key, None, &[]), 200);
+    c.expect(
+        "put",
+        calibration,
+        send(s, "put", calibration, key, text(fifty.clone()), &[]),
+        202,
+    );
+    c.expect(
+        "put",
+        calibration,
+        send(s, "put", calibration, key, text(fifty), &[]),
+        409,
+    );
+    c.expect(
+        "get",
+        calibration,
+        send(s, "get", calibration, key, None, &[]),
+        200,
+    );
 
     // Revoking and deleting.
     let revoke = "/admin/v1/tenants/{id}/keys/{key_id}";
-    c.expect("delete", revoke, send(s, "delete", &format!("{at}/keys/{key_id}"), admin, None, &[]), 204);
-    c.expect("delete", revoke, send(s, "delete", &format!("{at}/keys/{key_id}"), admin, None, &[]), 404);
+    c.expect(
+        "delete",
+        revoke,
+        send(
+            s,
+            "delete",
+            &format!("{at}/keys/{key_id}"),
+            admin,
+            None,
+            &[],
+        ),
+        204,
+    );
+    c.expect(
+        "delete",
+        revoke,
+        send(
+            s,
+            "delete",
+            &format!("{at}/keys/{key_id}"),
+            admin,
+            None,
+            &[],
+        ),
+        404,
+    );
     c.expect("delete", one, send(s, "delete", &at, admin, None, &[]), 204);
     c.expect("delete", one, send(s, "delete", &at, admin, None, &[]), 404);
 
     // Without --admin-key the admin API is off: 403.
     let plain = Server::start(&["--ready-delay-ms", "60000"]);
-    c.expect("get", tenants, send(&plain, "get", tenants, admin, None, &[]), 403);
+    c.expect(
+        "get",
+        tenants,
+        send(&plain, "get", tenants, admin, None, &[]),
+        403,
+    );
     // While loading: 503 (with Retry-After) from every endpoint that needs the model.
     c.expect("get", "/health", plain.get("/health"), 503);
     c.expect("get", "/v1/models", plain.get("/v1/models"), 503);
@@ -426,12 +914,19 @@ fn real_responses_match_the_openapi_document() {
         ("/v1/decisions", fields()),
         ("/v1/fields", fields()),
         ("/v1/systemone", systemone()),
-        ("/v1/systemone/batch", json!({"items": [{"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}]})),
+        (
+            "/v1/systemone/batch",
+            json!({"items": [{"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}]}),
+        ),
         ("/v1/classify", classify()),
         ("/plugins/jev-decison/infer", classify()),
     ] {
         let reply = c.expect("post", path, plain.post(path, &body), 503);
-        assert!(reply.headers.get("retry-after").is_some(), "{path}: {:?}", reply.headers);
+        assert!(
+            reply.headers.get("retry-after").is_some(),
+            "{path}: {:?}",
+            reply.headers
+        );
     }
     c.expect("get", "/v1/plugins", plain.get("/v1/plugins"), 503);
 

@@ -109,7 +109,11 @@ fn systemone_validation_errors_are_422_with_a_detail_list() {
         &json!({"state": "I was charged twice.", "questions": question, "metadata": {"team": "a"}, "stream": false}),
     );
     assert_eq!(extra.status, 200, "{}", extra.body);
-    assert!(extra.body["answers"]["q"]["noul"].is_number(), "{}", extra.body);
+    assert!(
+        extra.body["answers"]["q"]["noul"].is_number(),
+        "{}",
+        extra.body
+    );
     let openai_extra = server.post(
         "/v1/decisions",
         &json!({"model": "smol", "input": "x", "metadata": {}, "questions": [{"type": "predicate", "instructions": "?"}]}),
@@ -122,7 +126,10 @@ fn systemone_validation_errors_are_422_with_a_detail_list() {
         &json!({"model": "nonesuch", "state": "x", "questions": question}),
     );
     assert_eq!(unknown_model.status, 404, "{}", unknown_model.body);
-    assert_eq!(unknown_model.body["detail"]["error_type"], "not_found_error");
+    assert_eq!(
+        unknown_model.body["detail"]["error_type"],
+        "not_found_error"
+    );
     assert!(
         unknown_model.body["detail"]["message"]
             .as_str()

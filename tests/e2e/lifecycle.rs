@@ -10,7 +10,8 @@ use crate::server::Server;
 /// A request that keeps the model busy for a few seconds on the test model: 24 questions over
 /// a long input.
 fn slow_request() -> Value {
-    let input = "The parcel arrived late and the box was crushed; the customer wants a refund. ".repeat(40);
+    let input =
+        "The parcel arrived late and the box was crushed; the customer wants a refund. ".repeat(40);
     let questions: Vec<Value> = (0..24)
         .map(|i| json!({"type": "predicate", "instructions": format!("The message mentions item {i}.")}))
         .collect();
@@ -20,7 +21,11 @@ fn slow_request() -> Value {
 /// Waits until `/health` counts `n` requests in flight (itself included).
 fn wait_in_flight(server: &Server, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while server.get("/health").body["in_flight"].as_u64().unwrap_or(0) < n {
+    while server.get("/health").body["in_flight"]
+        .as_u64()
+        .unwrap_or(0)
+        < n
+    {
         assert!(Instant::now() < deadline, "the slow request never started");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -36,7 +41,11 @@ fn sigterm_finishes_the_requests_in_flight_then_exits_0() {
         server.signal("TERM");
         slow.join().expect("the slow request's thread")
     });
-    assert_eq!(reply.status, 200, "the request in flight was finished: {}", reply.body);
+    assert_eq!(
+        reply.status, 200,
+        "the request in flight was finished: {}",
+        reply.body
+    );
     assert_eq!(reply.body["answers"].as_array().map(Vec::len), Some(24));
     let status = server
         .wait_exit(Duration::from_secs(60))
@@ -64,7 +73,10 @@ fn past_the_drain_timeout_the_rest_is_abandoned_and_the_exit_is_1() {
             .wait_exit(Duration::from_secs(30))
             .expect("the server exits at the drain deadline");
         assert_eq!(status.code(), Some(1), "cut short: exit 1, got {status:?}");
-        assert!(slow.join().unwrap().is_err(), "the abandoned request got no answer");
+        assert!(
+            slow.join().unwrap().is_err(),
+            "the abandoned request got no answer"
+        );
     });
 }
 

@@ -109,8 +109,8 @@ pub async fn run(
         Ok((decided, _)) => decided,
         Err(error) => return Err(as_fields_error(error)),
     };
-    let mut response = axum::Json(respond(&parsed, &decided, started, max_prompt_tokens))
-        .into_response();
+    let mut response =
+        axum::Json(respond(&parsed, &decided, started, max_prompt_tokens)).into_response();
     super::add_step_times(&mut response, &decided);
     Ok(response)
 }
@@ -185,7 +185,11 @@ fn parse(value: &Value, max_input_chars: usize, max_fields: usize) -> Result<Par
         Some(other) => {
             return Err(j::invalid(
                 &loc!["strategy"],
-                format!("must be one of {}, got {}", STRATEGIES.join(", "), j::compact(other)),
+                format!(
+                    "must be one of {}, got {}",
+                    STRATEGIES.join(", "),
+                    j::compact(other)
+                ),
             ))
         }
     };
@@ -198,12 +202,13 @@ fn parse(value: &Value, max_input_chars: usize, max_fields: usize) -> Result<Par
         {
             Some(salt.clone())
         }
-        Some(other) => {
-            return Err(j::invalid(
-                &loc!["cache_salt"],
-                format!("must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters, got {}", j::type_name(other)),
-            ))
-        }
+        Some(other) => return Err(j::invalid(
+            &loc!["cache_salt"],
+            format!(
+                "must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters, got {}",
+                j::type_name(other)
+            ),
+        )),
     };
     Ok(Parsed {
         context,
@@ -230,7 +235,10 @@ fn number_in(
             Some(x) if (low..=high).contains(&x) => Ok(Some(x)),
             _ => Err(j::invalid(
                 &loc![field],
-                format!("must be a number from {low} to {high}, got {}", j::compact(value)),
+                format!(
+                    "must be a number from {low} to {high}, got {}",
+                    j::compact(value)
+                ),
             )),
         },
     }
@@ -241,13 +249,18 @@ fn parse_field(name: &str, field: &Value, loc: &crate::error::Loc) -> Result<Lea
     if count == 0 || count > MAX_NAME_CHARS || name.chars().any(char::is_control) {
         return Err(j::invalid(
             loc,
-            format!("a field name must be 1 to {MAX_NAME_CHARS} characters without control characters"),
+            format!(
+                "a field name must be 1 to {MAX_NAME_CHARS} characters without control characters"
+            ),
         ));
     }
     let map = j::object(field, loc)?;
     j::only_fields(map, &["type", "description", "choices"], loc)?;
     let kind = j::string(j::required(map, "type", loc)?, &at(loc, "type"))?;
-    let description = j::string(j::required(map, "description", loc)?, &at(loc, "description"))?;
+    let description = j::string(
+        j::required(map, "description", loc)?,
+        &at(loc, "description"),
+    )?;
     if description.chars().count() > MAX_DESCRIPTION_CHARS {
         return Err(j::invalid(
             &at(loc, "description"),
@@ -264,7 +277,10 @@ fn parse_field(name: &str, field: &Value, loc: &crate::error::Loc) -> Result<Lea
             }
             Values::Boolean
         }
-        "enum" => Values::Listed(choices(j::required(map, "choices", loc)?, &at(loc, "choices"))?),
+        "enum" => Values::Listed(choices(
+            j::required(map, "choices", loc)?,
+            &at(loc, "choices"),
+        )?),
         other => {
             return Err(j::invalid(
                 &at(loc, "type"),
@@ -298,7 +314,10 @@ fn choices(value: &Value, loc: &crate::error::Loc) -> Result<Vec<Value>, ApiErro
             ));
         }
         if !seen.insert(text) {
-            return Err(j::invalid(&at(loc, i), format!("duplicate choice {text:?}")));
+            return Err(j::invalid(
+                &at(loc, i),
+                format!("duplicate choice {text:?}"),
+            ));
         }
     }
     Ok(list.clone())
@@ -314,7 +333,12 @@ fn respond(
     let mut fields = Map::new();
     let mut abstained_fields = Vec::new();
     let mut calibrated = true;
-    for ((name, leaf), outcome) in parsed.names.iter().zip(&parsed.leaves).zip(&decided.outcomes) {
+    for ((name, leaf), outcome) in parsed
+        .names
+        .iter()
+        .zip(&parsed.leaves)
+        .zip(&decided.outcomes)
+    {
         let field = match outcome {
             Outcome::Answer(answer) => {
                 calibrated &= matches!(
@@ -385,7 +409,11 @@ mod tests {
         match parse(&body, 100_000, 64) {
             Ok(_) => panic!("{body} parsed"),
             Err(error) => {
-                assert_eq!(error.status(Wire::SystemOne), StatusCode::UNPROCESSABLE_ENTITY, "{error}");
+                assert_eq!(
+                    error.status(Wire::SystemOne),
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "{error}"
+                );
                 error.to_string()
             }
         }
@@ -394,8 +422,12 @@ mod tests {
     #[test]
     fn the_shape_is_told_apart_from_openais() {
         assert!(is_fields_request(&valid()));
-        assert!(!is_fields_request(&json!({"input": "x", "questions": [], "context": "x", "schema": {}})));
-        assert!(!is_fields_request(&json!({"model": "m", "input": "x", "questions": []})));
+        assert!(!is_fields_request(
+            &json!({"input": "x", "questions": [], "context": "x", "schema": {}})
+        ));
+        assert!(!is_fields_request(
+            &json!({"model": "m", "input": "x", "questions": []})
+        ));
     }
 
     #[test]
@@ -412,29 +444,87 @@ mod tests {
         type Change = Box<dyn Fn(&mut Value)>;
         let cases: Vec<(Change, &str)> = vec![
             (Box::new(|b| b["context"] = json!("")), "context"),
-            (Box::new(|b| b["context"] = json!("x".repeat(100_001))), "context: 100001 characters"),
-            (Box::new(|b| b["schema"] = json!({})), "schema: must have 1 to 64"),
-            (Box::new(|b| b["schema"]["team"]["choices"] = json!(["a"])), "schema.team.choices: must have 2"),
-            (Box::new(|b| b["schema"]["team"]["choices"] = json!(["a", "a"])), "schema.team.choices[1]: duplicate"),
-            (Box::new(|b| b["schema"]["team"]["choices"] = json!(["a", " "])), "schema.team.choices[1]: must not be empty"),
-            (Box::new(|b| b["schema"]["team"]["choices"] = json!(["a", "b".repeat(1001)])), "at most 1000"),
-            (Box::new(|b| b["schema"]["refund"]["description"] = json!("d".repeat(4001))), "at most 4000"),
-            (Box::new(|b| b["schema"]["refund"]["description"] = json!("")), "schema.refund.description"),
-            (Box::new(|b| b["schema"]["refund"]["choices"] = json!(["a", "b"])), "only to fields of type enum"),
-            (Box::new(|b| b["schema"]["refund"]["type"] = json!("string")), "schema.refund.type"),
-            (Box::new(|b| b["schema"]["refund"]["extra"] = json!(1)), "schema.refund.extra: unknown field"),
-            (Box::new(|b| b["schema"]["a\u{7}b"] = json!({"type": "boolean", "description": "x"})), "control characters"),
-            (Box::new(|b| b["schema"]["n".repeat(129)] = json!({"type": "boolean", "description": "x"})), "1 to 128"),
+            (
+                Box::new(|b| b["context"] = json!("x".repeat(100_001))),
+                "context: 100001 characters",
+            ),
+            (
+                Box::new(|b| b["schema"] = json!({})),
+                "schema: must have 1 to 64",
+            ),
+            (
+                Box::new(|b| b["schema"]["team"]["choices"] = json!(["a"])),
+                "schema.team.choices: must have 2",
+            ),
+            (
+                Box::new(|b| b["schema"]["team"]["choices"] = json!(["a", "a"])),
+                "schema.team.choices[1]: duplicate",
+            ),
+            (
+                Box::new(|b| b["schema"]["team"]["choices"] = json!(["a", " "])),
+                "schema.team.choices[1]: must not be empty",
+            ),
+            (
+                Box::new(|b| b["schema"]["team"]["choices"] = json!(["a", "b".repeat(1001)])),
+                "at most 1000",
+            ),
+            (
+                Box::new(|b| b["schema"]["refund"]["description"] = json!("d".repeat(4001))),
+                "at most 4000",
+            ),
+            (
+                Box::new(|b| b["schema"]["refund"]["description"] = json!("")),
+                "schema.refund.description",
+            ),
+            (
+                Box::new(|b| b["schema"]["refund"]["choices"] = json!(["a", "b"])),
+                "only to fields of type enum",
+            ),
+            (
+                Box::new(|b| b["schema"]["refund"]["type"] = json!("string")),
+                "schema.refund.type",
+            ),
+            (
+                Box::new(|b| b["schema"]["refund"]["extra"] = json!(1)),
+                "schema.refund.extra: unknown field",
+            ),
+            (
+                Box::new(|b| {
+                    b["schema"]["a\u{7}b"] = json!({"type": "boolean", "description": "x"})
+                }),
+                "control characters",
+            ),
+            (
+                Box::new(|b| {
+                    b["schema"]["n".repeat(129)] = json!({"type": "boolean", "description": "x"})
+                }),
+                "1 to 128",
+            ),
             (Box::new(|b| b["extra"] = json!(1)), "extra: unknown field"),
-            (Box::new(|b| b["score_temperature"] = json!(0.01)), "score_temperature: must be a number from 0.05 to 10"),
-            (Box::new(|b| b["min_probability"] = json!(1.5)), "min_probability"),
+            (
+                Box::new(|b| b["score_temperature"] = json!(0.01)),
+                "score_temperature: must be a number from 0.05 to 10",
+            ),
+            (
+                Box::new(|b| b["min_probability"] = json!(1.5)),
+                "min_probability",
+            ),
             (Box::new(|b| b["cache_salt"] = json!("")), "cache_salt"),
-            (Box::new(|b| b["cache_salt"] = json!("s".repeat(257))), "cache_salt"),
-            (Box::new(|b| b["strategy"] = json!("stream")), "strategy: must be one of"),
+            (
+                Box::new(|b| b["cache_salt"] = json!("s".repeat(257))),
+                "cache_salt",
+            ),
+            (
+                Box::new(|b| b["strategy"] = json!("stream")),
+                "strategy: must be one of",
+            ),
         ];
         for (change, words) in cases {
             let message = rejected(change);
-            assert!(message.contains(words), "{message} does not contain {words}");
+            assert!(
+                message.contains(words),
+                "{message} does not contain {words}"
+            );
         }
         let mut many = valid();
         for i in 0..65 {

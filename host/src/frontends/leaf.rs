@@ -100,7 +100,10 @@ impl Leaf {
         };
         let keys: Vec<String> = match &self.values {
             Values::Boolean => vec!["true".into(), "false".into()],
-            Values::Listed(_) => texts.iter().map(|l| Value::from(l.as_str()).to_string()).collect(),
+            Values::Listed(_) => texts
+                .iter()
+                .map(|l| Value::from(l.as_str()).to_string())
+                .collect(),
         };
         let read_labels = &answer.readout.labels;
         let candidates: Vec<Candidate> = values
@@ -110,7 +113,9 @@ impl Leaf {
             .map(|((value, text), key)| {
                 let at = answer.option_keys.iter().position(|k| k == key);
                 let label = match at {
-                    Some(i) if read_labels.len() == answer.option_keys.len() => read_labels[i].clone(),
+                    Some(i) if read_labels.len() == answer.option_keys.len() => {
+                        read_labels[i].clone()
+                    }
                     _ => text,
                 };
                 Candidate {
@@ -180,7 +185,10 @@ mod tests {
 
     #[test]
     fn labels_are_plain_unless_two_values_would_look_alike() {
-        assert_eq!(labels(&[json!("low"), json!(2), json!({"a": 1})]), ["low", "2", r#"{"a":1}"#]);
+        assert_eq!(
+            labels(&[json!("low"), json!(2), json!({"a": 1})]),
+            ["low", "2", r#"{"a":1}"#]
+        );
         assert_eq!(labels(&[json!("1"), json!(1)]), [r#""1""#, "1"]);
         assert_eq!(labels(&[json!(" "), json!("x")]), [r#"" ""#, r#""x""#]);
     }

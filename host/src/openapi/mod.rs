@@ -329,12 +329,22 @@ mod tests {
             ("/admin/v1/tenants/{id}/usage", &["get"]),
         ];
         for (path, methods) in expected {
-            let item = paths.get(*path).unwrap_or_else(|| panic!("{path} is not documented"));
+            let item = paths
+                .get(*path)
+                .unwrap_or_else(|| panic!("{path} is not documented"));
             for method in *methods {
-                assert!(item.get(*method).is_some(), "{method} {path} is not documented");
+                assert!(
+                    item.get(*method).is_some(),
+                    "{method} {path} is not documented"
+                );
             }
         }
-        assert_eq!(paths.len(), expected.len(), "{:?}", paths.keys().collect::<Vec<_>>());
+        assert_eq!(
+            paths.len(),
+            expected.len(),
+            "{:?}",
+            paths.keys().collect::<Vec<_>>()
+        );
         let mut ids = std::collections::HashSet::new();
         for item in paths.values() {
             for operation in item.as_object().unwrap().values() {
@@ -374,14 +384,21 @@ mod tests {
     #[test]
     fn the_strict_request_shapes_refuse_unknown_fields_and_systemone_does_not() {
         let schemas = &document()["components"]["schemas"];
-        for strict in ["DecisionsRequest", "FieldsRequest", "BatchRequest", "ClassifyRequest"] {
+        for strict in [
+            "DecisionsRequest",
+            "FieldsRequest",
+            "BatchRequest",
+            "ClassifyRequest",
+        ] {
             assert_eq!(
                 schemas[strict]["additionalProperties"],
                 serde_json::json!(false),
                 "{strict}"
             );
         }
-        assert!(schemas["SystemOneRequest"].get("additionalProperties").is_none());
+        assert!(schemas["SystemOneRequest"]
+            .get("additionalProperties")
+            .is_none());
         let body = &schemas["DecisionsBody"];
         assert_eq!(body["oneOf"].as_array().map(Vec::len), Some(2), "{body}");
     }
@@ -467,21 +484,51 @@ mod request_tests {
         validate_at(&body("/plugins/jev-decison/infer"), &classify).unwrap();
 
         let broken = [
-            ("/v1/decisions", json!({"model": "m", "input": "x", "questions": []})),
-            ("/v1/decisions", json!({"model": "m", "input": " ", "questions": [{"type": "predicate", "instructions": "?"}]})),
-            ("/v1/decisions", json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "?", "colour": 1}]})),
-            ("/v1/decisions", json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "name": null, "instructions": "?"}]})),
-            ("/v1/decisions", json!({"model": "m", "input": "x", "surprise": 1, "questions": [{"type": "predicate", "instructions": "?"}]})),
-            ("/v1/decisions", json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "?"}], "extra": {"detail": "everything"}})),
+            (
+                "/v1/decisions",
+                json!({"model": "m", "input": "x", "questions": []}),
+            ),
+            (
+                "/v1/decisions",
+                json!({"model": "m", "input": " ", "questions": [{"type": "predicate", "instructions": "?"}]}),
+            ),
+            (
+                "/v1/decisions",
+                json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "?", "colour": 1}]}),
+            ),
+            (
+                "/v1/decisions",
+                json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "name": null, "instructions": "?"}]}),
+            ),
+            (
+                "/v1/decisions",
+                json!({"model": "m", "input": "x", "surprise": 1, "questions": [{"type": "predicate", "instructions": "?"}]}),
+            ),
+            (
+                "/v1/decisions",
+                json!({"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "?"}], "extra": {"detail": "everything"}}),
+            ),
             ("/v1/fields", json!({"context": "x", "schema": {}})),
-            ("/v1/fields", json!({"context": "x", "schema": {"a": {"type": "enum", "description": "d", "choices": ["only"]}}})),
+            (
+                "/v1/fields",
+                json!({"context": "x", "schema": {"a": {"type": "enum", "description": "d", "choices": ["only"]}}}),
+            ),
             ("/v1/systemone", json!({"state": "x", "questions": {}})),
-            ("/v1/systemone", json!({"state": "x", "questions": {"q": {"type": "choice", "criteria": {"a": null}}}})),
+            (
+                "/v1/systemone",
+                json!({"state": "x", "questions": {"q": {"type": "choice", "criteria": {"a": null}}}}),
+            ),
             ("/v1/systemone/batch", json!({"items": []})),
-            ("/v1/classify", json!({"state": "x", "question": "q", "schema": {}, "mode": "generate"})),
+            (
+                "/v1/classify",
+                json!({"state": "x", "question": "q", "schema": {}, "mode": "generate"}),
+            ),
         ];
         for (path, value) in broken {
-            assert!(validate_at(&body(path), &value).is_err(), "{path} accepted {value}");
+            assert!(
+                validate_at(&body(path), &value).is_err(),
+                "{path} accepted {value}"
+            );
         }
     }
 }

@@ -248,7 +248,10 @@ pub struct TenantUsage {
 #[serde(deny_unknown_fields)]
 pub struct TenantCreate {
     /// 1 to 128 characters, not blank, no control characters; unique (else 409).
-    #[schema(pattern = r"^[^\x00-\x1f\x7f-\x9f]*\S[^\x00-\x1f\x7f-\x9f]*$", max_length = 128)]
+    #[schema(
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*\S[^\x00-\x1f\x7f-\x9f]*$",
+        max_length = 128
+    )]
     pub name: String,
     /// Limits not set take the server-wide `--tenant-*` defaults.
     pub limits: Option<TenantLimits>,
@@ -260,7 +263,10 @@ pub struct TenantCreate {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantUpdate {
-    #[schema(pattern = r"^[^\x00-\x1f\x7f-\x9f]*\S[^\x00-\x1f\x7f-\x9f]*$", max_length = 128)]
+    #[schema(
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*\S[^\x00-\x1f\x7f-\x9f]*$",
+        max_length = 128
+    )]
     pub name: Option<String>,
     pub limits: Option<TenantLimits>,
     pub settings: Option<TenantSettings>,
@@ -296,7 +302,10 @@ pub enum HealthResponses {
 /// The statuses of `GET /v1/plugins`.
 #[derive(IntoResponses)]
 pub enum PluginListResponses {
-    #[response(status = 200, description = "Built-ins, the operator's and the caller's own.")]
+    #[response(
+        status = 200,
+        description = "Built-ins, the operator's and the caller's own."
+    )]
     Ok(PluginList),
     #[response(status = 401, description = "The key is missing or not valid.")]
     Unauthorized(OpenAiError),
@@ -307,7 +316,10 @@ pub enum PluginListResponses {
 /// The statuses of `PUT /v1/plugins/{name}`.
 #[derive(IntoResponses)]
 pub enum UploadResponses {
-    #[response(status = 200, description = "Checked, stored and swapped in for the tenant.")]
+    #[response(
+        status = 200,
+        description = "Checked, stored and swapped in for the tenant."
+    )]
     Ok(InstalledPlugin),
     /// Not a plugin name, an empty body, or a component that fails its checks (the current one
     /// keeps serving).
@@ -315,7 +327,10 @@ pub enum UploadResponses {
     Invalid(OpenAiError),
     #[response(status = 401, description = "The key is missing or not valid.")]
     Unauthorized(OpenAiError),
-    #[response(status = 403, description = "Not a tenant's key: the server's own plugins are the --plugins directory.")]
+    #[response(
+        status = 403,
+        description = "Not a tenant's key: the server's own plugins are the --plugins directory."
+    )]
     Forbidden(OpenAiError),
     #[response(status = 409, description = "The tenant has its `max_plugins`.")]
     Conflict(OpenAiError),
@@ -330,7 +345,10 @@ pub enum UploadResponses {
 /// The statuses of `DELETE /v1/plugins/{name}`.
 #[derive(IntoResponses)]
 pub enum RemoveResponses {
-    #[response(status = 204, description = "Removed: the operator's or built-in plugin of that name serves again.")]
+    #[response(
+        status = 204,
+        description = "Removed: the operator's or built-in plugin of that name serves again."
+    )]
     Removed,
     #[response(status = 400, description = "Not a plugin name.")]
     Invalid(OpenAiError),
@@ -355,7 +373,10 @@ pub enum VersionsResponses {
     Unauthorized(OpenAiError),
     #[response(status = 403, description = "Not a tenant's key.")]
     Forbidden(OpenAiError),
-    #[response(status = 404, description = "The tenant never uploaded a plugin of that name.")]
+    #[response(
+        status = 404,
+        description = "The tenant never uploaded a plugin of that name."
+    )]
     NotFound(OpenAiError),
 }
 
@@ -378,7 +399,10 @@ pub enum RollbackResponses {
     Conflict(OpenAiError),
     #[response(status = 413, description = "The body is over 4 KiB.")]
     TooLarge(OpenAiError),
-    #[response(status = 415, description = "`multipart/form-data` or an unknown `Content-Encoding`.")]
+    #[response(
+        status = 415,
+        description = "`multipart/form-data` or an unknown `Content-Encoding`."
+    )]
     UnsupportedMedia(OpenAiError),
     #[response(status = 503, description = "The server is loading.")]
     NotReady(OpenAiError),
@@ -387,11 +411,17 @@ pub enum RollbackResponses {
 /// The statuses of `GET /v1/calibration`.
 #[derive(IntoResponses)]
 pub enum CalibrationStatusResponses {
-    #[response(status = 200, description = "The running or last fit and the stored result.")]
+    #[response(
+        status = 200,
+        description = "The running or last fit and the stored result."
+    )]
     Ok(CalibrationStatus),
     #[response(status = 401, description = "The key is missing or not valid.")]
     Unauthorized(OpenAiError),
-    #[response(status = 403, description = "Not a tenant's key: the server's own calibration is the operator's.")]
+    #[response(
+        status = 403,
+        description = "Not a tenant's key: the server's own calibration is the operator's."
+    )]
     Forbidden(OpenAiError),
 }
 
@@ -418,13 +448,19 @@ pub enum CalibrationUploadResponses {
 /// The statuses of `DELETE /v1/calibration`.
 #[derive(IntoResponses)]
 pub enum CalibrationRemoveResponses {
-    #[response(status = 204, description = "Removed: the tenant's answers use the server's calibration again.")]
+    #[response(
+        status = 204,
+        description = "Removed: the tenant's answers use the server's calibration again."
+    )]
     Removed,
     #[response(status = 401, description = "The key is missing or not valid.")]
     Unauthorized(OpenAiError),
     #[response(status = 403, description = "Not a tenant's key.")]
     Forbidden(OpenAiError),
-    #[response(status = 404, description = "The tenant has no calibration of its own.")]
+    #[response(
+        status = 404,
+        description = "The tenant has no calibration of its own."
+    )]
     NotFound(OpenAiError),
 }
 
@@ -444,7 +480,10 @@ pub enum CreateTenantResponses {
     Conflict(OpenAiError),
     #[response(status = 413, description = "Over `--max-body-bytes`.")]
     TooLarge(OpenAiError),
-    #[response(status = 415, description = "`multipart/form-data` or an unknown `Content-Encoding`.")]
+    #[response(
+        status = 415,
+        description = "`multipart/form-data` or an unknown `Content-Encoding`."
+    )]
     UnsupportedMedia(OpenAiError),
 }
 
@@ -490,29 +529,44 @@ pub enum UpdateTenantResponses {
     Conflict(OpenAiError),
     #[response(status = 413, description = "Over `--max-body-bytes`.")]
     TooLarge(OpenAiError),
-    #[response(status = 415, description = "`multipart/form-data` or an unknown `Content-Encoding`.")]
+    #[response(
+        status = 415,
+        description = "`multipart/form-data` or an unknown `Content-Encoding`."
+    )]
     UnsupportedMedia(OpenAiError),
 }
 
 /// The statuses of deleting a tenant or revoking a key.
 #[derive(IntoResponses)]
 pub enum AdminDeleteResponses {
-    #[response(status = 204, description = "Deleted (a tenant with its keys, plugins and calibration) or revoked.")]
+    #[response(
+        status = 204,
+        description = "Deleted (a tenant with its keys, plugins and calibration) or revoked."
+    )]
     Deleted,
     #[response(status = 401, description = "Not the --admin-key.")]
     Unauthorized(OpenAiError),
     #[response(status = 403, description = "The admin API is off (no --admin-key).")]
     Forbidden(OpenAiError),
-    #[response(status = 404, description = "No such tenant, or no active key of that id.")]
+    #[response(
+        status = 404,
+        description = "No such tenant, or no active key of that id."
+    )]
     NotFound(OpenAiError),
 }
 
 /// The statuses of `POST /admin/v1/tenants/{id}/keys`.
 #[derive(IntoResponses)]
 pub enum CreateKeyResponses {
-    #[response(status = 201, description = "The key, shown this once; only its hash is stored.")]
+    #[response(
+        status = 201,
+        description = "The key, shown this once; only its hash is stored."
+    )]
     Created(NewKey),
-    #[response(status = 400, description = "A body with fields (none are accepted yet), or not JSON.")]
+    #[response(
+        status = 400,
+        description = "A body with fields (none are accepted yet), or not JSON."
+    )]
     Invalid(OpenAiError),
     #[response(status = 401, description = "Not the --admin-key.")]
     Unauthorized(OpenAiError),
@@ -522,7 +576,10 @@ pub enum CreateKeyResponses {
     NotFound(OpenAiError),
     #[response(status = 413, description = "Over `--max-body-bytes`.")]
     TooLarge(OpenAiError),
-    #[response(status = 415, description = "`multipart/form-data` or an unknown `Content-Encoding`.")]
+    #[response(
+        status = 415,
+        description = "`multipart/form-data` or an unknown `Content-Encoding`."
+    )]
     UnsupportedMedia(OpenAiError),
 }
 
@@ -542,7 +599,10 @@ pub enum ListKeysResponses {
 /// The statuses of `GET /admin/v1/tenants/{id}/usage`.
 #[derive(IntoResponses)]
 pub enum UsageResponses {
-    #[response(status = 200, description = "What the tenant used since the server started.")]
+    #[response(
+        status = 200,
+        description = "What the tenant used since the server started."
+    )]
     Ok(TenantUsage),
     #[response(status = 401, description = "Not the --admin-key.")]
     Unauthorized(OpenAiError),

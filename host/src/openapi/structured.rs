@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoResponses, ToSchema};
 
-use super::jev::{JevAnswered, JevError, JevState, JevUsage, JevValidationError, LocPart, QuestionMap};
+use super::jev::{
+    JevAnswered, JevError, JevState, JevUsage, JevValidationError, LocPart, QuestionMap,
+};
 use super::openai::CodedMessage;
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::openapi::RefOr;
@@ -460,20 +462,32 @@ pub enum ClassifyResponses {
     BadRequest(JevValidationError),
     #[response(status = 401, description = "The key is missing or not valid.")]
     Unauthorized(JevError),
-    #[response(status = 404, description = "`model` is not a name of the served model.")]
+    #[response(
+        status = 404,
+        description = "`model` is not a name of the served model."
+    )]
     UnknownModel(JevError),
     /// The body, the state or the schema is over its limit.
     #[response(status = 413)]
     TooLarge(JevValidationError),
-    #[response(status = 415, description = "`multipart/form-data` or an unknown `Content-Encoding`.")]
+    #[response(
+        status = 415,
+        description = "`multipart/form-data` or an unknown `Content-Encoding`."
+    )]
     UnsupportedMedia(JevError),
     /// An invalid request or a schema it cannot decide (naming the schema's pointer), or every
     /// field refused.
     #[response(status = 422)]
     Unprocessable(JevValidationError),
-    #[response(status = 429, description = "A tenant's rate, concurrency or queue limit.")]
+    #[response(
+        status = 429,
+        description = "A tenant's rate, concurrency or queue limit."
+    )]
     RateLimited(JevError),
-    #[response(status = 503, description = "The server is loading or cannot serve decisions.")]
+    #[response(
+        status = 503,
+        description = "The server is loading or cannot serve decisions."
+    )]
     NotReady(JevError),
 }
 
@@ -487,17 +501,26 @@ pub enum FieldsResponses {
     Unauthorized(JevError),
     #[response(status = 413, description = "The body is over `--max-body-bytes`.")]
     TooLarge(JevValidationError),
-    #[response(status = 415, description = "`multipart/form-data` or an unknown `Content-Encoding`.")]
+    #[response(
+        status = 415,
+        description = "`multipart/form-data` or an unknown `Content-Encoding`."
+    )]
     UnsupportedMedia(JevError),
     /// An invalid request (each rule of the format), or every field failed on a prompt over
     /// the model's context.
     #[response(status = 422)]
     Unprocessable(JevValidationError),
-    #[response(status = 429, description = "A tenant's rate, concurrency or queue limit.")]
+    #[response(
+        status = 429,
+        description = "A tenant's rate, concurrency or queue limit."
+    )]
     RateLimited(JevError),
     #[response(status = 502, description = "Every field failed on the model.")]
     BadGateway(JevError),
-    #[response(status = 503, description = "The server is loading or cannot serve decisions.")]
+    #[response(
+        status = 503,
+        description = "The server is loading or cannot serve decisions."
+    )]
     NotReady(JevError),
 }
 

@@ -358,8 +358,13 @@ async fn start_upload(
 }
 
 /// `GET /v1/calibration`: the running or last fit, and the stored result.
-#[utoipa::path(get, path = "/v1/calibration", operation_id = "calibration_status", tag = "calibration",
-    responses(crate::openapi::service::CalibrationStatusResponses))]
+#[utoipa::path(
+    get,
+    path = "/v1/calibration",
+    operation_id = "calibration_status",
+    tag = "calibration",
+    responses(crate::openapi::service::CalibrationStatusResponses)
+)]
 pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let result = (|| {
         let (_, tenant_id) = tenant_caller(&state, &headers)?;
@@ -394,8 +399,13 @@ pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Res
 }
 
 /// `DELETE /v1/calibration`: the tenant's answers go back to the server's calibration.
-#[utoipa::path(delete, path = "/v1/calibration", operation_id = "remove_calibration", tag = "calibration",
-    responses(crate::openapi::service::CalibrationRemoveResponses))]
+#[utoipa::path(
+    delete,
+    path = "/v1/calibration",
+    operation_id = "remove_calibration",
+    tag = "calibration",
+    responses(crate::openapi::service::CalibrationRemoveResponses)
+)]
 pub async fn remove(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let result = (|| {
         let (_, tenant_id) = tenant_caller(&state, &headers)?;

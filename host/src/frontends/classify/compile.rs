@@ -407,7 +407,10 @@ impl Compiler<'_> {
             .filter(|v| seen.insert(j::compact(&canonical(v))))
             .collect();
         let validator = jsonschema::draft202012::new(schema).map_err(|e| {
-            error(at.schema.clone(), format!("not a valid Draft 2020-12 schema: {e}"))
+            error(
+                at.schema.clone(),
+                format!("not a valid Draft 2020-12 schema: {e}"),
+            )
         })?;
         let mut admitted = Vec::with_capacity(distinct.len());
         for (i, value) in distinct.into_iter().enumerate() {
@@ -422,7 +425,10 @@ impl Compiler<'_> {
                     };
                     return Err(error(
                         pointer,
-                        format!("{} is not admitted by its own schema: {why}", j::compact(&value)),
+                        format!(
+                            "{} is not admitted by its own schema: {why}",
+                            j::compact(&value)
+                        ),
                     ));
                 }
                 // A union's value that its combination refuses (`oneOf` overlaps) is dropped.
@@ -445,7 +451,12 @@ impl Compiler<'_> {
         Ok(admitted)
     }
 
-    fn union(&mut self, keyword: &str, branches: &Value, at: &Place) -> Result<Vec<Value>, SchemaError> {
+    fn union(
+        &mut self,
+        keyword: &str,
+        branches: &Value,
+        at: &Place,
+    ) -> Result<Vec<Value>, SchemaError> {
         let Value::Array(branches) = branches else {
             return Err(error(at.keyword(keyword), "expected an array of schemas"));
         };
@@ -456,7 +467,9 @@ impl Compiler<'_> {
             check_keywords(map, &place)?;
             let structured = map.contains_key("properties")
                 || map.contains_key("prefixItems")
-                || types(map, &place)?.iter().any(|t| t == "object" || t == "array");
+                || types(map, &place)?
+                    .iter()
+                    .any(|t| t == "object" || t == "array");
             if structured && !map.contains_key("enum") && !map.contains_key("const") {
                 return Err(error(
                     place.schema,
@@ -480,7 +493,12 @@ fn canonical(value: &Value) -> Value {
         Value::Object(map) => {
             let mut sorted: Vec<(&String, &Value)> = map.iter().collect();
             sorted.sort_by(|a, b| a.0.cmp(b.0));
-            Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), canonical(v))).collect())
+            Value::Object(
+                sorted
+                    .into_iter()
+                    .map(|(k, v)| (k.clone(), canonical(v)))
+                    .collect(),
+            )
         }
         other => other.clone(),
     }
@@ -558,7 +576,10 @@ fn types(map: &Map<String, Value>, at: &Place) -> Result<Vec<String>, SchemaErro
             .collect(),
         Some(other) => Err(error(
             at.keyword("type"),
-            format!("expected a type name or a list of them, got {}", j::type_name(other)),
+            format!(
+                "expected a type name or a list of them, got {}",
+                j::type_name(other)
+            ),
         )),
     }
 }
@@ -708,20 +729,42 @@ mod tests {
         });
         let compiled = compile(&schema, &limits()).unwrap();
         let pointers: Vec<&str> = compiled.leaves.iter().map(|l| l.pointer.as_str()).collect();
-        assert_eq!(pointers, ["/urgent", "/team", "/severity", "/meta/pair/0", "/meta/pair/1"]);
+        assert_eq!(
+            pointers,
+            [
+                "/urgent",
+                "/team",
+                "/severity",
+                "/meta/pair/0",
+                "/meta/pair/1"
+            ]
+        );
         assert_eq!(compiled.leaves[0].values, Values::Boolean);
-        assert_eq!(compiled.leaves[0].description.as_deref(), Some("Must it be handled today?"));
+        assert_eq!(
+            compiled.leaves[0].description.as_deref(),
+            Some("Must it be handled today?")
+        );
         // Repeated enum values collapse; objects are values chosen whole.
         assert_eq!(
             compiled.leaves[1].values,
-            Values::Listed(vec![json!("billing"), json!("shipping"), json!({"name": "x"})])
+            Values::Listed(vec![
+                json!("billing"),
+                json!("shipping"),
+                json!({"name": "x"})
+            ])
         );
         assert_eq!(
             compiled.leaves[2].values,
             Values::Listed((1..=5).map(Value::from).collect())
         );
         assert_eq!(compiled.leaves[3].path, "meta.pair[0]");
-        let chosen = [json!(true), json!("shipping"), json!(3), json!(false), json!(2)];
+        let chosen = [
+            json!(true),
+            json!("shipping"),
+            json!(3),
+            json!(false),
+            json!(2),
+        ];
         let value = compiled.shape.assemble(&chosen);
         assert_eq!(
             value,
@@ -731,7 +774,10 @@ mod tests {
         assert!(jsonschema::is_valid(&schema, &value));
         assert_eq!(
             compiled.shape.fixed(),
-            vec![("/kind".to_string(), json!("ticket")), ("/meta/none".to_string(), json!(null))]
+            vec![
+                ("/kind".to_string(), json!("ticket")),
+                ("/meta/none".to_string(), json!(null))
+            ]
         );
     }
 
@@ -747,9 +793,15 @@ mod tests {
             Values::Listed(vec![json!("a"), json!("b"), json!(null)])
         );
         // oneOf drops what two branches share: such a value matches both, so none.
-        let compiled =
-            compile(&json!({"oneOf": [{"enum": ["a", "b"]}, {"enum": ["b", "c"]}]}), &limits()).unwrap();
-        assert_eq!(compiled.leaves[0].values, Values::Listed(vec![json!("a"), json!("c")]));
+        let compiled = compile(
+            &json!({"oneOf": [{"enum": ["a", "b"]}, {"enum": ["b", "c"]}]}),
+            &limits(),
+        )
+        .unwrap();
+        assert_eq!(
+            compiled.leaves[0].values,
+            Values::Listed(vec![json!("a"), json!("c")])
+        );
         let compiled = compile(&json!({"type": ["boolean", "null"]}), &limits()).unwrap();
         assert_eq!(
             compiled.leaves[0].values,
@@ -781,20 +833,68 @@ mod tests {
             json!({"type": "object", "additionalProperties": false, "required": names, "properties": props})
         };
         let cases = [
-            (closed(json!({"note": {"type": "string"}})), "/properties/note/type", "free text"),
-            (closed(json!({"n": {"type": "number"}})), "/properties/n/type", "open numbers"),
-            (closed(json!({"n": {"type": "integer", "minimum": 0}})), "/properties/n", "both `minimum` and `maximum`"),
-            (closed(json!({"n": {"type": "integer", "minimum": 0, "maximum": 1000}})), "/properties/n", "--max-options"),
-            (closed(json!({"r": {"$ref": "#/$defs/x"}})), "/properties/r/$ref", "references"),
-            (json!({"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}), "/additionalProperties", "open objects"),
-            (json!({"type": "object", "additionalProperties": false, "properties": {"a": {"type": "boolean"}}}), "/required", "optional fields"),
-            (closed(json!({"l": {"type": "array", "items": {"type": "boolean"}}})), "/properties/l", "open length"),
-            (json!({"anyOf": [{"type": "object", "additionalProperties": false}, {"type": "null"}]}), "/anyOf/0", "joint constraint"),
-            (json!({"allOf": [{"type": "boolean"}]}), "/allOf", "joint constraints"),
-            (json!({"type": "string", "enum": ["a", 1]}), "/enum/1", "not admitted"),
+            (
+                closed(json!({"note": {"type": "string"}})),
+                "/properties/note/type",
+                "free text",
+            ),
+            (
+                closed(json!({"n": {"type": "number"}})),
+                "/properties/n/type",
+                "open numbers",
+            ),
+            (
+                closed(json!({"n": {"type": "integer", "minimum": 0}})),
+                "/properties/n",
+                "both `minimum` and `maximum`",
+            ),
+            (
+                closed(json!({"n": {"type": "integer", "minimum": 0, "maximum": 1000}})),
+                "/properties/n",
+                "--max-options",
+            ),
+            (
+                closed(json!({"r": {"$ref": "#/$defs/x"}})),
+                "/properties/r/$ref",
+                "references",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}),
+                "/additionalProperties",
+                "open objects",
+            ),
+            (
+                json!({"type": "object", "additionalProperties": false, "properties": {"a": {"type": "boolean"}}}),
+                "/required",
+                "optional fields",
+            ),
+            (
+                closed(json!({"l": {"type": "array", "items": {"type": "boolean"}}})),
+                "/properties/l",
+                "open length",
+            ),
+            (
+                json!({"anyOf": [{"type": "object", "additionalProperties": false}, {"type": "null"}]}),
+                "/anyOf/0",
+                "joint constraint",
+            ),
+            (
+                json!({"allOf": [{"type": "boolean"}]}),
+                "/allOf",
+                "joint constraints",
+            ),
+            (
+                json!({"type": "string", "enum": ["a", 1]}),
+                "/enum/1",
+                "not admitted",
+            ),
             (json!({"enum": []}), "", "no value"),
             (json!(true), "", "any value"),
-            (json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "boolean"}), "/$schema", "Draft 2020-12"),
+            (
+                json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "boolean"}),
+                "/$schema",
+                "Draft 2020-12",
+            ),
         ];
         for (schema, pointer, words) in cases {
             let error = fails(schema.clone());

@@ -102,9 +102,16 @@ pub async fn capabilities(State(state): State<SharedState>) -> Response {
         model: state.served_model_name(),
         modes: vec!["classify"],
         schema_draft: compile::DRAFT_2020_12,
-        supported: vec!["enum", "boolean", "integer with minimum and maximum", "const", "null",
-                        "anyOf/oneOf/type lists of these", "closed objects with every property required",
-                        "fixed-length arrays (prefixItems, items: false)"],
+        supported: vec![
+            "enum",
+            "boolean",
+            "integer with minimum and maximum",
+            "const",
+            "null",
+            "anyOf/oneOf/type lists of these",
+            "closed objects with every property required",
+            "fixed-length arrays (prefixItems, items: false)",
+        ],
         limits: CapabilityLimits {
             max_fields: limits.schema.max_fields,
             max_candidates_per_field: limits.schema.max_candidates,
@@ -132,7 +139,10 @@ async fn run(
     )?;
     // Validated before any model work: the whole answer is checked against it at the end.
     let validator = jsonschema::draft202012::new(&parsed.schema).map_err(|e| {
-        j::invalid(&loc!["schema"], format!("not a valid Draft 2020-12 schema: {e}"))
+        j::invalid(
+            &loc!["schema"],
+            format!("not a valid Draft 2020-12 schema: {e}"),
+        )
     })?;
     let leaves = leaves(&parsed);
     let decided = if leaves.is_empty() {
@@ -152,8 +162,14 @@ async fn run(
         };
         Some(super::decide(state, &caller, engine, request).await?.0)
     };
-    let mut response =
-        axum::Json(respond(&model, &parsed, &leaves, decided.as_ref(), &validator)).into_response();
+    let mut response = axum::Json(respond(
+        &model,
+        &parsed,
+        &leaves,
+        decided.as_ref(),
+        &validator,
+    ))
+    .into_response();
     if let Some(decided) = &decided {
         super::add_step_times(&mut response, decided);
     }
@@ -245,20 +261,31 @@ fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
 /// A compile error as a 422 whose location is the schema's JSON pointer.
 fn schema_error(error: compile::SchemaError) -> ApiError {
     let loc = schema_loc(&error.pointer);
-    let pointer = if error.pointer.is_empty() { "/" } else { &error.pointer };
+    let pointer = if error.pointer.is_empty() {
+        "/"
+    } else {
+        &error.pointer
+    };
     ApiError::invalid(
         loc,
-        format!("schema at {pointer}: {} (nothing was asked of the model)", error.message),
+        format!(
+            "schema at {pointer}: {} (nothing was asked of the model)",
+            error.message
+        ),
     )
 }
 
 /// The request location of a schema pointer: `schema` and the pointer's segments.
 fn schema_loc(pointer: &str) -> Loc {
     let mut loc: Loc = loc!["schema"];
-    loc.extend(compile::segments(pointer).into_iter().map(|s| match s.parse::<usize>() {
-        Ok(index) => LocPart::Index(index),
-        Err(_) => LocPart::Field(s),
-    }));
+    loc.extend(
+        compile::segments(pointer)
+            .into_iter()
+            .map(|s| match s.parse::<usize>() {
+                Ok(index) => LocPart::Index(index),
+                Err(_) => LocPart::Field(s),
+            }),
+    );
     loc
 }
 
@@ -385,11 +412,23 @@ pub fn audit(decided: &Decided) -> Value {
     audit.insert("backend_requests".into(), json!(decided.scheduler_jobs));
     if let Some(answer) = first {
         audit.insert("renderer".into(), json!(answer.rendering.renderer));
-        audit.insert("render_version".into(), json!(answer.rendering.render_version));
-        audit.insert("label_scheme".into(), json!(answer.rendering.labels.as_str()));
+        audit.insert(
+            "render_version".into(),
+            json!(answer.rendering.render_version),
+        );
+        audit.insert(
+            "label_scheme".into(),
+            json!(answer.rendering.labels.as_str()),
+        );
         audit.insert("readout".into(), json!(answer.readout.readout));
-        audit.insert("calibration_policy".into(), json!(answer.calibration_policy));
-        audit.insert("temperature_source".into(), json!(answer.temperature_source.as_str()));
+        audit.insert(
+            "calibration_policy".into(),
+            json!(answer.calibration_policy),
+        );
+        audit.insert(
+            "temperature_source".into(),
+            json!(answer.temperature_source.as_str()),
+        );
     }
     Value::Object(audit)
 }
@@ -420,11 +459,20 @@ mod tests {
     #[test]
     fn modes_other_than_classify_and_output_budgets_are_400() {
         let base = json!({"state": "x", "question": "q?", "schema": {"type": "boolean"}});
-        for (field, value) in [("mode", json!("generate")), ("mode", json!("auto")), ("mode", json!(3)), ("max_tokens", json!(5))] {
+        for (field, value) in [
+            ("mode", json!("generate")),
+            ("mode", json!("auto")),
+            ("mode", json!(3)),
+            ("max_tokens", json!(5)),
+        ] {
             let mut body = base.clone();
             body[field] = value;
             let error = error(body);
-            assert_eq!(error.status(Wire::SystemOne), axum::http::StatusCode::BAD_REQUEST, "{error}");
+            assert_eq!(
+                error.status(Wire::SystemOne),
+                axum::http::StatusCode::BAD_REQUEST,
+                "{error}"
+            );
             assert!(error.to_string().starts_with(field), "{error}");
         }
         let mut ok = base.clone();
@@ -434,14 +482,32 @@ mod tests {
 
     #[test]
     fn limits_name_their_settings() {
-        let long = error(json!({"state": "x".repeat(101), "question": "q?", "schema": {"type": "boolean"}}));
-        assert!(long.to_string().contains("--schema-max-input-chars"), "{long}");
-        let big = error(json!({"state": "x", "question": "q?", "schema": {"enum": ["y".repeat(300), "z"]}}));
+        let long = error(
+            json!({"state": "x".repeat(101), "question": "q?", "schema": {"type": "boolean"}}),
+        );
+        assert!(
+            long.to_string().contains("--schema-max-input-chars"),
+            "{long}"
+        );
+        let big = error(
+            json!({"state": "x", "question": "q?", "schema": {"enum": ["y".repeat(300), "z"]}}),
+        );
         assert!(big.to_string().contains("--schema-max-bytes"), "{big}");
         let schema = error(json!({"state": "x", "question": "q?", "schema": {"type": "string"}}));
-        assert_eq!(schema.status(Wire::SystemOne), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
-        assert!(schema.to_string().starts_with("schema at /type: free text"), "{schema}");
-        let confidence = error(json!({"state": "x", "question": "q?", "schema": {"type": "boolean"}, "min_confidence": 2}));
-        assert!(confidence.to_string().starts_with("min_confidence"), "{confidence}");
+        assert_eq!(
+            schema.status(Wire::SystemOne),
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY
+        );
+        assert!(
+            schema.to_string().starts_with("schema at /type: free text"),
+            "{schema}"
+        );
+        let confidence = error(
+            json!({"state": "x", "question": "q?", "schema": {"type": "boolean"}, "min_confidence": 2}),
+        );
+        assert!(
+            confidence.to_string().starts_with("min_confidence"),
+            "{confidence}"
+        );
     }
 }
