@@ -165,16 +165,7 @@ fn send(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = request.send().expect("request");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let text = response.text().unwrap_or_default();
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Reply {
-        status,
-        body,
-        headers,
-    }
+    Server::reply(request.send().expect("request"))
 }
 
 fn json_body(value: &Value) -> Option<(Vec<u8>, &'static str)> {

@@ -258,7 +258,8 @@ impl Server {
         Self::reply(response)
     }
 
-    fn reply(response: reqwest::blocking::Response) -> Reply {
+    /// A response as a [`Reply`]: its status, headers and body (JSON, else the text).
+    pub fn reply(response: reqwest::blocking::Response) -> Reply {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let text = response.text().unwrap_or_default();
