@@ -18,6 +18,9 @@ pub mod doctor;
 pub mod error;
 pub mod eval;
 pub mod frontends;
+/// Entry points for the fuzz targets in `fuzz/` (not an API; see the module docs).
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod pipeline;
 pub mod plugin_api;

@@ -63,12 +63,12 @@ impl ClassifyLimits {
 }
 
 /// A parsed classification request.
-struct Parsed {
-    state: String,
-    question: String,
-    schema: Value,
-    compiled: Compiled,
-    min_confidence: f64,
+pub(crate) struct Parsed {
+    pub(crate) state: String,
+    pub(crate) question: String,
+    pub(crate) schema: Value,
+    pub(crate) compiled: Compiled,
+    pub(crate) min_confidence: f64,
 }
 
 /// `POST /v1/classify` and `POST /plugins/jev-decison/infer`.
@@ -151,7 +151,7 @@ async fn run(
     Ok(response)
 }
 
-fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
+pub(crate) fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
     let root = loc![];
     let body = j::object(value, &root)?;
     if let Some(field) = OUTPUT_BUDGETS.iter().find(|f| body.contains_key(**f)) {
@@ -245,7 +245,7 @@ fn schema_loc(pointer: &str) -> Loc {
 
 /// Each leaf as the question the model is asked: the request's question, then the field's
 /// path and its description.
-fn leaves(parsed: &Parsed) -> Vec<Leaf> {
+pub(crate) fn leaves(parsed: &Parsed) -> Vec<Leaf> {
     parsed
         .compiled
         .leaves
