@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need (the wasm target, the small
 # test model SmolLM2-135M), then the guest plugins' shared-logic tests, the unit tests of every
-# crate, and the end-to-end tests against the real binary (tests/e2e). Ends with one summary
-# line counting every test that ran.
+# crate, the end-to-end tests against the real binary (tests/e2e) and the client SDKs, then
+# every fuzz target for a short while (scripts/fuzz.sh, 30 s each; DECIDE_FUZZ_SECONDS to
+# change it). Ends with one summary line counting every test that ran.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,6 +21,8 @@ echo "== host, models and end-to-end tests"
 run cargo test --release --workspace
 echo "== client SDKs (openai, typesafe-sdk) against the release binary"
 run python3 -m pytest -q tests/python
+echo "== fuzz targets: every parser a client reaches (scripts/fuzz.sh)"
+run scripts/fuzz.sh "${DECIDE_FUZZ_SECONDS:-30}"
 
 awk '/^test result:/ || / in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "decide: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
