@@ -213,7 +213,8 @@ pub(crate) fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, Ap
             }
         },
     };
-    let compiled = compile::compile(&schema, &limits.schema).map_err(schema_error)?;
+    let compiled =
+        compile::compile(&schema, &limits.schema).map_err(|error| schema_error(&schema, error))?;
     Ok(Parsed {
         state,
         question,
@@ -224,8 +225,8 @@ pub(crate) fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, Ap
 }
 
 /// A compile error as a 422 whose location is the schema's JSON pointer.
-fn schema_error(error: compile::SchemaError) -> ApiError {
-    let loc = schema_loc(&error.pointer);
+fn schema_error(schema: &Value, error: compile::SchemaError) -> ApiError {
+    let loc = schema_loc(schema, &error.pointer);
     let pointer = if error.pointer.is_empty() { "/" } else { &error.pointer };
     ApiError::invalid(
         loc,
@@ -233,13 +234,23 @@ fn schema_error(error: compile::SchemaError) -> ApiError {
     )
 }
 
-/// The request location of a schema pointer: `schema` and the pointer's segments.
-fn schema_loc(pointer: &str) -> Loc {
+/// The request location of a pointer into `schema`: `schema` and the pointer's segments,
+/// each an index where it steps into an array and a field name otherwise (a property named
+/// `0` is a field, as the body has it).
+fn schema_loc(schema: &Value, pointer: &str) -> Loc {
     let mut loc: Loc = loc!["schema"];
-    loc.extend(compile::segments(pointer).into_iter().map(|s| match s.parse::<usize>() {
-        Ok(index) => LocPart::Index(index),
-        Err(_) => LocPart::Field(s),
-    }));
+    let mut at = Some(schema);
+    for segment in compile::segments(pointer) {
+        let (part, next) = match (at, segment.parse::<usize>()) {
+            (Some(Value::Array(items)), Ok(index)) => (LocPart::Index(index), items.get(index)),
+            (value, _) => {
+                let next = value.and_then(|v| v.get(segment.as_str()));
+                (LocPart::Field(segment), next)
+            }
+        };
+        loc.push(part);
+        at = next;
+    }
     loc
 }
 
@@ -259,7 +270,7 @@ pub(crate) fn leaves(parsed: &Parsed) -> Vec<Leaf> {
                 instructions.push_str(&format!("\n{description}"));
             }
             Leaf {
-                loc: schema_loc(&schema_leaf.schema_pointer),
+                loc: schema_loc(&parsed.schema, &schema_leaf.schema_pointer),
                 instructions,
                 values: schema_leaf.values.clone(),
             }
@@ -411,6 +422,25 @@ mod tests {
         let mut ok = base.clone();
         ok["mode"] = json!("classify");
         assert!(parse(&ok, &limits()).is_ok());
+    }
+
+    #[test]
+    fn schema_errors_are_located_by_the_body_not_by_the_digits() {
+        let body = json!({"state": "x", "question": "q?", "schema": {
+            "type": "object", "additionalProperties": false, "required": ["0"],
+            "properties": {"0": {"anyOf": [{"type": "string"}]}}}});
+        let error = error(body);
+        assert_eq!(
+            error.loc(),
+            [
+                LocPart::Field("schema".into()),
+                LocPart::Field("properties".into()),
+                LocPart::Field("0".into()),
+                LocPart::Field("anyOf".into()),
+                LocPart::Index(0),
+                LocPart::Field("type".into()),
+            ]
+        );
     }
 
     #[test]
