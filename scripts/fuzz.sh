@@ -44,10 +44,16 @@ for target in "${targets[@]}"; do
   if [ -d "fuzz/corpus/$target" ]; then
     cp -R "fuzz/corpus/$target/." "$work/corpus/$target/"
   fi
+  # A dictionary of the tokens each kind of input is made of (fuzz/dicts/).
+  case "$target" in
+    calibration) dict=() ;;
+    tokenizer | chat_template) dict=(-dict="$PWD"/fuzz/dicts/text.dict) ;;
+    *) dict=(-dict="$PWD"/fuzz/dicts/json.dict) ;;
+  esac
   log="$work/$target.log"
   set +e
   cargo fuzz run "${flags[@]}" "$target" "$work/corpus/$target" -- \
-    -max_total_time="$seconds" -timeout="$timeout_s" -print_final_stats=1 \
+    -max_total_time="$seconds" -timeout="$timeout_s" -print_final_stats=1 "${dict[@]}" \
     >"$log" 2>&1
   rc=$?
   set -e

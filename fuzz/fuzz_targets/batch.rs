@@ -42,5 +42,8 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    assert!(bytes <= limits::BATCH_MAX_INPUT_BYTES, "{bytes} bytes of state passed");
+    assert!(
+        bytes <= limits::BATCH_MAX_INPUT_BYTES,
+        "{bytes} bytes of state passed"
+    );
 });

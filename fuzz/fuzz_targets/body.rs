@@ -83,12 +83,19 @@ fuzz_target!(|data: &[u8]| {
         // Decoding comes first: a body that does not decode fails before its type is looked at.
         if let Err(error) = &refused {
             let status = error.status(Wire::SystemOne).as_u16();
-            assert!(status == 415 || allowed.is_err(), "multipart where refused: {error:?}");
+            assert!(
+                status == 415 || allowed.is_err(),
+                "multipart where refused: {error:?}"
+            );
         } else {
             panic!("a multipart body was read where multipart is refused");
         }
     } else {
-        assert_eq!(outcome(&allowed), outcome(&refused), "multipart allowed changed a plain body");
+        assert_eq!(
+            outcome(&allowed),
+            outcome(&refused),
+            "multipart allowed changed a plain body"
+        );
         if identity {
             let plain: Result<Value, _> = serde_json::from_slice(body);
             match (&allowed, plain) {
@@ -121,14 +128,20 @@ fuzz_target!(|data: &[u8]| {
         let small = read_body(content_type, Some(b"zstd"), compressed, limit, true);
         match small {
             Err(ApiError::TooLarge { .. }) => {}
-            other => panic!("a body of {} bytes under a limit of {limit}: {other:?}", body.len()),
+            other => panic!(
+                "a body of {} bytes under a limit of {limit}: {other:?}",
+                body.len()
+            ),
         }
     }
     if body.len() > 1 {
         let limit = body.len() - 1;
         match read_body(content_type, content_encoding, body.to_vec(), limit, true) {
             Err(ApiError::TooLarge { .. }) => {}
-            other => panic!("a raw body of {} bytes under a limit of {limit}: {other:?}", body.len()),
+            other => panic!(
+                "a raw body of {} bytes under a limit of {limit}: {other:?}",
+                body.len()
+            ),
         }
     }
 });

@@ -17,7 +17,9 @@ use decide_guest_common::{bias_temperature, contextual, temperature};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let [k, samples, rest @ ..] = data else { return };
+    let [k, samples, rest @ ..] = data else {
+        return;
+    };
     let (k, samples) = (usize::from(*k % 17), usize::from(*samples % 9));
     let numbers: Vec<f64> = rest
         .chunks_exact(8)
@@ -34,7 +36,11 @@ fuzz_target!(|data: &[u8]| {
     let temperature_ok = t.is_finite() && t > 0.0;
 
     let applied = temperature::apply(&scores, &[t]);
-    assert_eq!(applied.is_ok(), scorable && temperature_ok, "temperature: {applied:?}");
+    assert_eq!(
+        applied.is_ok(),
+        scorable && temperature_ok,
+        "temperature: {applied:?}"
+    );
     if let Ok(p) = applied {
         check_probabilities("temperature", &p, scores.len());
     }
@@ -71,21 +77,31 @@ fuzz_target!(|data: &[u8]| {
     }
     let in_range = |t: f64| (temperature::T_MIN..=temperature::T_MAX).contains(&t);
     if let Ok(params) = temperature::fit(&set) {
-        assert!(params.len() == 1 && in_range(params[0]), "temperature fit {params:?}");
+        assert!(
+            params.len() == 1 && in_range(params[0]),
+            "temperature fit {params:?}"
+        );
         for (scores, _) in &set {
             temperature::apply(scores, &params).expect("a fitted temperature applies");
         }
     }
     if let Ok(params) = bias_temperature::fit(&set) {
         assert!(in_range(params[0]), "bias-temperature fit {params:?}");
-        assert_eq!(params.len(), k + 1, "[T, one bias per position]: {params:?}");
+        assert_eq!(
+            params.len(),
+            k + 1,
+            "[T, one bias per position]: {params:?}"
+        );
         for (scores, _) in &set {
             bias_temperature::apply(scores, &params).expect("fitted parameters apply");
         }
     }
     if k % 2 == 0 {
         if let Ok(params) = contextual::fit(&set) {
-            assert!(params.len() == 1 && in_range(params[0]), "contextual fit {params:?}");
+            assert!(
+                params.len() == 1 && in_range(params[0]),
+                "contextual fit {params:?}"
+            );
             for (scores, _) in &set {
                 if let Err(e) = contextual::apply(scores, &params) {
                     panic!("fitted contextual parameters do not apply to {scores:?}: {e:?}");

@@ -68,28 +68,48 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(other) => panic!("rendering failed otherwise: {other}"),
     };
-    assert!(prompt.tokens.iter().all(|&id| (id as usize) < prompter.vocab_len()));
+    assert!(prompt
+        .tokens
+        .iter()
+        .all(|&id| (id as usize) < prompter.vocab_len()));
     let bos = prompter.bos().filter(|_| prompter.adds_bos());
     let body = match (bos, prompt.tokens.split_first()) {
-        (Some(bos), Some((&first, rest))) if first == bos && !prompt.text.starts_with(prompter.token_str(bos).unwrap_or("")) => rest,
+        (Some(bos), Some((&first, rest)))
+            if first == bos
+                && !prompt
+                    .text
+                    .starts_with(prompter.token_str(bos).unwrap_or("")) =>
+        {
+            rest
+        }
         _ => &prompt.tokens[..],
     };
     if let Some(expected) = decoded_text(prompter, &prompt.text) {
         assert_eq!(prompter.decode(body).expect("decodes"), expected);
     }
-    if !messages.iter().any(|m| prompter.contains_control(&m.content)) {
+    if !messages
+        .iter()
+        .any(|m| prompter.contains_control(&m.content))
+    {
         assert_eq!(body, prompter.tokenize(&prompt.text).expect("tokenizes"));
     } else if smollm {
         let plain: Vec<ChatMessage> = messages
             .iter()
             .map(|m| ChatMessage {
                 role: m.role.clone(),
-                content: if m.content.is_empty() { String::new() } else { "text".into() },
+                content: if m.content.is_empty() {
+                    String::new()
+                } else {
+                    "text".into()
+                },
             })
             .collect();
         let reference = prompter.render(&plain).expect("the same roles rendered");
         let controls = |ids: &[u32]| -> Vec<u32> {
-            ids.iter().copied().filter(|&id| prompter.is_control(id)).collect()
+            ids.iter()
+                .copied()
+                .filter(|&id| prompter.is_control(id))
+                .collect()
         };
         assert_eq!(
             controls(&prompt.tokens),
@@ -102,7 +122,9 @@ fuzz_target!(|data: &[u8]| {
 /// A role: a piece of at most one byte picks a common one, a longer piece is the role.
 fn role_of(piece: &str) -> String {
     match piece.as_bytes() {
-        [] | [_] => ["system", "user", "assistant", "tool"][piece.bytes().next().unwrap_or(1) as usize % 4].into(),
+        [] | [_] => ["system", "user", "assistant", "tool"]
+            [piece.bytes().next().unwrap_or(1) as usize % 4]
+            .into(),
         _ => piece.to_string(),
     }
 }

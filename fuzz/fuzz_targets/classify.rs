@@ -31,7 +31,9 @@ fuzz_target!(|data: &[u8]| {
             check_state(&parsed.state, &body["state"]);
             assert!(parsed.state.chars().count() <= limits.max_input_chars);
             assert_eq!(parsed.schema, body["schema"]);
-            assert!(serde_json::to_string(&parsed.schema).unwrap().len() <= limits.max_schema_bytes);
+            assert!(
+                serde_json::to_string(&parsed.schema).unwrap().len() <= limits.max_schema_bytes
+            );
             assert_eq!(parsed.questions.len(), parsed.compiled.leaves.len());
             check_questions(&parsed.questions, &body, "systemone-");
             check_compiled(&parsed.schema, &parsed.compiled, &limits.schema, hash(data));

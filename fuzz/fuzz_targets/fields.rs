@@ -12,7 +12,11 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Some(body) = json(data) else { return };
-    match fuzzing::fields(&body, limits::SCHEMA_MAX_INPUT_CHARS, limits::SCHEMA_MAX_FIELDS) {
+    match fuzzing::fields(
+        &body,
+        limits::SCHEMA_MAX_INPUT_CHARS,
+        limits::SCHEMA_MAX_FIELDS,
+    ) {
         Err(error) => check_error(error, Wire::SystemOne, &body),
         Ok(parsed) => check_fields(&parsed, &body),
     }

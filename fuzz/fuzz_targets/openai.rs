@@ -56,7 +56,11 @@ fuzz_target!(|data: &[u8]| {
 
 /// A field-schema body reached through `/v1/decisions` (errors in Jev's shape, as there).
 fn fields_request(body: &Value) {
-    match fuzzing::fields(body, limits::SCHEMA_MAX_INPUT_CHARS, limits::SCHEMA_MAX_FIELDS) {
+    match fuzzing::fields(
+        body,
+        limits::SCHEMA_MAX_INPUT_CHARS,
+        limits::SCHEMA_MAX_FIELDS,
+    ) {
         Err(error) => check_error(error, Wire::SystemOne, body),
         Ok(parsed) => decide_fuzz::check_fields(&parsed, body),
     }

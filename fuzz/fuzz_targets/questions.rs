@@ -37,10 +37,30 @@ type RenderFn = fn(&str, &Compiled, &[String]) -> Result<Vec<(String, String)>>;
 const TYPES: &[(&str, CompileFn, AnswerFn, usize)] = &[
     ("predicate", predicate::compile, predicate::answer, 2),
     ("noul", noul::compile, noul::answer, 2),
-    ("openai-choice", openai_choice::compile, openai_choice::answer, MAX_CHOICES),
-    ("systemone-choice", systemone_choice::compile, systemone_choice::answer, MAX_CHOICES),
-    ("openai-score", openai_score::compile, openai_score::answer, MAX_LEVELS),
-    ("systemone-score", systemone_score::compile, systemone_score::answer, MAX_LEVELS),
+    (
+        "openai-choice",
+        openai_choice::compile,
+        openai_choice::answer,
+        MAX_CHOICES,
+    ),
+    (
+        "systemone-choice",
+        systemone_choice::compile,
+        systemone_choice::answer,
+        MAX_CHOICES,
+    ),
+    (
+        "openai-score",
+        openai_score::compile,
+        openai_score::answer,
+        MAX_LEVELS,
+    ),
+    (
+        "systemone-score",
+        systemone_score::compile,
+        systemone_score::answer,
+        MAX_LEVELS,
+    ),
 ];
 
 /// The built-in renderers.
@@ -89,7 +109,11 @@ fuzz_target!(|data: &[u8]| {
             Ok(compiled) => compiled,
         };
         check_options(name, &compiled, most);
-        assert_eq!(compile(&question).as_ref(), Ok(&compiled), "{name}: not deterministic");
+        assert_eq!(
+            compile(&question).as_ref(),
+            Ok(&compiled),
+            "{name}: not deterministic"
+        );
         let fits = probabilities.len() == options && probabilities.iter().all(|p| p.is_finite());
         match answered {
             Ok(text) if fits => match serde_json::from_str::<Value>(&text) {
@@ -113,7 +137,11 @@ fn check_options(name: &str, compiled: &Compiled, most: usize) {
     assert!((2..=most).contains(&n), "{name}: {n} options");
     let mut keys = std::collections::HashSet::new();
     for option in &compiled.options {
-        assert!(keys.insert(&option.key), "{name}: duplicate key {:?}", option.key);
+        assert!(
+            keys.insert(&option.key),
+            "{name}: duplicate key {:?}",
+            option.key
+        );
         assert!(
             serde_json::from_str::<Value>(&option.key).is_ok(),
             "{name}: key {:?} is not JSON",
@@ -132,17 +160,23 @@ fn check_equivalent(name: &str, question: &str, compiled: &Compiled) {
         return;
     };
     let other = match name {
-        "predicate" => noul::compile(&json!({"type": "noul", "instructions": instructions}).to_string()),
+        "predicate" => {
+            noul::compile(&json!({"type": "noul", "instructions": instructions}).to_string())
+        }
         "openai-choice" => {
             let mut criteria = serde_json::Map::new();
             for choice in q["choices"].as_array().expect("compiled") {
                 let Value::String(value) = &choice["value"] else {
                     return;
                 };
-                criteria.insert(value.clone(), choice.get("description").cloned().unwrap_or(Value::Null));
+                criteria.insert(
+                    value.clone(),
+                    choice.get("description").cloned().unwrap_or(Value::Null),
+                );
             }
             systemone_choice::compile(
-                &json!({"type": "choice", "instructions": instructions, "criteria": criteria}).to_string(),
+                &json!({"type": "choice", "instructions": instructions, "criteria": criteria})
+                    .to_string(),
             )
         }
         "openai-score" => {
@@ -154,12 +188,17 @@ fn check_equivalent(name: &str, question: &str, compiled: &Compiled) {
                 criteria.push(level["label"].clone());
             }
             systemone_score::compile(
-                &json!({"type": "score", "instructions": instructions, "criteria": criteria}).to_string(),
+                &json!({"type": "score", "instructions": instructions, "criteria": criteria})
+                    .to_string(),
             )
         }
         _ => return,
     };
-    assert_eq!(other.as_ref(), Ok(compiled), "{name}: the other wire format compiles otherwise");
+    assert_eq!(
+        other.as_ref(),
+        Ok(compiled),
+        "{name}: the other wire format compiles otherwise"
+    );
 }
 
 /// Labels for the options, by `mode`: letters, digits, the option texts, pieces of the
@@ -170,7 +209,11 @@ fn labels(mode: u8, compiled: &Compiled, state: &str) -> Vec<String> {
         (0..n)
             .map(|i| {
                 let letter = char::from(b'A' + (i % 26) as u8);
-                if i < 26 { letter.to_string() } else { format!("{letter}{}", i / 26) }
+                if i < 26 {
+                    letter.to_string()
+                } else {
+                    format!("{letter}{}", i / 26)
+                }
             })
             .collect()
     };
@@ -194,7 +237,10 @@ fn labels(mode: u8, compiled: &Compiled, state: &str) -> Vec<String> {
 fn check_render(name: &str, render: RenderFn, state: &str, compiled: &Compiled, labels: &[String]) {
     let rendered = render(state, compiled, labels);
     if labels.len() != compiled.options.len() {
-        assert!(matches!(rendered, Err(Error::Failure(_))), "{name}: {rendered:?}");
+        assert!(
+            matches!(rendered, Err(Error::Failure(_))),
+            "{name}: {rendered:?}"
+        );
         return;
     }
     let messages = rendered.unwrap_or_else(|e| panic!("{name}: {e:?}"));
@@ -206,8 +252,14 @@ fn check_render(name: &str, render: RenderFn, state: &str, compiled: &Compiled, 
     };
     assert_eq!(role, "user", "{name}: the last message is not the user's");
     assert!(last.contains(state), "{name}: the state is not shown");
-    assert!(last.contains(question_text(compiled)), "{name}: the question is not shown");
+    assert!(
+        last.contains(question_text(compiled)),
+        "{name}: the question is not shown"
+    );
     for label in labels {
-        assert!(last.contains(label.as_str()), "{name}: label {label:?} is not shown");
+        assert!(
+            last.contains(label.as_str()),
+            "{name}: label {label:?} is not shown"
+        );
     }
 }

@@ -24,7 +24,10 @@ fuzz_target!(|data: &[u8]| {
             for (question, (id, sent)) in request.questions.iter().zip(sent) {
                 assert_eq!(
                     question.loc,
-                    vec![LocPart::Field("questions".into()), LocPart::Field(id.clone())]
+                    vec![
+                        LocPart::Field("questions".into()),
+                        LocPart::Field(id.clone())
+                    ]
                 );
                 let json: Value = serde_json::from_str(&question.json).expect("checked");
                 assert_eq!(&json, sent, "the question is not the one sent");

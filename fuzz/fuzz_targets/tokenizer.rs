@@ -20,20 +20,38 @@ fuzz_target!(|data: &[u8]| {
     let prompter = prompter();
     let text = String::from_utf8_lossy(data);
     let ids = prompter.tokenize(&text).expect("tokenizing never fails");
-    let plain = prompter.tokenize_plain(&text).expect("tokenizing never fails");
+    let plain = prompter
+        .tokenize_plain(&text)
+        .expect("tokenizing never fails");
     for id in ids.iter().chain(&plain) {
-        assert!((*id as usize) < prompter.vocab_len(), "id {id} outside the vocabulary");
+        assert!(
+            (*id as usize) < prompter.vocab_len(),
+            "id {id} outside the vocabulary"
+        );
     }
     if let Some(expected) = decoded_text(prompter, &text) {
-        assert_eq!(prompter.decode(&ids).expect("decodes"), expected, "ids {ids:?}");
-        assert_eq!(prompter.decode(&plain).expect("decodes"), expected, "plain ids {plain:?}");
+        assert_eq!(
+            prompter.decode(&ids).expect("decodes"),
+            expected,
+            "ids {ids:?}"
+        );
+        assert_eq!(
+            prompter.decode(&plain).expect("decodes"),
+            expected,
+            "plain ids {plain:?}"
+        );
     }
     if !prompter.contains_control(&text) {
-        assert_eq!(ids, plain, "no control token, yet the two tokenizations differ");
+        assert_eq!(
+            ids, plain,
+            "no control token, yet the two tokenizations differ"
+        );
     }
 
     let pieces = pieces(data, 9);
-    let Some((content, labels)) = pieces.split_first() else { return };
+    let Some((content, labels)) = pieces.split_first() else {
+        return;
+    };
     if labels.is_empty() {
         return;
     }
@@ -41,7 +59,9 @@ fuzz_target!(|data: &[u8]| {
         role: "user".into(),
         content: content.clone(),
     }];
-    let Ok(prompt) = prompter.render(&messages) else { return };
+    let Ok(prompt) = prompter.render(&messages) else {
+        return;
+    };
     let read = prompter.label_ids(&prompt, labels);
     let remembered = prompter.label_ids_cached(&prompt, labels, hash(data) % 4);
     match (&read, &remembered) {
@@ -54,11 +74,18 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(ids.len(), labels.len());
             for (id, label) in ids.iter().zip(labels) {
                 assert_eq!(&prompter.decode(&[*id]).expect("decodes"), label);
-                assert_eq!(ids.iter().filter(|x| *x == id).count(), 1, "a shared id {id}");
+                assert_eq!(
+                    ids.iter().filter(|x| *x == id).count(),
+                    1,
+                    "a shared id {id}"
+                );
             }
         }
         Err(decide_models::ModelError::Label { label, .. }) => {
-            assert!(labels.contains(&label), "refused label {label:?} was not asked")
+            assert!(
+                labels.contains(&label),
+                "refused label {label:?} was not asked"
+            )
         }
         Err(other) => panic!("label ids failed otherwise: {other}"),
     }

@@ -30,11 +30,12 @@ pub mod limits {
 
 /// The value at `loc` in `body`: fields of objects and indices of arrays, nothing else.
 pub fn resolve<'a>(body: &'a Value, loc: &[LocPart]) -> Option<&'a Value> {
-    loc.iter().try_fold(body, |value, part| match (value, part) {
-        (Value::Object(map), LocPart::Field(name)) => map.get(name),
-        (Value::Array(items), LocPart::Index(i)) => items.get(*i),
-        _ => None,
-    })
+    loc.iter()
+        .try_fold(body, |value, part| match (value, part) {
+            (Value::Object(map), LocPart::Field(name)) => map.get(name),
+            (Value::Array(items), LocPart::Index(i)) => items.get(*i),
+            _ => None,
+        })
 }
 
 /// Checks an error a parser returned for `body` on `wire`: a client error (4xx), pointing
@@ -58,7 +59,11 @@ pub fn check_error(error: ApiError, wire: Wire, body: &Value) {
     let message = error.to_string();
     assert!(!message.is_empty(), "an error without a message: {error:?}");
     let (rendered, json) = decide::fuzzing::error_response(error, wire);
-    assert_eq!(rendered, status.as_u16(), "the response status is not the error's");
+    assert_eq!(
+        rendered,
+        status.as_u16(),
+        "the response status is not the error's"
+    );
     match wire {
         Wire::OpenAi => {
             let param = &json["error"]["param"];
@@ -156,15 +161,16 @@ pub fn check_compiled(
         let mut seen = std::collections::HashSet::new();
         for label in &shown {
             assert!(!label.trim().is_empty(), "a blank label among {shown:?}");
-            assert!(seen.insert(label), "label {label:?} names two values: {values:?}");
+            assert!(
+                seen.insert(label),
+                "label {label:?} names two values: {values:?}"
+            );
         }
         choices.push(values);
     }
-    let picks: [&dyn Fn(usize, usize) -> usize; 3] = [
-        &|_, _| 0,
-        &|_, n| n - 1,
-        &|i, n| ((pick >> (i % 32)) as usize).wrapping_add(i) % n,
-    ];
+    let picks: [&dyn Fn(usize, usize) -> usize; 3] = [&|_, _| 0, &|_, n| n - 1, &|i, n| {
+        ((pick >> (i % 32)) as usize).wrapping_add(i) % n
+    }];
     for choose in picks {
         let chosen: Vec<Value> = choices
             .iter()
@@ -181,7 +187,11 @@ pub fn check_compiled(
             );
         }
         for (pointer, fixed) in compiled.shape.fixed() {
-            assert_eq!(value.pointer(&pointer), Some(&fixed), "fixed value at {pointer:?}");
+            assert_eq!(
+                value.pointer(&pointer),
+                Some(&fixed),
+                "fixed value at {pointer:?}"
+            );
         }
         match decide::fuzzing::schema_admits(schema, &value) {
             Ok(true) => {}
@@ -212,7 +222,10 @@ pub fn check_fields(parsed: &decide::fuzzing::Fields, body: &Value) {
     for (question, name) in parsed.questions.iter().zip(&names) {
         assert_eq!(
             question.loc,
-            vec![LocPart::Field("schema".into()), LocPart::Field((*name).clone())]
+            vec![
+                LocPart::Field("schema".into()),
+                LocPart::Field((*name).clone())
+            ]
         );
     }
     assert!(parsed.context.chars().count() <= limits::SCHEMA_MAX_INPUT_CHARS);
@@ -223,20 +236,21 @@ pub fn check_fields(parsed: &decide::fuzzing::Fields, body: &Value) {
 /// GGUF metadata (no weights): `$DECIDE_TEST_MODEL`, else `.models/smol.gguf` at the
 /// repository root (what `scripts/fetch-model.sh smol` fetches).
 pub fn prompter() -> &'static decide_models::Prompter {
-    static PROMPTER: std::sync::LazyLock<decide_models::Prompter> = std::sync::LazyLock::new(|| {
-        let path = std::env::var_os("DECIDE_TEST_MODEL")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.models/smol.gguf")
-            });
-        decide_models::Prompter::load(&path).unwrap_or_else(|e| {
-            panic!(
-                "the tokenizer targets need a model: set DECIDE_TEST_MODEL or run \
+    static PROMPTER: std::sync::LazyLock<decide_models::Prompter> =
+        std::sync::LazyLock::new(|| {
+            let path = std::env::var_os("DECIDE_TEST_MODEL")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| {
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.models/smol.gguf")
+                });
+            decide_models::Prompter::load(&path).unwrap_or_else(|e| {
+                panic!(
+                    "the tokenizer targets need a model: set DECIDE_TEST_MODEL or run \
                  scripts/fetch-model.sh smol ({}: {e})",
-                path.display()
-            )
-        })
-    });
+                    path.display()
+                )
+            })
+        });
     &PROMPTER
 }
 

@@ -59,7 +59,12 @@ pub fn read_body(
     };
     set(header::CONTENT_TYPE, content_type);
     set(header::CONTENT_ENCODING, content_encoding);
-    block_on(body::read_json(&headers, Body::from(body), limit, multipart))
+    block_on(body::read_json(
+        &headers,
+        Body::from(body),
+        limit,
+        multipart,
+    ))
 }
 
 /// The HTTP response an error becomes on `wire`: its status and its body read back as JSON
@@ -70,7 +75,10 @@ pub fn error_response(error: ApiError, wire: Wire) -> (u16, Value) {
     let bytes = block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
         .map(|b| b.to_vec())
         .unwrap_or_default();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// Whether `POST /v1/decisions` reads this body as a field-schema request.
@@ -154,12 +162,7 @@ pub struct Classified {
 /// checked with.
 pub fn classify(value: &Value, limits: &ClassifyLimits) -> Result<Classified, ApiError> {
     let parsed = classify::parse(value, limits)?;
-    jsonschema::draft202012::new(&parsed.schema).map_err(|e| {
-        ApiError::invalid(
-            loc!["schema"],
-            format!("schema: not a valid Draft 2020-12 schema: {e}"),
-        )
-    })?;
+    classify::validator(&parsed.schema)?;
     let questions = classify::leaves(&parsed)
         .iter()
         .map(crate::frontends::leaf::Leaf::question)

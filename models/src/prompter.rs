@@ -11,8 +11,8 @@ use std::path::Path;
 use crate::error::{ModelError, Result};
 use crate::gguf::Gguf;
 use crate::template::ChatTemplate;
-use crate::tokenizer::GgufTokenizer;
 use crate::token_cache::{self, TokenCacheStats};
+use crate::tokenizer::GgufTokenizer;
 use crate::{ChatMessage, Prompt};
 
 /// A model's tokenizer and chat template (see the module docs).

@@ -123,9 +123,7 @@ async fn run(
         value.get("model").and_then(Value::as_str),
     )?;
     // Validated before any model work: the whole answer is checked against it at the end.
-    let validator = jsonschema::draft202012::new(&parsed.schema).map_err(|e| {
-        j::invalid(&loc!["schema"], format!("not a valid Draft 2020-12 schema: {e}"))
-    })?;
+    let validator = validator(&parsed.schema)?;
     let leaves = leaves(&parsed);
     let decided = if leaves.is_empty() {
         // Everything is fixed by the schema: nothing to ask.
@@ -222,6 +220,13 @@ pub(crate) fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, Ap
         compiled,
         min_confidence,
     })
+}
+
+/// The Draft 2020-12 validator of the request's schema, or a 422 when it is not a valid
+/// schema.
+pub(crate) fn validator(schema: &Value) -> Result<jsonschema::Validator, ApiError> {
+    jsonschema::draft202012::new(schema)
+        .map_err(|e| j::invalid(&loc!["schema"], format!("not a valid Draft 2020-12 schema: {e}")))
 }
 
 /// A compile error as a 422 whose location is the schema's JSON pointer.
