@@ -8,7 +8,8 @@
 # Each target starts from its seed corpus in fuzz/corpus/<target>/ (real request bodies),
 # copied to a temporary directory: what the run discovers is not written into the repository.
 # A crashing input is saved as fuzz/artifacts/<target>/crash-* (reproduce it with
-# `cargo fuzz run -s none <target> <file>`; add it to the seed corpus with the fix).
+# `cargo fuzz run -s none --codegen-units 16 <target> <file>`, the flags of the build here so
+# that nothing is rebuilt; add it to the seed corpus with the fix).
 #
 # Stable Rust: libFuzzer's coverage instrumentation needs no nightly flags, only the address
 # sanitizer does, so targets are built without one (`-s none`). Installs cargo-fuzz when it is
@@ -24,8 +25,9 @@ timeout_s="${FUZZ_TIMEOUT:-10}"
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 export DECIDE_TEST_MODEL="${DECIDE_TEST_MODEL:-$(scripts/fetch-model.sh smol)}"
 
-# No sanitizer (stable Rust); 16 codegen units build the instrumented wasmtime and candle
-# several times faster than cargo-fuzz's default of 1, at some cost in executions per second.
+# No sanitizer (stable Rust); 16 codegen units let the large instrumented crates (wasmtime,
+# cranelift, candle) compile on several cores, where cargo-fuzz's default of 1 runs each on
+# one, at some cost in executions per second.
 flags=(-s none --codegen-units 16)
 targets=($(cargo fuzz list))
 
@@ -64,9 +66,11 @@ for target in "${targets[@]}"; do
   else
     status[$target]="CRASH (exit $rc)"
     crashes=$((crashes + 1))
-    # What libFuzzer said about the crash: the panic, the input saved, the stack.
-    grep -E "panicked|SUMMARY|Test unit written|ERROR|==[0-9]+==|^#[0-9]+ +in " "$log" | head -40 || true
-    tail -n 40 "$log"
+    # What libFuzzer said about the crash: the panic and its message, the input saved, and
+    # cargo-fuzz's closing lines (how to reproduce it).
+    grep -E -A4 "panicked at" "$log" | head -20 || true
+    grep -E "SUMMARY|Test unit written" "$log" || true
+    tail -n 15 "$log"
   fi
   echo "   ${status[$target]}: ${execs[$target]:-?} executions (${speed[$target]:-?}/s)"
 done
