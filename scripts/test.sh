@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need (the wasm target, the small
 # test model SmolLM2-135M), then the guest plugins' shared-logic tests, the unit tests of every
-# crate, the end-to-end tests against the real binary (tests/e2e), the client SDKs and a
-# short soak under faults (bench/soak.py). Ends with one summary
-# line counting every test that ran.
+# crate, the end-to-end tests against the real binary (tests/e2e), the client SDKs, a short
+# soak under faults (bench/soak.py), then every fuzz target for a short while (scripts/fuzz.sh,
+# 30 s each; DECIDE_FUZZ_SECONDS to change it). Ends with one summary line counting every test
+# that ran.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -23,6 +24,8 @@ echo "== client SDKs (openai, typesafe-sdk) against the release binary"
 run python3 -m pytest -q tests/python
 echo "== soak: clients over every endpoint under plugin swaps, misbehaving plugins, hang-ups and bad bodies (30 s)"
 run python3 bench/soak.py --clients 4 --seconds 30
+echo "== fuzz targets: every parser a client reaches (scripts/fuzz.sh)"
+run scripts/fuzz.sh "${DECIDE_FUZZ_SECONDS:-30}"
 
 awk '/^test result:/ || / in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "decide: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

@@ -21,6 +21,9 @@ pub mod drain;
 pub mod error;
 pub mod eval;
 pub mod frontends;
+/// Entry points for the fuzz targets in `fuzz/` (not an API; see the module docs).
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod openapi;
 pub mod pipeline;

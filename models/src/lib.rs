@@ -33,6 +33,8 @@
 //!   Tests check published reference ids from llama.cpp.
 //! - **The model's own chat template**, rendered like Hugging Face does, ending exactly at the
 //!   assistant's first answer token (open `<think>` blocks closed, `enable_thinking=false`).
+//!   Tokenizer and template together are a [`Prompter`], built from the metadata alone
+//!   ([`Prompter::load`] reads no weights), which a [`Model`] holds for its text methods.
 //! - **A label is read at its token in context** ([`Model::label_ids`]): appended to the
 //!   prompt it must be exactly one token, must not re-split the prompt's tokens, and must
 //!   decode back to itself. Otherwise the read would measure something other than "the model
@@ -68,6 +70,7 @@ mod gguf;
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
 pub mod kernels;
+pub mod prompter;
 mod readout;
 pub mod template;
 mod token_cache;
@@ -75,13 +78,12 @@ pub mod tokenizer;
 
 pub use error::ModelError;
 pub use forward::{Kernels, KvCache, Numerics, Segment, Transformer, WeightFormat};
+pub use prompter::Prompter;
 pub use readout::Readout;
 pub use token_cache::TokenCacheStats;
 
 use error::Result;
 use gguf::Gguf;
-use template::ChatTemplate;
-use tokenizer::GgufTokenizer;
 
 /// Most attention scores (query rows x key columns x heads) one prefill chunk may hold:
 /// 2^30 f32 scores are 4 GiB, comfortable on a GPU and never reached on CPU prompts.
@@ -149,15 +151,9 @@ pub struct LoadOptions {
 /// `Model` (behind an `Arc`) serves concurrent requests without locks.
 pub struct Model {
     info: ModelInfo,
-    tokenizer: GgufTokenizer,
-    template: Option<ChatTemplate>,
+    /// The tokenizer and chat template: every text method delegates to it.
+    prompter: Prompter,
     transformer: Transformer,
-    /// Template text appended after the generation prompt (see [`Model::set_answer_suffix`]).
-    /// Behind a lock because the server's self-check tries suffixes on a model that is
-    /// already shared with its worker thread (before any request is served).
-    answer_suffix: std::sync::RwLock<String>,
-    /// Label ids of prompt ends seen before, per salt (see [`Model::label_ids_cached`]).
-    label_memo: token_cache::Memo<(Vec<u32>, Vec<String>), [u32]>,
 }
 
 // The server shares one Model across threads; fail the build if that ever stops holding.
@@ -186,20 +182,15 @@ impl Model {
         if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
             return Err(ModelError::UnsupportedArch { arch });
         }
-        let tokenizer = GgufTokenizer::from_gguf(&g)?;
-        let tok_str = |id: Option<u32>| {
-            id.and_then(|i| tokenizer.token_str(i))
-                .unwrap_or_default()
-                .to_string()
-        };
-        let template = match g.str_opt("tokenizer.chat_template") {
-            Some(src) => Some(ChatTemplate::new(
-                src,
-                tok_str(tokenizer.bos),
-                tok_str(tokenizer.eos),
-            )?),
-            None => None,
-        };
+        let name = g
+            .str_opt("general.name")
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+        let prompter = Prompter::from_gguf(&g, name.clone())?;
         #[cfg(feature = "cuda")]
         if let Device::Cuda(cuda) = device {
             // cudarc records and waits on CUDA events around every use of every buffer, so
@@ -214,21 +205,13 @@ impl Model {
         let transformer =
             Transformer::load(&mut g, &arch, device, options.weights, options.kernels)?;
         let dims = transformer.dims().clone();
-        if tokenizer.len() > dims.vocab_size {
+        if prompter.vocab_len() > dims.vocab_size {
             return Err(g.err(format!(
                 "the tokenizer has {} tokens but the output head only {} rows",
-                tokenizer.len(),
+                prompter.vocab_len(),
                 dims.vocab_size
             )));
         }
-        let name = g
-            .str_opt("general.name")
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                path.file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            });
         let info = ModelInfo {
             name,
             arch,
@@ -246,17 +229,14 @@ impl Model {
         };
         tracing::info!(
             model = %info.name, arch = %info.arch, layers = info.n_layers, vocab = info.vocab_size,
-            context = info.context_length, pre = %tokenizer.pre, device = ?device,
+            context = info.context_length, pre = %prompter.pre_tokenizer(), device = ?device,
             weights = ?options.weights, fused = transformer.is_fused(),
             secs = t0.elapsed().as_secs_f32(), "model loaded"
         );
         Ok(Model {
             info,
-            tokenizer,
-            template,
+            prompter,
             transformer,
-            answer_suffix: std::sync::RwLock::new(String::new()),
-            label_memo: token_cache::Memo::new(),
         })
     }
 
@@ -275,34 +255,30 @@ impl Model {
         self.transformer.device()
     }
 
+    /// The model's tokenizer and chat template, which every text method here uses.
+    pub fn prompter(&self) -> &Prompter {
+        &self.prompter
+    }
+
     /// Template text written after the generation prompt of every rendered prompt, e.g. an
     /// empty reasoning block `<think>\n\n</think>\n\n` for a model that would otherwise
     /// reason before answering. It is template text: control tokens in it are recognised.
     /// The server sets it once at startup when its answer-slot self-check needs it, before the
     /// model is shared; empty (the default) adds nothing.
     pub fn set_answer_suffix(&self, suffix: impl Into<String>) {
-        *self
-            .answer_suffix
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = suffix.into();
+        self.prompter.set_answer_suffix(suffix);
     }
 
     /// The current answer suffix (empty when none is set).
     pub fn answer_suffix(&self) -> String {
-        self.answer_suffix
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.prompter.answer_suffix()
     }
 
     /// Whether `text` is exactly one token of the vocabulary that the tokenizer matches as a
     /// whole (a control or user-defined added token such as `<think>`), so that writing it into
     /// a prompt gives that token and not pieces of it.
     pub fn is_added_token(&self, text: &str) -> bool {
-        match self.tokenizer.token_id(text) {
-            Some(id) => self.tokenizer.encode(text).ok().as_deref() == Some(&[id][..]),
-            None => false,
-        }
+        self.prompter.is_added_token(text)
     }
 
     /// Renders `messages` with the model's chat template (`add_generation_prompt=true`,
@@ -320,7 +296,7 @@ impl Model {
     /// that contains a control-token string is refused, and so is such a content when the
     /// template transforms contents so that they cannot be located in the text.
     pub fn render(&self, messages: &[ChatMessage]) -> Result<Prompt> {
-        self.render_salted(messages, None)
+        self.prompter.render(messages)
     }
 
     /// [`Model::render`] that looks up the ids of long runs of text (an input of kilobytes)
@@ -329,70 +305,18 @@ impl Model {
     /// faster than a miss, so callers that must not learn about each other's texts (the
     /// server's tenants) pass different salts. The tokens are the same as [`Model::render`]'s.
     pub fn render_cached(&self, messages: &[ChatMessage], salt: u64) -> Result<Prompt> {
-        self.render_salted(messages, Some(salt))
+        self.prompter.render_cached(messages, salt)
     }
 
     /// Sets the token cache's memory budget in bytes, evicting down to it; 0 turns the cache
     /// off. A loaded model starts with 256 MiB.
     pub fn set_token_cache_bytes(&self, bytes: usize) {
-        self.tokenizer.cache.set_budget(bytes);
+        self.prompter.set_token_cache_bytes(bytes);
     }
 
     /// What the token cache has done and holds.
     pub fn token_cache_stats(&self) -> TokenCacheStats {
-        self.tokenizer.cache.stats()
-    }
-
-    /// [`Model::render`], through the token cache under `salt` when there is one.
-    fn render_salted(&self, messages: &[ChatMessage], salt: Option<u64>) -> Result<Prompt> {
-        let template = self.template.as_ref().ok_or_else(|| {
-            ModelError::Template(format!(
-                "model {} has no chat template (GGUF key `tokenizer.chat_template`); a base \
-                 model cannot be prompted with chat messages",
-                self.info.name
-            ))
-        })?;
-        if let Some(m) = messages
-            .iter()
-            .find(|m| self.tokenizer.contains_control(&m.role))
-        {
-            return Err(ModelError::Template(format!(
-                "the role {:?} contains a control token",
-                m.role
-            )));
-        }
-        let rendered = template.render_marked(messages)?;
-        let mut text = rendered.text;
-        // Template text after the last content span: it tokenizes as a template part.
-        text.push_str(&self.answer_suffix());
-        let tokens = match rendered.content {
-            Some(spans) => {
-                let mut parts: Vec<(&str, bool)> = Vec::with_capacity(2 * spans.len() + 1);
-                let mut at = 0;
-                for span in spans {
-                    parts.push((&text[at..span.start], false));
-                    parts.push((&text[span.clone()], true));
-                    at = span.end;
-                }
-                parts.push((&text[at..], false));
-                self.with_bos(self.tokenizer.encode_parts(&parts, salt)?)
-            }
-            None => {
-                if messages
-                    .iter()
-                    .any(|m| self.tokenizer.contains_control(&m.content))
-                {
-                    return Err(ModelError::Template(format!(
-                        "a message contains a control token string, and model {}'s chat \
-                         template transforms message contents, so they cannot be told apart \
-                         from the template's own control tokens",
-                        self.info.name
-                    )));
-                }
-                self.prompt_tokens(&text)?
-            }
-        };
-        Ok(Prompt { text, tokens })
+        self.prompter.token_cache_stats()
     }
 
     /// Token ids of each label read at the prompt's answer slot. Each label, appended to the
@@ -404,52 +328,7 @@ impl Model {
     /// tokenized together with the prompt's text after its last control token, which is
     /// where the prompt's tokenization can merge with it (control tokens always split).
     pub fn label_ids(&self, prompt: &Prompt, labels: &[String]) -> Result<Vec<u32>> {
-        let tail_tokens = self.prompt_tail(prompt);
-        let tail = self.tokenizer.decode(tail_tokens)?;
-        let n = tail_tokens.len();
-        let mut ids: Vec<u32> = Vec::with_capacity(labels.len());
-        for (i, label) in labels.iter().enumerate() {
-            let refuse = |reason: String| ModelError::Label {
-                label: label.clone(),
-                reason,
-            };
-            if label.is_empty() {
-                return Err(refuse("the label is empty".into()));
-            }
-            let toks = self.tokenizer.encode_plain(&format!("{tail}{label}"))?;
-            if toks.len() < n || toks[..n] != tail_tokens[..] {
-                return Err(refuse(
-                    "appended to the prompt it merges with the prompt's last token(s), so the \
-                     tokens before the answer would change"
-                        .into(),
-                ));
-            }
-            let new = &toks[n..];
-            if new.len() != 1 {
-                let pieces: Vec<String> = new
-                    .iter()
-                    .map(|&t| self.tokenizer.decode(&[t]).unwrap_or_default())
-                    .collect();
-                return Err(refuse(format!(
-                    "it is {} tokens at the answer position ({pieces:?}), not one; use a shorter label",
-                    new.len()
-                )));
-            }
-            let id = new[0];
-            let back = self.tokenizer.decode(&[id])?;
-            if &back != label {
-                return Err(refuse(format!("its token {id} decodes to {back:?}")));
-            }
-            if let Some(j) = ids.iter().position(|&x| x == id) {
-                return Err(refuse(format!(
-                    "it is the same token as label {:?}",
-                    labels[j]
-                )));
-            }
-            debug_assert_eq!(ids.len(), i);
-            ids.push(id);
-        }
-        Ok(ids)
+        self.prompter.label_ids(prompt, labels)
     }
 
     /// [`Model::label_ids`], remembered under `salt`: the ids depend only on the prompt's
@@ -463,24 +342,7 @@ impl Model {
         labels: &[String],
         salt: u64,
     ) -> Result<Vec<u32>> {
-        if !self.tokenizer.cache.enabled() {
-            return self.label_ids(prompt, labels);
-        }
-        let key = (self.prompt_tail(prompt).to_vec(), labels.to_vec());
-        let ids = self.label_memo.get(salt, &key, |_| {
-            self.label_ids(prompt, labels).map(Into::into)
-        })?;
-        Ok(ids.to_vec())
-    }
-
-    /// The prompt's tokens after its last control token: where a label can merge with it.
-    fn prompt_tail<'p>(&self, prompt: &'p Prompt) -> &'p [u32] {
-        let head = prompt
-            .tokens
-            .iter()
-            .rposition(|&t| self.tokenizer.is_control(t))
-            .map_or(0, |j| j + 1);
-        &prompt.tokens[head..]
+        self.prompter.label_ids_cached(prompt, labels, salt)
     }
 
     /// One forward pass over `tokens`, read at the last position: exact log-softmax over the
@@ -663,37 +525,21 @@ impl Model {
 
     /// Token ids of `text` with special tokens (`<|im_start|>` ...) recognised; no BOS added.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
-        self.tokenizer.encode(text)
+        self.prompter.tokenize(text)
     }
 
     /// Text of `ids`, special tokens written out.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.tokenizer.decode(ids)
+        self.prompter.decode(ids)
     }
 
     /// The stored vocabulary string of a token id (byte-level form, e.g. `Ġworld`).
     pub fn token_str(&self, id: u32) -> Option<&str> {
-        self.tokenizer.token_str(id)
+        self.prompter.token_str(id)
     }
 
     /// The id of a stored vocabulary string.
     pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.tokenizer.token_id(token)
-    }
-
-    /// Prompt tokenization: the text's tokens, with BOS in front when the model's metadata
-    /// asks for it (`tokenizer.ggml.add_bos_token`) and the template did not write it.
-    fn prompt_tokens(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self.with_bos(self.tokenizer.encode(text)?))
-    }
-
-    /// `toks` with BOS in front when the model asks for it and it is not there yet.
-    fn with_bos(&self, mut toks: Vec<u32>) -> Vec<u32> {
-        if let (true, Some(bos)) = (self.tokenizer.add_bos, self.tokenizer.bos) {
-            if toks.first() != Some(&bos) {
-                toks.insert(0, bos);
-            }
-        }
-        toks
+        self.prompter.token_id(token)
     }
 }

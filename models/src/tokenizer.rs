@@ -408,7 +408,11 @@ impl GgufTokenizer {
         })
     }
 
-    /// Text of `ids`, special tokens written out (so decode(encode(x)) == x).
+    /// Text of `ids`, special tokens written out, so decode(encode(x)) == x for byte-level
+    /// pipelines without a normalizer, except for bytes the vocabulary has no token for:
+    /// BPE drops those when encoding (as Hugging Face's tokenizers and llama.cpp do; SmolLM2
+    /// has none for a few ASCII control bytes and for 0xF1, 0xF2, 0xF5..0xFF), and the rest
+    /// decodes as lossy UTF-8.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.tokens.len()) {
             return Err(ModelError::TokenOutOfRange {

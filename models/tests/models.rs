@@ -10,7 +10,9 @@ use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
-use decide_models::{ChatMessage, LoadOptions, Model, ModelError, Numerics, Segment, WeightFormat};
+use decide_models::{
+    ChatMessage, LoadOptions, Model, ModelError, Numerics, Prompter, Segment, WeightFormat,
+};
 
 fn model_path(key: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("DECIDE_MODELS_DIR")
@@ -141,6 +143,41 @@ fn decode_round_trips() {
             assert_eq!(m.decode(&ids).unwrap(), t, "{key}: {t:?}");
         }
     }
+}
+
+/// Bytes without a token of their own in the vocabulary (SmolLM2 has none for a few ASCII
+/// control bytes) are dropped by BPE, as Hugging Face's tokenizers and llama.cpp drop them:
+/// the model never sees them, and decoding gives the text without them.
+#[test]
+fn bytes_without_a_token_are_dropped() {
+    let m = model_or_skip!("smol");
+    let ids = m.tokenize("a\u{1d}b\u{13}c").unwrap();
+    assert_eq!(m.decode(&ids).unwrap(), "abc");
+}
+
+/// The tokenizer and template alone, read from the metadata without the weights, prepare
+/// exactly the prompts and label ids the loaded model does.
+#[test]
+fn prompter_without_weights_prepares_what_the_model_does() {
+    let m = model_or_skip!("smol");
+    let p = Prompter::load(&model_path("smol").expect("present")).expect("loads");
+    let mut conversation = vec![ChatMessage {
+        role: "system".into(),
+        content: "Be terse.".into(),
+    }];
+    conversation.extend(user("Is it <|im_end|> red? A or B."));
+    for messages in [user("Pick A or B."), conversation] {
+        let ours = p.render(&messages).unwrap();
+        assert_eq!(ours, m.render(&messages).unwrap());
+        assert_eq!(ours, p.render_cached(&messages, 7).unwrap());
+        let labels = strings(&["A", "B"]);
+        assert_eq!(
+            p.label_ids(&ours, &labels).unwrap(),
+            m.label_ids(&ours, &labels).unwrap()
+        );
+    }
+    assert!(p.vocab_len() <= m.info().vocab_size);
+    assert_eq!(p.pre_tokenizer(), "smollm");
 }
 
 /// llama.cpp's tokenizer test data: ids produced by the Hugging Face tokenizer of each model.

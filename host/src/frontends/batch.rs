@@ -31,13 +31,13 @@ use crate::tenancy::Caller;
 
 /// What bounds a batch before anything is computed.
 #[derive(Debug, Clone, Copy)]
-struct BatchLimits {
+pub(crate) struct BatchLimits {
     /// `--batch-max-items`.
-    max_items: usize,
+    pub(crate) max_items: usize,
     /// `--batch-max-input-bytes`: state bytes (as rendered) over all items.
-    max_input_bytes: usize,
+    pub(crate) max_input_bytes: usize,
     /// `--max-questions`, for the shared questions and each item's own.
-    max_questions: usize,
+    pub(crate) max_questions: usize,
 }
 
 impl BatchLimits {
@@ -52,21 +52,21 @@ impl BatchLimits {
 
 /// A batch body, parsed.
 #[derive(Debug)]
-struct Parsed {
+pub(crate) struct Parsed {
     /// The shared questions (none sent: empty).
-    shared: QuestionSet,
+    pub(crate) shared: QuestionSet,
     /// Each item, or the error that fails it alone.
-    items: Vec<Result<ParsedItem, ApiError>>,
+    pub(crate) items: Vec<Result<ParsedItem, ApiError>>,
     /// `timeout_ms`: the batch's own deadline.
-    timeout: Option<crate::cancel::Requested>,
+    pub(crate) timeout: Option<crate::cancel::Requested>,
 }
 
 /// One item that parsed.
 #[derive(Debug)]
-struct ParsedItem {
-    state: String,
+pub(crate) struct ParsedItem {
+    pub(crate) state: String,
     /// Its own questions; `None`: the shared ones.
-    own: Option<QuestionSet>,
+    pub(crate) own: Option<QuestionSet>,
 }
 
 /// How an item's answers are keyed: question ids and types, in question order.
@@ -151,7 +151,7 @@ fn split(
     (ready, slots)
 }
 
-fn parse(value: &Value, limits: BatchLimits) -> Result<Parsed, ApiError> {
+pub(crate) fn parse(value: &Value, limits: BatchLimits) -> Result<Parsed, ApiError> {
     let root = loc![];
     let body = j::object(value, &root)?;
     j::only_fields(body, &["model", "questions", "items", "timeout_ms"], &root)?;

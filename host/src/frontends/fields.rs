@@ -38,10 +38,10 @@ const MAX_CACHE_SALT_CHARS: usize = 256;
 
 /// A parsed field-schema request.
 #[derive(Debug)]
-struct Parsed {
-    context: String,
-    names: Vec<String>,
-    leaves: Vec<Leaf>,
+pub(crate) struct Parsed {
+    pub(crate) context: String,
+    pub(crate) names: Vec<String>,
+    pub(crate) leaves: Vec<Leaf>,
     strategy: String,
     temperature: Option<f64>,
     min_probability: f64,
@@ -137,7 +137,11 @@ fn as_fields_error(error: ApiError) -> ApiError {
     }
 }
 
-fn parse(value: &Value, max_input_chars: usize, max_fields: usize) -> Result<Parsed, ApiError> {
+pub(crate) fn parse(
+    value: &Value,
+    max_input_chars: usize,
+    max_fields: usize,
+) -> Result<Parsed, ApiError> {
     let root = loc![];
     let body = j::object(value, &root)?;
     j::only_fields(
@@ -202,13 +206,15 @@ fn parse(value: &Value, max_input_chars: usize, max_fields: usize) -> Result<Par
         {
             Some(salt.clone())
         }
-        Some(other) => return Err(j::invalid(
-            &loc!["cache_salt"],
-            format!(
+        Some(other) => {
+            return Err(j::invalid(
+                &loc!["cache_salt"],
+                format!(
                 "must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters, got {}",
                 j::type_name(other)
             ),
-        )),
+            ))
+        }
     };
     Ok(Parsed {
         context,

@@ -30,8 +30,8 @@ enum Detail {
 
 /// What the response needs besides the pipeline's outcomes.
 #[derive(Debug)]
-struct Parsed {
-    request: DecisionRequest,
+pub(crate) struct Parsed {
+    pub(crate) request: DecisionRequest,
     names: Vec<Option<String>>,
     types: Vec<String>,
     detail: Detail,
@@ -90,7 +90,7 @@ async fn run(state: &SharedState, caller: Caller, value: Value) -> Result<Respon
     Ok(response)
 }
 
-fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
+pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
     let root = loc![];
     let body = j::object(value, &root)?;
     j::only_fields(
@@ -416,7 +416,7 @@ fn parse_backend_options(value: &Value, loc: &Loc) -> Result<readout::Options, A
 
 /// Renders `input` to the state text. A string (or a lone user message) is the text itself;
 /// a conversation becomes one block per item, labelled by role.
-fn render_input(input: &Value, loc: &Loc) -> Result<String, ApiError> {
+pub(crate) fn render_input(input: &Value, loc: &Loc) -> Result<String, ApiError> {
     match input {
         Value::String(_) => Ok(j::string(input, loc)?.to_string()),
         Value::Array(items) => {

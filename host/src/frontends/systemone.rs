@@ -23,8 +23,8 @@ use crate::tenancy::Caller;
 const REQUEST_ID_HEADER: &str = "x-typesafe-request-id";
 
 #[derive(Debug)]
-struct Parsed {
-    request: DecisionRequest,
+pub(crate) struct Parsed {
+    pub(crate) request: DecisionRequest,
     ids: Vec<String>,
     types: Vec<String>,
 }
@@ -32,7 +32,7 @@ struct Parsed {
 /// A Jev question map, parsed: the pipeline's questions and each one's id and type, in the
 /// order sent.
 #[derive(Debug, Clone, Default)]
-pub(super) struct QuestionSet {
+pub(crate) struct QuestionSet {
     pub questions: Vec<Question>,
     pub ids: Vec<String>,
     pub types: Vec<String>,
@@ -108,7 +108,7 @@ pub(super) fn requested_model(value: &Value) -> Result<Option<&str>, ApiError> {
     }
 }
 
-fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
+pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiError> {
     let root = loc![];
     // Unknown top-level fields are ignored, as TypeSafe's API does (its SDK and clients may
     // send fields this server has no use for); questions stay strict, their plugins decide.

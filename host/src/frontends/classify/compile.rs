@@ -271,9 +271,21 @@ impl Compiler<'_> {
                     ),
                 ));
             }
-            return if types.first().map(String::as_str) == Some("array")
-                || map.contains_key("prefixItems")
-            {
+            let tuple = types.first().map(String::as_str) == Some("array")
+                || map.contains_key("prefixItems");
+            // The answer is built as the shape's kind, so a `type` naming another kind (an
+            // object given `prefixItems`, a string given `properties`) admits no answer.
+            let kind = if tuple { "array" } else { "object" };
+            if let Some(other) = types.first().filter(|t| *t != kind) {
+                return Err(error(
+                    at.keyword("type"),
+                    format!(
+                        "type {other:?} does not fit `{}`: a closed object has type \"object\" and `properties`, a tuple type \"array\" and `prefixItems`",
+                        if tuple { "prefixItems" } else { "properties" }
+                    ),
+                ));
+            }
+            return if tuple {
                 self.tuple(map, at)
             } else {
                 self.object(map, at)
@@ -375,6 +387,17 @@ impl Compiler<'_> {
         if map.get("items") != Some(&Value::Bool(false)) || min != Some(items.len() as u64) {
             return Err(open());
         }
+        if let Some(max) = map.get("maxItems").and_then(Value::as_f64) {
+            if max < items.len() as f64 {
+                return Err(error(
+                    at.keyword("maxItems"),
+                    format!(
+                        "{max} is below the tuple's {} items: no value satisfies it",
+                        items.len()
+                    ),
+                ));
+            }
+        }
         let mut shapes = Vec::with_capacity(items.len());
         for (i, schema) in items.iter().enumerate() {
             shapes.push(self.node(schema, &at.item(i))?);
@@ -401,10 +424,12 @@ impl Compiler<'_> {
         } else {
             (typed_values(map, at, self.limits)?, None)
         };
+        // Each with its place in the list, so that a refusal points at the value itself.
         let mut seen = HashSet::new();
-        let distinct: Vec<Value> = candidates
+        let distinct: Vec<(usize, Value)> = candidates
             .into_iter()
-            .filter(|v| seen.insert(j::compact(&canonical(v))))
+            .enumerate()
+            .filter(|(_, v)| seen.insert(j::compact(&canonical(v))))
             .collect();
         let validator = jsonschema::draft202012::new(schema).map_err(|e| {
             error(
@@ -413,7 +438,7 @@ impl Compiler<'_> {
             )
         })?;
         let mut admitted = Vec::with_capacity(distinct.len());
-        for (i, value) in distinct.into_iter().enumerate() {
+        for (i, value) in distinct {
             match (validator.validate(&value), listed) {
                 (Ok(()), _) => admitted.push(value),
                 // A listed value the node's own constraints refuse: the schema contradicts itself.
@@ -661,6 +686,14 @@ fn integers(
             "an integer needs both `minimum` and `maximum`: open numbers are not supported",
         ));
     };
+    // Beyond 2^53 an f64 does not hold every integer (1e17 + 1.0 == 1e17), so the interval
+    // could not be walked one integer at a time, nor its values written exactly.
+    if low.abs() > EXACT_INTEGERS || high.abs() > EXACT_INTEGERS {
+        return Err(error(
+            at.schema.clone(),
+            format!("the interval [{low}, {high}] reaches beyond ±2^53, where integers are not exact: list the values with `enum`"),
+        ));
+    }
     let step = bound("multipleOf")?;
     if step.is_some_and(|s| s <= 0.0) {
         return Err(error(at.keyword("multipleOf"), "must be greater than 0"));
@@ -683,16 +716,15 @@ fn integers(
             format!("the interval [{low}, {high}] is too wide to list its multiples; narrow it"),
         ));
     }
-    let mut values = Vec::new();
-    let mut x = low;
-    while x <= high {
-        if step.is_none_or(|s| (x / s).fract() == 0.0) {
-            values.push(Value::from(x as i64));
-        }
-        x += 1.0;
-    }
+    let values = (low as i64..=high as i64)
+        .filter(|&n| step.is_none_or(|s| (n as f64 / s).fract() == 0.0))
+        .map(Value::from)
+        .collect();
     Ok(values)
 }
+
+/// 2^53: every integer up to it in magnitude is an exact f64.
+const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
 
 #[cfg(test)]
 mod tests {
@@ -887,6 +919,31 @@ mod tests {
                 json!({"type": "string", "enum": ["a", 1]}),
                 "/enum/1",
                 "not admitted",
+            ),
+            (
+                json!({"type": "string", "enum": ["a", "a", 1]}),
+                "/enum/2",
+                "1 is not admitted",
+            ),
+            (
+                json!({"type": "object", "prefixItems": [{"type": "boolean"}], "items": false, "minItems": 1}),
+                "/type",
+                "does not fit",
+            ),
+            (
+                json!({"type": "string", "additionalProperties": false, "properties": {}}),
+                "/type",
+                "does not fit",
+            ),
+            (
+                json!({"prefixItems": [{"type": "boolean"}, {"type": "null"}], "items": false, "minItems": 2, "maxItems": 1}),
+                "/maxItems",
+                "no value",
+            ),
+            (
+                json!({"type": "integer", "minimum": 1e17, "maximum": 1e17}),
+                "",
+                "beyond ±2^53",
             ),
             (json!({"enum": []}), "", "no value"),
             (json!(true), "", "any value"),

@@ -63,14 +63,14 @@ impl ClassifyLimits {
 }
 
 /// A parsed classification request.
-struct Parsed {
-    state: String,
-    question: String,
-    schema: Value,
-    compiled: Compiled,
-    min_confidence: f64,
+pub(crate) struct Parsed {
+    pub(crate) state: String,
+    pub(crate) question: String,
+    pub(crate) schema: Value,
+    pub(crate) compiled: Compiled,
+    pub(crate) min_confidence: f64,
     /// `timeout_ms`: the request's own deadline.
-    timeout: Option<crate::cancel::Requested>,
+    pub(crate) timeout: Option<crate::cancel::Requested>,
 }
 
 /// `POST /v1/classify` and `POST /plugins/jev-decison/infer`.
@@ -138,12 +138,7 @@ async fn run(
         value.get("model").and_then(Value::as_str),
     )?;
     // Validated before any model work: the whole answer is checked against it at the end.
-    let validator = jsonschema::draft202012::new(&parsed.schema).map_err(|e| {
-        j::invalid(
-            &loc!["schema"],
-            format!("not a valid Draft 2020-12 schema: {e}"),
-        )
-    })?;
+    let validator = validator(&parsed.schema)?;
     let leaves = leaves(&parsed);
     let decided = if leaves.is_empty() {
         // Everything is fixed by the schema: nothing to ask.
@@ -176,7 +171,7 @@ async fn run(
     Ok(response)
 }
 
-fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
+pub(crate) fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
     let root = loc![];
     let body = j::object(value, &root)?;
     if let Some(field) = OUTPUT_BUDGETS.iter().find(|f| body.contains_key(**f)) {
@@ -247,7 +242,8 @@ fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
             }
         },
     };
-    let compiled = compile::compile(&schema, &limits.schema).map_err(schema_error)?;
+    let compiled =
+        compile::compile(&schema, &limits.schema).map_err(|error| schema_error(&schema, error))?;
     Ok(Parsed {
         state,
         question,
@@ -258,9 +254,20 @@ fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
     })
 }
 
+/// The Draft 2020-12 validator of the request's schema, or a 422 when it is not a valid
+/// schema.
+pub(crate) fn validator(schema: &Value) -> Result<jsonschema::Validator, ApiError> {
+    jsonschema::draft202012::new(schema).map_err(|e| {
+        j::invalid(
+            &loc!["schema"],
+            format!("not a valid Draft 2020-12 schema: {e}"),
+        )
+    })
+}
+
 /// A compile error as a 422 whose location is the schema's JSON pointer.
-fn schema_error(error: compile::SchemaError) -> ApiError {
-    let loc = schema_loc(&error.pointer);
+fn schema_error(schema: &Value, error: compile::SchemaError) -> ApiError {
+    let loc = schema_loc(schema, &error.pointer);
     let pointer = if error.pointer.is_empty() {
         "/"
     } else {
@@ -275,23 +282,29 @@ fn schema_error(error: compile::SchemaError) -> ApiError {
     )
 }
 
-/// The request location of a schema pointer: `schema` and the pointer's segments.
-fn schema_loc(pointer: &str) -> Loc {
+/// The request location of a pointer into `schema`: `schema` and the pointer's segments,
+/// each an index where it steps into an array and a field name otherwise (a property named
+/// `0` is a field, as the body has it).
+fn schema_loc(schema: &Value, pointer: &str) -> Loc {
     let mut loc: Loc = loc!["schema"];
-    loc.extend(
-        compile::segments(pointer)
-            .into_iter()
-            .map(|s| match s.parse::<usize>() {
-                Ok(index) => LocPart::Index(index),
-                Err(_) => LocPart::Field(s),
-            }),
-    );
+    let mut at = Some(schema);
+    for segment in compile::segments(pointer) {
+        let (part, next) = match (at, segment.parse::<usize>()) {
+            (Some(Value::Array(items)), Ok(index)) => (LocPart::Index(index), items.get(index)),
+            (value, _) => {
+                let next = value.and_then(|v| v.get(segment.as_str()));
+                (LocPart::Field(segment), next)
+            }
+        };
+        loc.push(part);
+        at = next;
+    }
     loc
 }
 
 /// Each leaf as the question the model is asked: the request's question, then the field's
 /// path and its description.
-fn leaves(parsed: &Parsed) -> Vec<Leaf> {
+pub(crate) fn leaves(parsed: &Parsed) -> Vec<Leaf> {
     parsed
         .compiled
         .leaves
@@ -305,7 +318,7 @@ fn leaves(parsed: &Parsed) -> Vec<Leaf> {
                 instructions.push_str(&format!("\n{description}"));
             }
             Leaf {
-                loc: schema_loc(&schema_leaf.schema_pointer),
+                loc: schema_loc(&parsed.schema, &schema_leaf.schema_pointer),
                 instructions,
                 values: schema_leaf.values.clone(),
             }
@@ -478,6 +491,25 @@ mod tests {
         let mut ok = base.clone();
         ok["mode"] = json!("classify");
         assert!(parse(&ok, &limits()).is_ok());
+    }
+
+    #[test]
+    fn schema_errors_are_located_by_the_body_not_by_the_digits() {
+        let body = json!({"state": "x", "question": "q?", "schema": {
+            "type": "object", "additionalProperties": false, "required": ["0"],
+            "properties": {"0": {"anyOf": [{"type": "string"}]}}}});
+        let error = error(body);
+        assert_eq!(
+            error.loc(),
+            [
+                LocPart::Field("schema".into()),
+                LocPart::Field("properties".into()),
+                LocPart::Field("0".into()),
+                LocPart::Field("anyOf".into()),
+                LocPart::Index(0),
+                LocPart::Field("type".into()),
+            ]
+        );
     }
 
     #[test]
