@@ -20,6 +20,8 @@ echo "== host, models and end-to-end tests"
 run cargo test --release --workspace
 echo "== client SDKs (openai, typesafe-sdk) against the release binary"
 run python3 -m pytest -q tests/python
+echo "== the API contract: schemathesis against /openapi.json (20 examples per operation)"
+run scripts/schemathesis.sh 20
 
 awk '/^test result:/ || / in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "decide: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
