@@ -2,9 +2,9 @@
 # Runs every test on a fresh machine: installs what the tests need (the wasm target, the small
 # test model SmolLM2-135M), then the guest plugins' shared-logic tests, the unit tests of every
 # crate, the end-to-end tests against the real binary (tests/e2e), the client SDKs, a short
-# soak under faults (bench/soak.py), then every fuzz target for a short while (scripts/fuzz.sh,
-# 30 s each; DECIDE_FUZZ_SECONDS to change it). Ends with one summary line counting every test
-# that ran.
+# soak under faults (bench/soak.py), schemathesis against /openapi.json, then every fuzz target
+# for a short while (scripts/fuzz.sh, 30 s each; DECIDE_FUZZ_SECONDS to change it). Ends with
+# one summary line counting every test that ran.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -24,6 +24,8 @@ echo "== client SDKs (openai, typesafe-sdk) against the release binary"
 run python3 -m pytest -q tests/python
 echo "== soak: clients over every endpoint under plugin swaps, misbehaving plugins, hang-ups and bad bodies (30 s)"
 run python3 bench/soak.py --clients 4 --seconds 30
+echo "== the API contract: schemathesis against /openapi.json (20 examples per operation)"
+run scripts/schemathesis.sh 20
 echo "== fuzz targets: every parser a client reaches (scripts/fuzz.sh)"
 run scripts/fuzz.sh "${DECIDE_FUZZ_SECONDS:-30}"
 

@@ -923,3 +923,113 @@ fn real_responses_match_the_openapi_document() {
 
     c.assert_every_operation_checked();
 }
+
+/// A state long enough that reading it takes far more than a millisecond on any machine.
+fn long_state(seed: &str) -> String {
+    format!("{seed}: the parcel was late again and nobody answered the phone. ").repeat(25)
+}
+
+/// Each decision format with `timeout_ms` set to 1 over a state that is not cached.
+fn past_deadline() -> Vec<(&'static str, Value)> {
+    let mut openai = decisions();
+    openai["input"] = json!(long_state("decisions"));
+    openai["extra"] = json!({"timeout_ms": 1});
+    let mut jev = systemone();
+    jev["state"] = json!(long_state("systemone"));
+    jev["questions"].as_object_mut().unwrap().remove("broken");
+    jev["timeout_ms"] = json!(1);
+    let mut field_schema = fields();
+    field_schema["context"] = json!(long_state("fields"));
+    field_schema["timeout_ms"] = json!(1);
+    let mut openai_fields = field_schema.clone();
+    openai_fields["context"] = json!(long_state("decisions fields"));
+    let mut classification = classify();
+    classification["state"] = json!(long_state("classify"));
+    classification["timeout_ms"] = json!(1);
+    let mut infer = classification.clone();
+    infer["state"] = json!(long_state("infer"));
+    let batch = json!({"questions": {"q": {"type": "noul", "instructions": "Is this about billing?"}},
+                       "items": [{"state": long_state("batch")}], "timeout_ms": 1});
+    vec![
+        ("/v1/decisions", openai),
+        ("/v1/decisions", openai_fields),
+        ("/v1/systemone", jev),
+        ("/v1/fields", field_schema),
+        ("/v1/systemone/batch", batch),
+        ("/v1/classify", classification),
+        ("/plugins/jev-decison/infer", infer),
+    ]
+}
+
+/// The statuses a well-formed request can still get from a working server: 504 past its
+/// deadline, 502 when the model's pass fails (an injected fault, as a CUDA error would), each
+/// in the body shape the document gives for it.
+#[test]
+fn deadlines_and_engine_failures_match_the_openapi_document() {
+    let server = Server::ready(&[
+        "--schema-max-input-chars",
+        "4000",
+        "--batch-max-input-bytes",
+        "4000",
+    ]);
+    let mut c = Contract::fetch(&server);
+    for (path, body) in past_deadline() {
+        let reply = c.expect("post", path, server.post(path, &body), 504);
+        assert!(
+            reply.body.to_string().contains("timeout_ms"),
+            "{path}: {}",
+            reply.body
+        );
+    }
+    drop(server);
+
+    // Every second pass fails (every pass would fail the startup self-check): each format
+    // reports a request whose pass failed as 502, and the next one is answered.
+    let server = Server::ready(&["--inject-fault", "error-every:2"]);
+    let mut c = Contract::fetch(&server);
+    for (path, body) in [
+        ("/v1/decisions", decisions()),
+        ("/v1/decisions", fields()),
+        ("/v1/systemone", systemone()),
+        ("/v1/fields", fields()),
+        ("/v1/classify", classify()),
+        ("/plugins/jev-decison/infer", classify()),
+    ] {
+        let replies: Vec<Reply> = (0..2).map(|_| server.post(path, &body)).collect();
+        let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+        assert!(
+            statuses.contains(&502) && statuses.contains(&200),
+            "{path}: {statuses:?}"
+        );
+        for reply in replies {
+            c.check("post", path, &reply);
+            if reply.status == 502 {
+                assert!(
+                    reply.body.to_string().contains("engine_error"),
+                    "{path}: {}",
+                    reply.body
+                );
+            }
+        }
+    }
+    // A batch's items fail alone, each with its engine error.
+    let batch = json!({"questions": {"q": {"type": "noul", "instructions": "Is this about billing?"}},
+                       "items": [{"state": "I was charged twice."}]});
+    let replies: Vec<Reply> = (0..2)
+        .map(|_| {
+            c.expect(
+                "post",
+                "/v1/systemone/batch",
+                server.post("/v1/systemone/batch", &batch),
+                200,
+            )
+        })
+        .collect();
+    assert!(
+        replies.iter().any(|r| r.body["items"][0]["error"]
+            .to_string()
+            .contains("engine_error")),
+        "{:?}",
+        replies.iter().map(|r| &r.body).collect::<Vec<_>>()
+    );
+}

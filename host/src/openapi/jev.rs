@@ -47,7 +47,7 @@ pub enum LocPart {
     Index(u64),
 }
 
-/// Any other error (401, 404 unknown model, 415, 429, 502, 503, ...).
+/// Any other error (401, 404 unknown model, 415, 429, 502, 503, 504, ...).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JevError {
@@ -75,6 +75,11 @@ pub enum JevErrorType {
     EngineError,
     ServiceUnavailable,
     TimeoutError,
+    /// A request past its deadline (`timeout_ms`, `--request-timeout-ms`): 504.
+    Timeout,
+    /// The model worker's queue is full (`--max-queued-requests`, `--max-queued-tokens`): 503
+    /// with `Retry-After`.
+    Overloaded,
     InternalError,
     InvalidRequestError,
 }
@@ -327,7 +332,14 @@ pub enum SystemOneResponses {
     /// A tenant's rate, concurrency or queue limit; `Retry-After` says when to retry.
     #[response(status = 429)]
     RateLimited(JevError),
-    /// The server is loading (with `Retry-After`) or cannot serve decisions.
+    /// Every question failed on the model (`engine_error`: a failed pass).
+    #[response(status = 502)]
+    BadGateway(JevError),
+    /// The server is loading or draining, or its queue is full (`overloaded`); with
+    /// `Retry-After`.
     #[response(status = 503)]
     NotReady(JevError),
+    /// Past the request's deadline (`timeout_ms`, `--request-timeout-ms`); its work is dropped.
+    #[response(status = 504)]
+    Timeout(JevError),
 }

@@ -283,7 +283,43 @@ pub fn document() -> &'static serde_json::Value {
     DOCUMENT.get_or_init(|| serde_json::to_value(ApiDoc::openapi()).unwrap_or_default())
 }
 
-/// `GET /openapi.json`: this document.
+/// The document with this server's own limits where its defaults are written: the most
+/// questions, options, batch items and fields a request may have are settings
+/// (`--max-questions`, ...), and a client (or a test generator) should see the ones that apply.
+pub fn document_for(config: &crate::config::Config) -> serde_json::Value {
+    let mut doc = document().clone();
+    let options = config.max_options.min(255);
+    let limits: [(&str, usize); 7] = [
+        (
+            "/DecisionsRequest/properties/questions/maxItems",
+            config.max_questions,
+        ),
+        ("/QuestionMap/maxProperties", config.max_questions),
+        (
+            "/BatchRequest/properties/items/maxItems",
+            config.batch_max_items,
+        ),
+        ("/FieldSchema/maxProperties", config.schema_max_fields),
+        (
+            "/FieldsRequest/properties/context/maxLength",
+            config.schema_max_input_chars,
+        ),
+        ("/OpenAiChoice/properties/choices/maxItems", options),
+        ("/ChoiceCriteria/maxProperties", options),
+    ];
+    for (pointer, value) in limits {
+        if let Some(slot) = doc.pointer_mut(&format!("/components/schemas{pointer}")) {
+            *slot = serde_json::json!(value);
+        }
+    }
+    if let Some(slot) = doc.pointer_mut("/components/schemas/EnumField/properties/choices/maxItems")
+    {
+        *slot = serde_json::json!(options);
+    }
+    doc
+}
+
+/// `GET /openapi.json`: this document, with this server's limits.
 #[utoipa::path(
     get,
     path = "/openapi.json",
@@ -292,8 +328,11 @@ pub fn document() -> &'static serde_json::Value {
     security(()),
     responses((status = 200, description = "The OpenAPI 3.1 document of this server.", body = AnyJson)),
 )]
-pub async fn openapi_json() -> Response {
-    axum::Json(document()).into_response()
+pub async fn openapi_json(
+    axum::extract::State(state): axum::extract::State<crate::api::SharedState>,
+) -> Response {
+    static SERVED: OnceLock<serde_json::Value> = OnceLock::new();
+    axum::Json(SERVED.get_or_init(|| document_for(&state.config))).into_response()
 }
 
 #[cfg(test)]
@@ -351,6 +390,26 @@ mod tests {
                 let id = operation["operationId"].as_str().unwrap();
                 assert!(ids.insert(id.to_string()), "operation id {id} twice");
             }
+        }
+    }
+
+    #[test]
+    fn the_served_document_states_the_servers_limits() {
+        let schemas = &document()["components"]["schemas"];
+        for pointer in [
+            "/DecisionsRequest/properties/questions/maxItems",
+            "/QuestionMap/maxProperties",
+            "/BatchRequest/properties/items/maxItems",
+            "/FieldSchema/maxProperties",
+            "/FieldsRequest/properties/context/maxLength",
+            "/OpenAiChoice/properties/choices/maxItems",
+            "/ChoiceCriteria/maxProperties",
+            "/EnumField/properties/choices/maxItems",
+        ] {
+            assert!(
+                schemas.pointer(pointer).is_some_and(|v| v.is_u64()),
+                "{pointer}"
+            );
         }
     }
 

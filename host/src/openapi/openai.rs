@@ -45,6 +45,8 @@ pub enum OpenAiErrorType {
     PermissionError,
     RateLimitError,
     ServerError,
+    /// A request past its deadline (`extra.timeout_ms`, `--request-timeout-ms`): 504.
+    Timeout,
 }
 
 /// The body of `POST /v1/decisions`: OpenAI's shape, or the field-schema shape (`context` and
@@ -822,10 +824,15 @@ pub enum DecisionsResponses {
     /// A tenant's rate, concurrency or queue limit; `Retry-After` says when to retry.
     #[response(status = 429)]
     RateLimited(#[to_schema] DecisionsFailed),
-    /// Every field of a field-schema request failed on the model.
+    /// Every question (or field) failed on the model (`engine_error`: a failed pass).
     #[response(status = 502)]
-    BadGateway(JevError),
-    /// The server is loading (with `Retry-After`) or cannot serve decisions.
+    BadGateway(#[to_schema] DecisionsFailed),
+    /// The server is loading or draining, or its queue is full (`overloaded`); with
+    /// `Retry-After`.
     #[response(status = 503)]
     NotReady(#[to_schema] DecisionsFailed),
+    /// Past the request's deadline (`extra.timeout_ms`, `--request-timeout-ms`); its work is
+    /// dropped.
+    #[response(status = 504)]
+    Timeout(#[to_schema] DecisionsFailed),
 }

@@ -445,9 +445,12 @@ pub enum BatchResponses {
     /// A tenant's rate, concurrency or queue limit.
     #[response(status = 429)]
     RateLimited(JevError),
-    /// The server is loading or cannot serve decisions.
+    /// The server is loading or draining, or its queue is full (`overloaded`).
     #[response(status = 503)]
     NotReady(JevError),
+    /// Past the request's deadline (`timeout_ms`, `--request-timeout-ms`); its work is dropped.
+    #[response(status = 504)]
+    Timeout(JevError),
 }
 
 /// The statuses of `POST /v1/classify` and `POST /plugins/jev-decison/infer`.
@@ -484,11 +487,15 @@ pub enum ClassifyResponses {
         description = "A tenant's rate, concurrency or queue limit."
     )]
     RateLimited(JevError),
-    #[response(
-        status = 503,
-        description = "The server is loading or cannot serve decisions."
-    )]
+    /// Every field failed on the model (`engine_error`: a failed pass).
+    #[response(status = 502)]
+    BadGateway(JevError),
+    /// The server is loading or draining, or its queue is full (`overloaded`).
+    #[response(status = 503)]
     NotReady(JevError),
+    /// Past the request's deadline (`timeout_ms`, `--request-timeout-ms`); its work is dropped.
+    #[response(status = 504)]
+    Timeout(JevError),
 }
 
 /// The statuses of `POST /v1/fields`.
@@ -517,11 +524,12 @@ pub enum FieldsResponses {
     RateLimited(JevError),
     #[response(status = 502, description = "Every field failed on the model.")]
     BadGateway(JevError),
-    #[response(
-        status = 503,
-        description = "The server is loading or cannot serve decisions."
-    )]
+    /// The server is loading or draining, or its queue is full (`overloaded`).
+    #[response(status = 503)]
     NotReady(JevError),
+    /// Past the request's deadline (`timeout_ms`, `--request-timeout-ms`); its work is dropped.
+    #[response(status = 504)]
+    Timeout(JevError),
 }
 
 /// The statuses of `GET /plugins/jev-decison/capabilities`.
