@@ -75,11 +75,21 @@ pub fn check_error(error: ApiError, wire: Wire, body: &Value) {
             assert_eq!(*param, expected, "OpenAI error body: {json}");
             assert_eq!(json["error"]["message"], Value::String(message), "{json}");
         }
-        Wire::SystemOne => {
-            let detail = &json["detail"][0];
-            assert_eq!(detail["loc"], jev_loc(&loc), "Jev error body: {json}");
-            assert_eq!(detail["msg"], Value::String(message), "{json}");
-        }
+        // Jev's validation errors are a `detail` list of `{loc, msg, type}`; the others (an
+        // unsupported encoding, ...) an object `{error_type, message}` about the request as a
+        // whole.
+        Wire::SystemOne => match &json["detail"] {
+            Value::Array(details) => {
+                let detail = &details[0];
+                assert_eq!(detail["loc"], jev_loc(&loc), "Jev error body: {json}");
+                assert_eq!(detail["msg"], Value::String(message), "{json}");
+            }
+            detail => {
+                assert!(loc.is_empty(), "a located error outside the list: {json}");
+                assert!(detail["error_type"].is_string(), "Jev error body: {json}");
+                assert_eq!(detail["message"], Value::String(message), "{json}");
+            }
+        },
     }
 }
 
