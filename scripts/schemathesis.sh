@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Property-based tests of the HTTP contract: schemathesis generates requests for every
 # operation of GET /openapi.json (valid and invalid ones), sends them to a real server and
-# checks each response: no 5xx but the documented 503, a documented status, a documented
-# content type, a body that matches its schema. Then it prints the request count and the
+# checks each response: no 5xx but the documented 503 and 504, a documented status, a documented
+# content type, a body that matches its schema, and (decide's own check,
+# tests/schemathesis/decide_checks.py) a 4xx that names its field, its message, and for a 413
+# the setting of its limit. Then it prints the request count and the
 # status histogram (from schemathesis's own HAR report).
 #
 #   scripts/schemathesis.sh [MAX_EXAMPLES]        # per operation; default 20 (the CI pass)
@@ -49,12 +51,14 @@ done
 extra=()
 [ -n "${SCHEMATHESIS_MAX_TIME:-}" ] && extra+=(--max-time "$SCHEMATHESIS_MAX_TIME")
 status=0
-schemathesis run "$base/openapi.json" \
+# decide's own check (tests/schemathesis/decide_checks.py): every 4xx explains itself.
+PYTHONPATH="$PWD/tests/schemathesis${PYTHONPATH:+:$PYTHONPATH}" SCHEMATHESIS_HOOKS=decide_checks \
+schemathesis --config-file tests/schemathesis/schemathesis.toml run "$base/openapi.json" \
   --header "Authorization: Bearer $key" \
   --wait-for-schema 120 \
   --max-examples "$examples" \
   --phases examples,coverage,fuzzing \
-  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
+  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,errors_explain_themselves \
   --request-timeout 120 \
   --workers "${SCHEMATHESIS_WORKERS:-2}" \
   --seed "${SCHEMATHESIS_SEED:-16}" \

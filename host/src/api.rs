@@ -169,6 +169,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .merge(crate::tenancy::admin_http::routes(state.clone()))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.drain.clone(),
             crate::drain::track,
@@ -305,6 +306,24 @@ async fn metrics(State(state): State<SharedState>) -> Response {
         text + &state.usage.render(),
     )
         .into_response()
+}
+
+/// A method a path does not have: 405 with a JSON error in the path's format (axum's own 405
+/// has an empty body, which no client can show), naming the method; axum still sets `Allow`.
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    let message = format!(
+        "{method} is not allowed on {path}; the Allow header lists the methods it has, /openapi.json every endpoint's"
+    );
+    let jev = ["/v1/systemone", "/v1/classify", "/v1/fields", "/plugins/jev-decison"]
+        .iter()
+        .any(|prefix| path.starts_with(prefix));
+    let body = if jev {
+        json!({"detail": {"error_type": "invalid_request_error", "message": message}})
+    } else {
+        json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": "method_not_allowed"}})
+    };
+    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
 }
 
 async fn not_found() -> Response {
