@@ -2,8 +2,9 @@
 //! as a human table and as JSON (`--report`).
 //!
 //! Rates count successful work only (requests, decisions and units answered with the expected
-//! status) over the time the run actually took, from the end of warmup to its last response, so
-//! a run that fails fast or drains slowly is not flattered. Every figure carries the ceiling
+//! status) over the time the run actually took, from the end of warmup to the end of the window
+//! or to its last response if that came later, so a run that fails fast or drains slowly is not
+//! flattered. Every figure carries the ceiling
 //! measured the same way against the trivial server, so the reader can tell whether a figure is
 //! the server's or the generator's limit.
 
@@ -65,7 +66,7 @@ pub struct Latencies {
 /// One run's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct Figures {
-    /// From the end of warmup to the last response.
+    /// From the end of warmup to the end of the window or the last response, whichever is later.
     pub duration_s: f64,
     pub units: u64,
     pub units_ok: u64,

@@ -3,22 +3,23 @@
 //!
 //! Both loops first run `warmup` unrecorded, then record for `duration`, then wait for the
 //! units already started, so every started unit is counted (none is cut off at the end, where
-//! the slowest would be) and the run's duration is taken to its last response. Units are taken
-//! round-robin from one counter shared by all clients, so every unit of the workload is sent
-//! equally often whatever the concurrency. Closed loop: each client owns one connection per
-//! request of the widest unit, all opened before the clock starts, and sends its next unit as
-//! soon as the last one answered. Open loop: units are due on the schedule, each timed from its
-//! due time; a unit borrows connections from a free list (opening more when it is empty, so the
-//! list grows to the concurrency the server makes), and at most `max_in_flight` units are
-//! outstanding: a unit due while that many are is counted as dropped.
+//! the slowest would be). The run's duration is the recorded window, or up to the last response
+//! if that came later: a server that keeps up is credited about the offered rate, one that
+//! queues what it answered in the time it took. Units are taken round-robin from one counter
+//! shared by all clients, so every unit of the workload is sent equally often whatever the
+//! concurrency. Closed loop: each client owns one connection per request of the widest unit, all
+//! opened before the clock starts, and sends its next unit as soon as the last one answered.
+//! Open loop: units are due on the schedule (paced by a thread of its own, see `open`), each
+//! timed from its due time; a unit borrows connections from a free list (opening more when it is
+//! empty, so the list grows to the concurrency the server makes), and at most `max_in_flight`
+//! units are outstanding: a unit due while that many are is counted as dropped.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 use crate::client::{send_unit, Conn, Settings, Target};
 use crate::report::Figures;
@@ -45,7 +46,8 @@ pub struct Plan {
 #[derive(Debug, Clone)]
 pub struct Run {
     pub stats: Stats,
-    /// From the end of warmup to the last recorded response.
+    /// From the end of warmup to the end of the window or the last recorded response,
+    /// whichever is later.
     pub elapsed: Duration,
 }
 
@@ -104,7 +106,7 @@ pub async fn closed(plan: &Plan, clients: usize) -> Result<Run, Error> {
                     break;
                 }
                 let unit = target.unit(next.fetch_add(1, Ordering::Relaxed));
-                let result = send_unit(&mut conns, unit, &settings, due.into_std()).await;
+                let result = send_unit(&mut conns, unit, &settings, due).await;
                 if due >= measure_from {
                     stats.record(&result, false);
                     last = Instant::now();
@@ -122,72 +124,89 @@ pub async fn closed(plan: &Plan, clients: usize) -> Result<Run, Error> {
     }
     Ok(Run {
         stats,
-        elapsed: last - measure_from,
+        elapsed: (last - measure_from).max(plan.duration),
     })
 }
 
 /// Units due at `rate` per second, spaced by `arrivals`, at most `max_in_flight` outstanding.
+///
+/// The schedule is paced by a thread of its own (tokio's blocking pool) that sleeps with the
+/// operating system's timer, tens of microseconds late at most, and spawns each unit onto the
+/// runtime when it is due: tokio's own timer ticks in whole milliseconds, which would add up to
+/// a millisecond of the generator's lateness to every unit's latency.
 pub async fn open(plan: &Plan, rate: f64, arrivals: Arrivals, max_in_flight: usize) -> Run {
     let start = Instant::now();
     let measure_from = start + plan.warmup;
     let end = measure_from + plan.duration;
     let recorded = Arc::new(Mutex::new((Stats::default(), measure_from)));
     let free: Arc<Mutex<Vec<Conn>>> = Arc::new(Mutex::new(Vec::new()));
-    let mut in_flight = JoinSet::new();
-    let mut dropped = 0;
-    let mut next = 0;
-    for offset in Schedule::new(rate, arrivals) {
-        let due = start + offset;
-        if due >= end {
-            break;
-        }
-        if due > Instant::now() {
-            tokio::time::sleep_until(due).await;
-        } else {
-            // Behind schedule: catch up, but let other tasks on this thread run now and then.
-            tokio::task::consume_budget().await;
-        }
-        while in_flight.try_join_next().is_some() {}
-        let measured = due >= measure_from;
-        if in_flight.len() >= max_in_flight {
-            dropped += u64::from(measured);
-            continue;
-        }
-        let index = next;
-        next += 1;
-        let target = plan.target.clone();
-        let settings = plan.settings.clone();
-        let free = free.clone();
-        let recorded = recorded.clone();
-        in_flight.spawn(async move {
-            let unit = target.unit(index);
-            let mut conns = {
-                let mut free = free.lock().expect("no task panics holding the list");
-                let keep = free.len().saturating_sub(unit.len());
-                free.split_off(keep)
-            };
-            while conns.len() < unit.len() {
-                conns.push(Conn::new(target.addr));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    // Every unit task holds a sender; `recv` answers `None` once the pacer and all have ended.
+    let (done, mut all_done) = mpsc::channel::<()>(1);
+    let target = plan.target.clone();
+    let settings = plan.settings.clone();
+    let runtime = tokio::runtime::Handle::current();
+    let recorder = recorded.clone();
+    let pacer = tokio::task::spawn_blocking(move || {
+        let mut dropped = 0;
+        let mut next = 0;
+        for offset in Schedule::new(rate, arrivals) {
+            let due = start + offset;
+            if due >= end {
+                break;
             }
-            let result = send_unit(&mut conns, unit, &settings, due.into_std()).await;
-            free.lock()
-                .expect("no task panics holding the list")
-                .extend(conns);
-            if measured {
-                let mut recorded = recorded.lock().expect("no task panics recording");
-                recorded.0.record(&result, true);
-                recorded.1 = recorded.1.max(Instant::now());
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
             }
-        });
-    }
-    while let Some(joined) = in_flight.join_next().await {
-        joined.expect("a unit task panicked");
-    }
+            let measured = due >= measure_from;
+            if in_flight.load(Ordering::Acquire) >= max_in_flight {
+                dropped += u64::from(measured);
+                continue;
+            }
+            in_flight.fetch_add(1, Ordering::AcqRel);
+            let index = next;
+            next += 1;
+            let (target, settings, free, recorded, in_flight, done) = (
+                target.clone(),
+                settings.clone(),
+                free.clone(),
+                recorder.clone(),
+                in_flight.clone(),
+                done.clone(),
+            );
+            runtime.spawn(async move {
+                let unit = target.unit(index);
+                let mut conns = {
+                    let mut free = free.lock().expect("no task panics holding the list");
+                    let keep = free.len().saturating_sub(unit.len());
+                    free.split_off(keep)
+                };
+                while conns.len() < unit.len() {
+                    conns.push(Conn::new(target.addr));
+                }
+                let result = send_unit(&mut conns, unit, &settings, due).await;
+                free.lock()
+                    .expect("no task panics holding the list")
+                    .extend(conns);
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+                if measured {
+                    let mut recorded = recorded.lock().expect("no task panics recording");
+                    recorded.0.record(&result, true);
+                    recorded.1 = recorded.1.max(Instant::now());
+                }
+                drop(done);
+            });
+        }
+        dropped
+    });
+    let dropped = pacer.await.expect("the pacer panicked");
+    let _ = all_done.recv().await;
     let (mut stats, last) = recorded.lock().expect("all tasks have ended").clone();
     stats.dropped = dropped;
     Run {
         stats,
-        elapsed: last - measure_from,
+        elapsed: (last - measure_from).max(plan.duration),
     }
 }
 

@@ -105,6 +105,7 @@ async fn open_loop_sends_the_schedule() {
     );
     assert_eq!(run.stats.dropped, 0);
     assert_eq!(run.stats.start_lag.len(), run.stats.units);
+    assert!(run.elapsed >= plan.duration, "the window at least: {:?}", run.elapsed);
     let units_per_s = run.figures().units_per_s;
     assert!(units_per_s > 180.0 && units_per_s <= 202.0, "{units_per_s}");
 
