@@ -162,6 +162,8 @@ pub struct UnitResult {
     /// From the unit's due time to its first request going out (open loop: the generator's own
     /// lateness; closed loop: zero).
     pub lag: Duration,
+    /// When its last response ended.
+    pub ended: Instant,
 }
 
 impl UnitResult {
@@ -268,10 +270,12 @@ pub async fn send_unit(
             .map(|(conn, request)| conn.send(request, settings)),
     )
     .await;
+    let ended = Instant::now();
     UnitResult {
         requests,
-        latency: due.elapsed(),
+        latency: ended - due,
         lag,
+        ended,
     }
 }
 

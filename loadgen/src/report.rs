@@ -1,10 +1,11 @@
 //! The report: a run's counts turned into rates and percentiles, beside the generator's ceiling,
 //! as a human table and as JSON (`--report`).
 //!
-//! Rates count successful work only (requests, decisions and units answered with the expected
-//! status) over the time the run actually took, from the end of warmup to the end of the window
-//! or to its last response if that came later, so a run that fails fast or drains slowly is not
-//! flattered. Every figure carries the ceiling
+//! Counts and latencies are of the units due in the recorded window, every one awaited to its
+//! end. Rates are of successful work only (requests, decisions and units answered with the
+//! expected status) that ended inside the window, per second of the window: a server that keeps
+//! up is credited the offered rate, one that queues what it answered, and neither a run that
+//! fails fast nor one straggler after the window moves the figure. Every figure carries the ceiling
 //! measured the same way against the trivial server, so the reader can tell whether a figure is
 //! the server's or the generator's limit.
 
@@ -66,8 +67,10 @@ pub struct Latencies {
 /// One run's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct Figures {
-    /// From the end of warmup to the end of the window or the last response, whichever is later.
+    /// The recorded window (what rates are per second of).
     pub duration_s: f64,
+    /// From the window's start to the last response of a unit due in it.
+    pub last_response_s: f64,
     pub units: u64,
     pub units_ok: u64,
     pub requests: u64,
@@ -86,9 +89,10 @@ pub struct Figures {
 }
 
 impl Figures {
-    /// Rates and percentiles of `stats` over `elapsed`.
-    pub fn new(stats: &Stats, elapsed: Duration) -> Self {
-        let seconds = elapsed.as_secs_f64();
+    /// Rates over a `window` and percentiles of `stats`, whose last response came
+    /// `to_last_response` after the window's start.
+    pub fn new(stats: &Stats, window: Duration, to_last_response: Duration) -> Self {
+        let seconds = window.as_secs_f64();
         let per_s = |n: u64| {
             if seconds > 0.0 {
                 n as f64 / seconds
@@ -98,6 +102,7 @@ impl Figures {
         };
         Figures {
             duration_s: seconds,
+            last_response_s: to_last_response.as_secs_f64(),
             units: stats.units,
             units_ok: stats.units_ok,
             requests: stats.requests,
@@ -115,9 +120,9 @@ impl Figures {
                 .map(|(k, n)| (k.to_string(), *n))
                 .collect(),
             dropped: stats.dropped,
-            requests_per_s: per_s(stats.requests_ok),
-            decisions_per_s: per_s(stats.decisions),
-            units_per_s: per_s(stats.units_ok),
+            requests_per_s: per_s(stats.finished.requests_ok),
+            decisions_per_s: per_s(stats.finished.decisions),
+            units_per_s: per_s(stats.finished.units_ok),
             latency_ms: Latencies {
                 unit: Percentiles::of(&stats.unit_latency),
                 request: Percentiles::of(&stats.request_latency),
@@ -246,7 +251,10 @@ fn counts<K: std::fmt::Display>(map: &BTreeMap<K, u64>) -> String {
 
 fn rows(f: &Figures) -> Vec<(&'static str, String)> {
     vec![
-        ("duration s", format!("{:.2}", f.duration_s)),
+        (
+            "window s (to last response)",
+            format!("{:.2} ({:.2})", f.duration_s, f.last_response_s),
+        ),
         ("units ok/all", format!("{}/{}", f.units_ok, f.units)),
         (
             "requests ok/all",
@@ -361,6 +369,7 @@ pub fn table(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::client::{Outcome, RequestResult, UnitResult};
+    use std::time::Instant;
 
     fn request(status: u16, ok: bool, ms: u64, decisions: u64) -> RequestResult {
         RequestResult {
@@ -382,8 +391,10 @@ mod tests {
                 requests: vec![request(200, true, ms, 3), request(200, true, ms, 3)],
                 latency: Duration::from_millis(ms),
                 lag: Duration::from_micros(ms),
+                ended: Instant::now(),
             };
             stats.record(&unit, true);
+            stats.count_finished(&unit);
         }
         stats
     }
@@ -404,14 +415,18 @@ mod tests {
                 ],
                 latency: Duration::from_secs(60),
                 lag: Duration::ZERO,
+                ended: Instant::now(),
             };
+            // Due in the window, ended after it: counted and timed, not in the rates.
             stats.record(&unit, true);
             let unit = UnitResult {
                 requests: vec![request(503, false, 1, 3), request(503, false, 1, 3)],
                 latency: Duration::from_millis(1),
                 lag: Duration::ZERO,
+                ended: Instant::now(),
             };
             stats.record(&unit, true);
+            stats.count_finished(&unit);
         }
         stats
     }
@@ -429,6 +444,12 @@ mod tests {
         assert_eq!(stats.requests_ok, 202);
         assert_eq!(stats.errors(), 6);
         assert_eq!(stats.decisions, 202 * 3);
+        let finished = crate::stats::Finished {
+            units_ok: 100,
+            requests_ok: 200,
+            decisions: 600,
+        };
+        assert_eq!(stats.finished, finished);
         assert_eq!(stats.statuses[&200], 202);
         assert_eq!(stats.statuses[&503], 4);
         assert_eq!(stats.transport_errors["timeout"], 2);
@@ -443,7 +464,7 @@ mod tests {
 
     #[test]
     fn percentiles_and_rates() {
-        let figures = Figures::new(&sample(), Duration::from_secs(4));
+        let figures = Figures::new(&sample(), Duration::from_secs(4), Duration::from_secs(5));
         let unit = figures.latency_ms.unit.as_ref().unwrap();
         assert_eq!(unit.count, 100);
         assert!(close(unit.p50, 50.0), "{unit:?}");
@@ -463,9 +484,13 @@ mod tests {
             figures.latency_ms.start_lag.as_ref().unwrap().max,
             0.1
         ));
-        assert_eq!(figures.requests_per_s, 202.0 / 4.0);
-        assert_eq!(figures.decisions_per_s, 606.0 / 4.0);
+        // The timed-out units ended after the window: their successful request is counted and
+        // timed (202 ok) but not in the rates (200 ok ended in the window).
+        assert_eq!(figures.requests_ok, 202);
+        assert_eq!(figures.requests_per_s, 200.0 / 4.0);
+        assert_eq!(figures.decisions_per_s, 600.0 / 4.0);
         assert_eq!(figures.units_per_s, 25.0);
+        assert_eq!((figures.duration_s, figures.last_response_s), (4.0, 5.0));
         assert_eq!(figures.errors, 6);
         assert_eq!(figures.statuses["503"], 4);
         assert!(!figures.saturated(27.0));
@@ -481,6 +506,7 @@ mod tests {
         assert_eq!(a.requests, 2 * whole.requests);
         assert_eq!(a.decisions, 2 * whole.decisions);
         assert_eq!(a.statuses[&503], 8);
+        assert_eq!(a.finished.decisions, 2 * whole.finished.decisions);
         assert_eq!(
             a.unit_latency.value_at_quantile(0.5),
             whole.unit_latency.value_at_quantile(0.5)
@@ -490,7 +516,7 @@ mod tests {
 
     #[test]
     fn an_empty_run_reports_no_percentiles_and_zero_rates() {
-        let figures = Figures::new(&Stats::default(), Duration::ZERO);
+        let figures = Figures::new(&Stats::default(), Duration::ZERO, Duration::ZERO);
         assert!(figures.latency_ms.unit.is_none());
         assert_eq!(figures.requests_per_s, 0.0);
         let ceiling = Ceiling::open(figures, 10.0);
@@ -499,7 +525,7 @@ mod tests {
 
     #[test]
     fn json_report_flattens_a_single_point() {
-        let figures = Figures::new(&clean(), Duration::from_secs(4));
+        let figures = Figures::new(&clean(), Duration::from_secs(4), Duration::from_secs(4));
         let report = Report {
             mode: "open",
             url: "http://127.0.0.1:1".into(),
@@ -529,7 +555,10 @@ mod tests {
         assert!(json.get("clients").is_none());
         assert!(table(&report).contains("sustains the offered rate"));
         // Errors at the ceiling mean the generator did not sustain the rate.
-        let failing = Ceiling::open(Figures::new(&sample(), Duration::from_secs(4)), 20.0);
+        let failing = Ceiling::open(
+            Figures::new(&sample(), Duration::from_secs(4), Duration::from_secs(5)),
+            20.0,
+        );
         assert_eq!(failing.sustained, Some(false));
     }
 }

@@ -3,16 +3,15 @@
 //!
 //! Both loops first run `warmup` unrecorded, then record for `duration`, then wait for the
 //! units already started, so every started unit is counted (none is cut off at the end, where
-//! the slowest would be). The run's duration is the recorded window, or up to the last response
-//! if that came later: a server that keeps up is credited about the offered rate, one that
-//! queues what it answered in the time it took. Units are taken round-robin from one counter
-//! shared by all clients, so every unit of the workload is sent equally often whatever the
-//! concurrency. Closed loop: each client owns one connection per request of the widest unit, all
-//! opened before the clock starts, and sends its next unit as soon as the last one answered.
-//! Open loop: units are due on the schedule (paced by a thread of its own, see `open`), each
-//! timed from its due time; a unit borrows connections from a free list (opening more when it is
-//! empty, so the list grows to the concurrency the server makes), and at most `max_in_flight`
-//! units are outstanding: a unit due while that many are is counted as dropped.
+//! the slowest would be); rates count the work that ended inside the window (`report`). Units
+//! are taken round-robin from one counter shared by all clients, so every unit of the workload
+//! is sent equally often whatever the concurrency. Closed loop: each client owns one connection
+//! per request of the widest unit, all opened before the clock starts, and sends its next unit
+//! as soon as the last one answered. Open loop: units are due on the schedule (paced by a thread
+//! of its own, see `open`), each timed from its due time; a unit borrows connections from a free
+//! list (opening more when it is empty, so the list grows to the concurrency the server makes),
+//! and at most `max_in_flight` units are outstanding: a unit due while that many are is counted
+//! as dropped.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -46,15 +45,16 @@ pub struct Plan {
 #[derive(Debug, Clone)]
 pub struct Run {
     pub stats: Stats,
-    /// From the end of warmup to the end of the window or the last recorded response,
-    /// whichever is later.
-    pub elapsed: Duration,
+    /// The recorded window (`plan.duration`).
+    pub window: Duration,
+    /// From the window's start to the last response of a unit due in it.
+    pub to_last_response: Duration,
 }
 
 impl Run {
     /// The run's rates and percentiles.
     pub fn figures(&self) -> Figures {
-        Figures::new(&self.stats, self.elapsed)
+        Figures::new(&self.stats, self.window, self.to_last_response)
     }
 }
 
@@ -107,9 +107,12 @@ pub async fn closed(plan: &Plan, clients: usize) -> Result<Run, Error> {
                 }
                 let unit = target.unit(next.fetch_add(1, Ordering::Relaxed));
                 let result = send_unit(&mut conns, unit, &settings, due).await;
+                if (measure_from..end).contains(&result.ended) {
+                    stats.count_finished(&result);
+                }
                 if due >= measure_from {
                     stats.record(&result, false);
-                    last = Instant::now();
+                    last = result.ended;
                 }
             }
             (stats, last)
@@ -124,7 +127,8 @@ pub async fn closed(plan: &Plan, clients: usize) -> Result<Run, Error> {
     }
     Ok(Run {
         stats,
-        elapsed: (last - measure_from).max(plan.duration),
+        window: plan.duration,
+        to_last_response: last - measure_from,
     })
 }
 
@@ -190,11 +194,15 @@ pub async fn open(plan: &Plan, rate: f64, arrivals: Arrivals, max_in_flight: usi
                     .expect("no task panics holding the list")
                     .extend(conns);
                 in_flight.fetch_sub(1, Ordering::AcqRel);
-                if measured {
-                    let mut recorded = recorded.lock().expect("no task panics recording");
-                    recorded.0.record(&result, true);
-                    recorded.1 = recorded.1.max(Instant::now());
+                let mut recorded = recorded.lock().expect("no task panics recording");
+                if (measure_from..end).contains(&result.ended) {
+                    recorded.0.count_finished(&result);
                 }
+                if measured {
+                    recorded.0.record(&result, true);
+                    recorded.1 = recorded.1.max(result.ended);
+                }
+                drop(recorded);
                 drop(done);
             });
         }
@@ -206,7 +214,8 @@ pub async fn open(plan: &Plan, rate: f64, arrivals: Arrivals, max_in_flight: usi
     stats.dropped = dropped;
     Run {
         stats,
-        elapsed: (last - measure_from).max(plan.duration),
+        window: plan.duration,
+        to_last_response: last - measure_from,
     }
 }
 

@@ -5,6 +5,9 @@
 //! memory, constant-time recording and exact merging, so each client records into its own and
 //! the run adds them up at the end. Latencies are recorded for successful requests and units
 //! only, so a server that answers errors fast does not look fast; errors are counted beside them.
+//! Rates count apart from both: the successful work that *ended* inside the recorded window,
+//! whenever it was due, so one straggler after the window does not stretch the time a rate is
+//! divided by.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,9 +16,19 @@ use hdrhistogram::Histogram;
 
 use crate::client::{Outcome, UnitResult};
 
+/// Successful work that ended inside the recorded window.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Finished {
+    pub units_ok: u64,
+    pub requests_ok: u64,
+    pub decisions: u64,
+}
+
 /// Counts and histograms of one run (or of one client's share of it).
 #[derive(Debug, Clone)]
 pub struct Stats {
+    /// Successful work that ended in the window (due in it or in the warmup): what rates count.
+    pub finished: Finished,
     /// Units finished (successful or not).
     pub units: u64,
     /// Units whose every request succeeded.
@@ -53,6 +66,7 @@ fn micros(d: Duration) -> u64 {
 impl Default for Stats {
     fn default() -> Self {
         Stats {
+            finished: Finished::default(),
             units: 0,
             units_ok: 0,
             requests: 0,
@@ -70,7 +84,16 @@ impl Default for Stats {
 }
 
 impl Stats {
-    /// Counts one finished unit; `open` also records its start lag.
+    /// Counts the successful part of a unit that ended inside the window.
+    pub fn count_finished(&mut self, unit: &UnitResult) {
+        for request in unit.requests.iter().filter(|r| r.ok) {
+            self.finished.requests_ok += 1;
+            self.finished.decisions += request.decisions;
+        }
+        self.finished.units_ok += u64::from(unit.ok());
+    }
+
+    /// Counts and times one unit that was due in the window; `open` also records its start lag.
     pub fn record(&mut self, unit: &UnitResult, open: bool) {
         self.units += 1;
         for request in &unit.requests {
@@ -109,6 +132,9 @@ impl Stats {
 
     /// Adds another client's counts and histograms to these.
     pub fn merge(&mut self, other: &Stats) {
+        self.finished.units_ok += other.finished.units_ok;
+        self.finished.requests_ok += other.finished.requests_ok;
+        self.finished.decisions += other.finished.decisions;
         self.units += other.units;
         self.units_ok += other.units_ok;
         self.requests += other.requests;
