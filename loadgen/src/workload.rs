@@ -100,7 +100,7 @@ impl Workload {
                 line: number,
                 message,
             };
-            let line: Line = serde_json::from_str(raw).map_err(|e| fail(e.to_string()))?;
+            let line: Line = serde_json::from_str(raw).map_err(|e| fail(json_error(&e)))?;
             lines += 1;
             let group = line.group.clone();
             let request = request(line).map_err(fail)?;
@@ -135,6 +135,16 @@ impl Workload {
             .max()
             .unwrap_or(1)
     }
+}
+
+/// serde_json's message with its position in the file's line, not in the one-line document it
+/// parsed (which is always "line 1").
+fn json_error(error: &serde_json::Error) -> String {
+    let message = error.to_string();
+    let text = message
+        .rfind(" at line ")
+        .map_or(message.as_str(), |at| &message[..at]);
+    format!("{text} (column {})", error.column())
 }
 
 /// Checks one line and serializes its body.
@@ -237,6 +247,8 @@ mod tests {
         let (line, message) = line_error(&format!("{good}\n{{\"path\": \"/a\", \"bogy\": 1}}"));
         assert_eq!(line, 2);
         assert!(message.contains("bogy"), "{message}");
+        assert!(message.ends_with("(column 21)"), "{message}");
+        assert!(!message.contains("line 1"), "{message}");
         let (line, message) = line_error(r#"{"path": "v1/decisions"}"#);
         assert_eq!(line, 1);
         assert!(message.contains("must start with '/'"), "{message}");
