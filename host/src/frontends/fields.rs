@@ -103,6 +103,7 @@ pub async fn run(
         renderer: None,
         min_option_mass: None,
         timeout: parsed.timeout,
+        return_prompt: false,
         scope: super::request_scope(&caller),
     };
     let decided = match super::decide(state, &caller, engine, request).await {

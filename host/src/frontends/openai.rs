@@ -190,6 +190,7 @@ pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiEr
             renderer,
             min_option_mass,
             timeout,
+            return_prompt: false,
             scope: Default::default(),
         },
         names,

@@ -185,6 +185,7 @@ pub(super) fn decision_request(state: String, questions: Vec<Question>) -> Decis
         renderer: None,
         min_option_mass: None,
         timeout: None,
+        return_prompt: false,
         scope: Default::default(),
     }
 }

@@ -153,6 +153,7 @@ async fn run(
             renderer: None,
             min_option_mass: None,
             timeout: parsed.timeout,
+            return_prompt: false,
             scope: super::request_scope(&caller),
         };
         Some(super::decide(state, &caller, engine, request).await?.0)
