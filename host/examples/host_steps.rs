@@ -360,6 +360,7 @@ fn main() -> anyhow::Result<()> {
             renderer: None,
             min_option_mass: None,
             timeout: None,
+            return_prompt: false,
             scope: Default::default(),
         };
         for (name, state, count, cold, n) in [

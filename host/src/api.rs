@@ -315,9 +315,14 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     let message = format!(
         "{method} is not allowed on {path}; the Allow header lists the methods it has, /openapi.json every endpoint's"
     );
-    let jev = ["/v1/systemone", "/v1/classify", "/v1/fields", "/plugins/jev-decison"]
-        .iter()
-        .any(|prefix| path.starts_with(prefix));
+    let jev = [
+        "/v1/systemone",
+        "/v1/classify",
+        "/v1/fields",
+        "/plugins/jev-decison",
+    ]
+    .iter()
+    .any(|prefix| path.starts_with(prefix));
     let body = if jev {
         json!({"detail": {"error_type": "invalid_request_error", "message": message}})
     } else {

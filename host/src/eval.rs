@@ -184,6 +184,7 @@ fn ask_all(
             // Evaluation measures every answer; abstaining would hide the ones it scores.
             min_option_mass: Some(0.0),
             timeout: None,
+            return_prompt: false,
             scope: Default::default(),
         };
         match engine.decide(&request) {

@@ -28,9 +28,11 @@ use crate::readout;
 use crate::scheduler::{self, Scheduler, SchedulerConfig};
 
 mod items;
+mod prompts;
 mod rounds;
 pub mod setup;
 pub use items::Item;
+pub use prompts::{QuestionPrompts, ReadPrompt};
 use rounds::Read;
 pub use setup::{Resolved, Setup, SetupSource};
 
@@ -73,6 +75,11 @@ pub struct DecisionRequest {
     /// The request's own timeout (`extra.timeout_ms`, `timeout_ms`): it shortens the server's
     /// `--request-timeout-ms` for this request (see [`crate::cancel::Deadline::of`]).
     pub timeout: Option<crate::cancel::Requested>,
+    /// `extra.return_prompt` / `return_prompt` of the request: every outcome whose prompts
+    /// were rendered and tokenized carries them ([`QuestionPrompts`]). It changes nothing
+    /// about how the questions are read: the same prompts go to the model worker, in the same
+    /// jobs.
+    pub return_prompt: bool,
     /// What the request's tenant changes about how it is answered.
     pub scope: RequestScope,
 }
@@ -226,6 +233,8 @@ pub struct Answer {
     pub rendering: Rendering,
     /// The least option mass an answer needs (0: no abstention).
     pub min_option_mass: f64,
+    /// The prompts it was read with, when the request asked for them.
+    pub prompt: Option<QuestionPrompts>,
 }
 
 /// A question that failed while others may have succeeded.
@@ -238,6 +247,19 @@ pub struct Refusal {
     pub loc: Loc,
     /// Set when the model was read but abstained: its option mass fell below the threshold.
     pub abstained: Option<Abstention>,
+    /// The prompts the question was read with, when the request asked for them and they were
+    /// all rendered and tokenized (an abstention, a failed read, a calibration or answer
+    /// plugin failure); none for a question refused before (an invalid question, a renderer
+    /// failure, a prompt over `--max-prompt-tokens`, an unreadable label).
+    pub prompt: Option<QuestionPrompts>,
+}
+
+impl Refusal {
+    /// The refusal carrying the prompts of the reads it was refused after (when kept).
+    fn with_reads(mut self, reads: Option<Vec<ReadPrompt>>) -> Refusal {
+        self.prompt = reads.map(|reads| QuestionPrompts { reads });
+        self
+    }
 }
 
 /// Why an answer became a refusal: the model's next-token mass on the option labels fell
@@ -253,6 +275,25 @@ pub struct Abstention {
 pub enum Outcome {
     Answer(Box<Answer>),
     Refusal(Refusal),
+}
+
+impl Outcome {
+    /// The prompts the question was read with, when the request asked for them.
+    pub fn prompt(&self) -> Option<&QuestionPrompts> {
+        match self {
+            Outcome::Answer(answer) => answer.prompt.as_ref(),
+            Outcome::Refusal(refusal) => refusal.prompt.as_ref(),
+        }
+    }
+
+    /// The outcome carrying `prompt`.
+    fn with_prompt(mut self, prompt: Option<QuestionPrompts>) -> Outcome {
+        match &mut self {
+            Outcome::Answer(answer) => answer.prompt = prompt,
+            Outcome::Refusal(refusal) => refusal.prompt = prompt,
+        }
+        self
+    }
 }
 
 /// The outcomes of a request, in question order.
@@ -454,6 +495,8 @@ struct Prompting<'a> {
     scope: &'a RequestScope,
     /// Whether [`RequestScope::admit_tokens`] let the reads of this item (or request) through.
     admission: &'a Admission<'a>,
+    /// Whether each read's prompt is kept for the answer ([`DecisionRequest::return_prompt`]).
+    keep_prompts: bool,
 }
 
 /// The tenant's token admission ([`RequestScope::admit_tokens`]) for the reads of one item
@@ -746,6 +789,7 @@ impl Engine {
                 message: format!("{}: {message}", dotted(&question.loc)),
                 loc: question.loc.clone(),
                 abstained: None,
+                prompt: None,
             }),
         })
     }
@@ -867,6 +911,7 @@ impl Engine {
                         message: error.to_string(),
                         loc: question.loc.clone(),
                         abstained: None,
+                        prompt: None,
                     }),
                 }
             })
@@ -885,6 +930,7 @@ impl Engine {
             session: &session,
             scope,
             admission: &admission,
+            keep_prompts: false,
         };
         let mut content_free = neutral
             .map(|states| {
@@ -927,6 +973,11 @@ impl Engine {
                 Err(refusal) => Err(refusal.message.clone()),
             })
             .collect();
+        // The neutral reads are not the request's own: their prompts are not returned.
+        let prompting = &Prompting {
+            keep_prompts: false,
+            ..*prompting
+        };
         for state in states {
             let reads = self.read_planned(state, questions, planned.to_vec(), prompting, decided);
             for (sum, read) in sums.iter_mut().zip(reads) {
@@ -989,18 +1040,30 @@ impl Engine {
                 ),
                 loc: loc.clone(),
                 abstained: None,
+                prompt: None,
             });
         }
         let label_ids = match self.model.label_ids_cached(&prompt, &ask.labels, salt) {
             Ok(ids) => ids,
             Err(error) => return Err(model_refusal(loc, error)),
         };
+        let shown = prompting.keep_prompts.then(|| ReadPrompt {
+            token_ids: prompt.tokens.clone(),
+            text: prompt.text,
+            // Set once the round's prompts are all prepared (`prompts::set_round_prefix`) and
+            // once the read is back.
+            prefix_tokens: 0,
+            cached_tokens: 0,
+            labels: ask.labels.clone(),
+            label_token_ids: label_ids.clone(),
+        });
         Ok(Prepared {
             tokens: prompt.tokens.len(),
             prompt: scheduler::Prompt {
                 tokens: prompt.tokens,
                 label_ids,
             },
+            shown,
         })
     }
 
@@ -1072,7 +1135,21 @@ impl Engine {
 
     /// Calibrates a read and lets the question type turn it into its answer, or abstains
     /// when the model's mass on the option labels is below the request's `min_option_mass`.
+    /// Either carries the read's prompts when the request asked for them.
     fn answer_one(
+        &self,
+        question: &Question,
+        planned: Planned,
+        mut read: Read,
+        given: &Given,
+    ) -> Outcome {
+        let prompt = read.prompts.take().map(|reads| QuestionPrompts { reads });
+        self.answer_read(question, planned, read, given)
+            .with_prompt(prompt)
+    }
+
+    /// [`Engine::answer_one`] without the prompts.
+    fn answer_read(
         &self,
         question: &Question,
         planned: Planned,
@@ -1094,6 +1171,7 @@ impl Engine {
             combined,
             input_tokens,
             cached_tokens,
+            ..
         } = read;
         if f64::from(combined.option_mass) < min_option_mass {
             return Outcome::Refusal(abstention(loc, combined.option_mass, min_option_mass));
@@ -1113,6 +1191,7 @@ impl Engine {
                     message: reason.clone(),
                     loc: loc.clone(),
                     abstained: None,
+                    prompt: None,
                 })
             }
         };
@@ -1147,6 +1226,7 @@ impl Engine {
             calibration_params: params,
             rendering: rendering.clone(),
             min_option_mass,
+            prompt: None,
         }))
     }
 }
@@ -1177,6 +1257,7 @@ fn abstention(loc: &Loc, option_mass: f32, min_option_mass: f64) -> Refusal {
             option_mass,
             min_option_mass,
         }),
+        prompt: None,
     }
 }
 
@@ -1187,6 +1268,8 @@ struct Prepared {
     prompt: scheduler::Prompt,
     /// How many tokens the prompt has (kept once the prompt has gone to the worker).
     tokens: usize,
+    /// A copy of the prompt for the answer, when the request asked for its prompts.
+    shown: Option<ReadPrompt>,
 }
 
 /// The error for a renderer that is not loaded: the request's field or the tenant's setting
@@ -1274,6 +1357,7 @@ fn engine_refusal(loc: &Loc, error: ModelError) -> Refusal {
             ),
             loc: loc.clone(),
             abstained: None,
+            prompt: None,
         },
     }
 }
@@ -1287,6 +1371,7 @@ fn plugin_call_refusal(loc: &Loc, error: PluginCallError) -> Refusal {
             message: format!("{}: {message}", dotted(loc)),
             loc: loc.clone(),
             abstained: None,
+            prompt: None,
         },
         PluginCallError::Failed { message, .. } => plugin_refusal(loc, &message),
     }
@@ -1347,6 +1432,7 @@ fn plugin_refusal(loc: &Loc, message: &str) -> Refusal {
         message: format!("{}: {message}", dotted(loc)),
         loc: loc.clone(),
         abstained: None,
+        prompt: None,
     }
 }
 
@@ -1362,6 +1448,7 @@ fn model_refusal(loc: &Loc, error: ModelError) -> Refusal {
         message: format!("{}: {error}", dotted(loc)),
         loc: loc.clone(),
         abstained: None,
+        prompt: None,
     }
 }
 

@@ -1084,19 +1084,25 @@ fn candle_key_columns(dims: &decide_models::forward::Dims) -> usize {
 /// Longest common token prefix of all prompts, leaving every prompt at least one own token
 /// (the read happens at the last token, which must be computed in the packed pass).
 fn shared_prefix_len(prompts: &[Prompt]) -> usize {
-    let Some(first) = prompts.first() else {
+    shared_prefix_of(prompts.iter().map(|p| p.tokens.as_slice()))
+}
+
+/// [`shared_prefix_len`] of token lists: what a job of prompts with these tokens shares. The
+/// pipeline reports it with the prompts a request asks back, so it is the scheduler's own rule.
+pub(crate) fn shared_prefix_of<'a>(prompts: impl Iterator<Item = &'a [u32]> + Clone) -> usize {
+    let mut rest = prompts.clone();
+    let Some(first) = rest.next() else {
         return 0;
     };
     let mut len = prompts
-        .iter()
-        .map(|p| p.tokens.len())
+        .map(<[u32]>::len)
         .min()
         .unwrap_or(0)
         .saturating_sub(1);
-    for prompt in &prompts[1..] {
-        len = first.tokens[..len]
+    for tokens in rest {
+        len = first[..len]
             .iter()
-            .zip(&prompt.tokens)
+            .zip(tokens)
             .take_while(|(a, b)| a == b)
             .count();
     }

@@ -183,7 +183,7 @@ fn decisions() -> Value {
             {"type": "score", "name": "anger", "instructions": "How angry is the customer?",
              "levels": [{"label": "calm"}, {"label": "annoyed"}, {"label": "furious"}]}
         ],
-        "extra": {"detail": "full"},
+        "extra": {"detail": "full", "return_prompt": true},
     })
 }
 
@@ -197,17 +197,18 @@ fn systemone() -> Value {
             // Over --max-prompt-tokens: this question alone fails (a partial failure).
             "broken": {"type": "noul", "instructions": "Is the parcel late again? ".repeat(500)},
         },
+        "return_prompt": true,
     })
 }
 
 fn fields() -> Value {
-    json!({"context": "I was charged twice. Please refund it.", "min_probability": 0.9,
+    json!({"context": "I was charged twice. Please refund it.", "min_probability": 0.9, "return_prompt": true,
            "schema": {"refund": {"type": "boolean", "description": "Does the customer ask for a refund?"},
                       "team": {"type": "enum", "description": "Which team?", "choices": ["billing", "shipping"]}}})
 }
 
 fn classify() -> Value {
-    json!({"state": "I was charged twice. Please refund it.", "question": "Triage this ticket.",
+    json!({"state": "I was charged twice. Please refund it.", "question": "Triage this ticket.", "return_prompt": true,
            "schema": {"type": "object", "additionalProperties": false,
                       "required": ["refund", "team", "severity", "kind"],
                       "properties": {"refund": {"type": "boolean"},
@@ -246,14 +247,42 @@ fn real_responses_match_the_openapi_document() {
 
     // OpenAI's Decisions format: answers, a refusal among answers, every error kind.
     let path = "/v1/decisions";
-    c.expect("post", path, s.post(path, &decisions()), 200);
+    let reply = c.expect("post", path, s.post(path, &decisions()), 200);
+    assert!(
+        reply.body["answers"][0]["extra"]["prompt"]["reads"].is_array(),
+        "{}",
+        reply.body
+    );
+    // A threshold between the answers' option masses: a refusal with its prompt among answers.
+    let masses: Vec<f64> = reply.body["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["extra"]["audit"]["option_mass"].as_f64().unwrap())
+        .collect();
+    let (low, high) = masses
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), &m| (l.min(m), h.max(m)));
+    let mut some_abstain = decisions();
+    some_abstain["extra"]["min_option_mass"] = json!((low + high) / 2.0);
+    let reply = c.expect("post", path, s.post(path, &some_abstain), 200);
+    assert!(
+        reply.body["answers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["type"] == "refusal" && a["extra"]["prompt"].is_object()),
+        "{}",
+        reply.body
+    );
     let mut mixed = decisions();
     // 30 options do not fit the direct readout's 26 labels: that question alone is refused.
     let many: Vec<Value> = (0..30)
         .map(|i| json!({"value": format!("team {i}")}))
         .collect();
     mixed["questions"][1]["choices"] = json!(many);
-    mixed["extra"] = json!({"detail": "none", "backend_options": {"readout": "direct"}});
+    mixed["extra"] =
+        json!({"detail": "none", "backend_options": {"readout": "direct"}, "return_prompt": true});
     let reply = c.expect("post", path, s.post(path, &mixed), 200);
     assert_eq!(
         reply.body["answers"][1]["type"], "refusal",
@@ -300,7 +329,8 @@ fn real_responses_match_the_openapi_document() {
 
     // /v1/fields.
     let path = "/v1/fields";
-    c.expect("post", path, s.post(path, &fields()), 200);
+    let reply = c.expect("post", path, s.post(path, &fields()), 200);
+    assert!(reply.body["prompts"]["team"].is_object(), "{}", reply.body);
     c.expect(
         "post",
         path,
@@ -340,6 +370,11 @@ fn real_responses_match_the_openapi_document() {
         "{}",
         reply.body
     );
+    assert!(
+        reply.body["prompts"]["refund"].is_object(),
+        "{}",
+        reply.body
+    );
     c.expect(
         "post",
         path,
@@ -373,11 +408,16 @@ fn real_responses_match_the_openapi_document() {
 
     // Batches.
     let path = "/v1/systemone/batch";
-    let batch = json!({"questions": {"q": {"type": "noul", "instructions": "Is this about billing?"}},
+    let batch = json!({"questions": {"q": {"type": "noul", "instructions": "Is this about billing?"}}, "return_prompt": true,
                        "items": [{"state": "I was charged twice."}, {"state": ""}, {"state": {"k": 1}, "questions": {"u": {"type": "noul", "instructions": "Urgent?"}}}]});
     let reply = c.expect("post", path, s.post(path, &batch), 200);
     assert!(
         reply.body["items"][1]["error"].is_object(),
+        "{}",
+        reply.body
+    );
+    assert!(
+        reply.body["items"][0]["prompts"]["q"].is_object(),
         "{}",
         reply.body
     );
@@ -397,7 +437,8 @@ fn real_responses_match_the_openapi_document() {
 
     // JSON-Schema classification, on both of its paths.
     for path in ["/v1/classify", "/plugins/jev-decison/infer"] {
-        c.expect("post", path, s.post(path, &classify()), 200);
+        let reply = c.expect("post", path, s.post(path, &classify()), 200);
+        assert!(reply.body["prompts"]["/team"].is_object(), "{}", reply.body);
         let mut generate = classify();
         generate["mode"] = json!("generate");
         c.expect("post", path, s.post(path, &generate), 400);

@@ -16,6 +16,7 @@ mod isolation;
 mod lifecycle;
 mod limits;
 mod plugins;
+mod prompts;
 mod quality;
 mod readouts;
 mod robustness;

@@ -4,8 +4,9 @@
 //! asked its own `questions` (which replace the shared ones for that item) or the shared
 //! top-level `questions`; an item with neither is an error of that item. Response:
 //! `{id, created, model, items: [...], usage}` with the items in request order, each what
-//! `/v1/systemone` answers for `{state, questions}` (`answers`, `usage`, `partial_failures`)
-//! or `{"error": {status, code, message, loc}}`; the top-level `usage` sums the answered items.
+//! `/v1/systemone` answers for `{state, questions}` (`answers`, `usage`, `partial_failures`,
+//! and `prompts` when the batch has `return_prompt: true`) or `{"error": {status, code,
+//! message, loc}}`; the top-level `usage` sums the answered items.
 //!
 //! The batch is answered as one request ([`crate::pipeline::Engine::decide_items`]): the
 //! shared questions are compiled once, every item's reads go to the model worker together,
@@ -59,6 +60,8 @@ pub(crate) struct Parsed {
     pub(crate) items: Vec<Result<ParsedItem, ApiError>>,
     /// `timeout_ms`: the batch's own deadline.
     pub(crate) timeout: Option<crate::cancel::Requested>,
+    /// `return_prompt`: every answered item carries its questions' prompts.
+    pub(crate) return_prompt: bool,
 }
 
 /// One item that parsed.
@@ -96,6 +99,7 @@ async fn run(
         shared,
         items,
         timeout,
+        return_prompt,
     } = parse(&value, BatchLimits::of(&state.config))?;
     let model = super::check_model(state, Wire::SystemOne, systemone::requested_model(&value)?)?;
     let count = items.len();
@@ -106,6 +110,7 @@ async fn run(
     } = shared;
     let mut request = systemone::decision_request(String::new(), questions);
     request.timeout = timeout;
+    request.return_prompt = return_prompt;
     request.scope = super::request_scope(&caller);
     request.cache_salt = caller.cache_salt(None);
     let (ready, slots) = split(items);
@@ -154,8 +159,13 @@ fn split(
 pub(crate) fn parse(value: &Value, limits: BatchLimits) -> Result<Parsed, ApiError> {
     let root = loc![];
     let body = j::object(value, &root)?;
-    j::only_fields(body, &["model", "questions", "items", "timeout_ms"], &root)?;
+    j::only_fields(
+        body,
+        &["model", "questions", "items", "timeout_ms", "return_prompt"],
+        &root,
+    )?;
     let timeout = j::timeout_ms(body, "timeout_ms", &root, systemone::TIMEOUT_FIELD)?;
+    let return_prompt = j::flag(body, "return_prompt", &root)?;
     let shared = match body.get("questions") {
         None | Some(Value::Null) => None,
         Some(questions) => Some(systemone::parse_questions(
@@ -189,6 +199,7 @@ pub(crate) fn parse(value: &Value, limits: BatchLimits) -> Result<Parsed, ApiErr
         shared: shared.unwrap_or_default(),
         items,
         timeout,
+        return_prompt,
     })
 }
 
@@ -444,6 +455,12 @@ mod tests {
         assert!(
             message(&unknown).starts_with("state: unknown field"),
             "{unknown}"
+        );
+        let flag =
+            fail(json!({"questions": noul(), "items": [{"state": "x"}], "return_prompt": "yes"}));
+        assert!(
+            message(&flag).starts_with("return_prompt: expected true or false"),
+            "{flag}"
         );
         let missing = fail(json!({"questions": noul()}));
         assert!(

@@ -7,7 +7,8 @@
 //! ([`crate::frontends::leaf`]) asked as one Jev question over the context, all of them in one
 //! shared-prefix pass. Response: `parsed_json` (a value per field, null where it abstained),
 //! `fields` with each field's candidates, whether the scores are calibrated, what the engine
-//! did (`strategy`, `backend_requests`), time and token use.
+//! did (`strategy`, `backend_requests`), time and token use; with `return_prompt: true` (decide's
+//! extension) `prompts` by field name (see [`super::prompts`]).
 
 use axum::body::Body;
 use axum::extract::State;
@@ -48,6 +49,8 @@ pub(crate) struct Parsed {
     cache_salt: Option<String>,
     /// `timeout_ms`: the request's own deadline.
     timeout: Option<crate::cancel::Requested>,
+    /// `return_prompt`: the response carries each field's prompts.
+    return_prompt: bool,
 }
 
 /// Is this body a field-schema request (`context` and `schema`, no `input` or `questions`)?
@@ -103,6 +106,7 @@ pub async fn run(
         renderer: None,
         min_option_mass: None,
         timeout: parsed.timeout,
+        return_prompt: parsed.return_prompt,
         scope: super::request_scope(&caller),
     };
     let decided = match super::decide(state, &caller, engine, request).await {
@@ -154,10 +158,12 @@ pub(crate) fn parse(
             "min_probability",
             "cache_salt",
             "timeout_ms",
+            "return_prompt",
         ],
         &root,
     )?;
     let timeout = j::timeout_ms(body, "timeout_ms", &root, "timeout_ms of the request")?;
+    let return_prompt = j::flag(body, "return_prompt", &root)?;
     let context = j::string(j::required(body, "context", &root)?, &loc!["context"])?.to_string();
     let chars = context.chars().count();
     if chars > max_input_chars {
@@ -225,6 +231,7 @@ pub(crate) fn parse(
         min_probability,
         cache_salt,
         timeout,
+        return_prompt,
     })
 }
 
@@ -383,7 +390,7 @@ fn respond(
         parsed_json.insert(name.clone(), field["value"].clone());
         fields.insert(name.clone(), field);
     }
-    json!({
+    let mut response = json!({
         "parsed_json": parsed_json,
         "fields": fields,
         "scores_are_calibrated": calibrated,
@@ -396,7 +403,12 @@ fn respond(
         "max_prompt_tokens": max_prompt_tokens,
         "cache_block_tokens": crate::prefix_cache::BLOCK_TOKENS,
         "audit": super::classify::audit(decided),
-    })
+    });
+    let names = parsed.names.iter().map(String::as_str);
+    if let Some(prompts) = super::prompts::by_key(&decided.outcomes, names) {
+        response["prompts"] = prompts;
+    }
+    response
 }
 
 #[cfg(test)]
@@ -523,6 +535,10 @@ mod tests {
             (
                 Box::new(|b| b["strategy"] = json!("stream")),
                 "strategy: must be one of",
+            ),
+            (
+                Box::new(|b| b["return_prompt"] = json!("true")),
+                "return_prompt: expected true or false",
             ),
         ];
         for (change, words) in cases {

@@ -54,6 +54,20 @@ pub fn timeout_ms(
     }
 }
 
+/// The optional boolean field `key` of `map` (at `loc`): absent or null is `false`; anything
+/// but a boolean is refused, naming the field (a string `"true"` is a mistake to point out,
+/// not a yes).
+pub fn flag(map: &Map<String, Value>, key: &str, loc: &Loc) -> Result<bool, ApiError> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(value)) => Ok(*value),
+        Some(other) => Err(invalid(
+            &at(loc, key),
+            format!("expected true or false, got {}", type_name(other)),
+        )),
+    }
+}
+
 /// The JSON type name used in messages.
 pub fn type_name(value: &Value) -> &'static str {
     match value {
@@ -257,6 +271,24 @@ mod tests {
             &loc![]
         )
         .is_ok());
+    }
+
+    #[test]
+    fn flags_are_booleans_or_absent() {
+        let map = json!({"on": true, "off": false, "null": null, "text": "true", "one": 1});
+        let map = map.as_object().unwrap();
+        let root = loc!["extra"];
+        assert!(flag(map, "on", &root).unwrap());
+        assert!(!flag(map, "off", &root).unwrap());
+        assert!(!flag(map, "null", &root).unwrap());
+        assert!(!flag(map, "missing", &root).unwrap());
+        for key in ["text", "one"] {
+            let error = flag(map, key, &root).unwrap_err().to_string();
+            assert!(
+                error.starts_with(&format!("extra.{key}: expected true or false")),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod fields;
 pub mod json;
 pub mod leaf;
 pub mod openai;
+pub mod prompts;
 pub mod systemone;
 
 use std::sync::Arc;

@@ -4,7 +4,8 @@
 //! prompt_cache_options?, safety_identifier?, extra?}`; `input` is a string or a list of
 //! messages and tool items, rendered to one text. Response: `{id, object, created, model,
 //! answers: [...] in question order, usage}`; a failed question is a `refusal` answer with the
-//! reason in `extra.error`.
+//! reason in `extra.error`. With `extra.return_prompt: true` every answer and refusal whose
+//! prompts were rendered carries them in `extra.prompt` ([`super::prompts`]).
 
 use axum::body::Body;
 use axum::extract::State;
@@ -137,6 +138,7 @@ pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiEr
         renderer,
         min_option_mass,
         timeout,
+        return_prompt,
     } = parse_extra(body.get("extra"))?;
 
     let questions_loc = loc!["questions"];
@@ -190,6 +192,7 @@ pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiEr
             renderer,
             min_option_mass,
             timeout,
+            return_prompt,
             scope: Default::default(),
         },
         names,
@@ -207,6 +210,8 @@ struct Extra {
     min_option_mass: Option<f64>,
     /// `extra.timeout_ms`: the request's own deadline.
     timeout: Option<crate::cancel::Requested>,
+    /// `extra.return_prompt`: every answer carries the prompts it was read with.
+    return_prompt: bool,
 }
 
 /// Longest renderer name `extra.renderer` accepts (plugin names are file names).
@@ -222,6 +227,7 @@ fn parse_extra(extra: Option<&Value>) -> Result<Extra, ApiError> {
             renderer: None,
             min_option_mass: None,
             timeout: None,
+            return_prompt: false,
         });
     };
     let loc = loc!["extra"];
@@ -236,10 +242,12 @@ fn parse_extra(extra: Option<&Value>) -> Result<Extra, ApiError> {
             "renderer",
             "min_option_mass",
             "timeout_ms",
+            "return_prompt",
         ],
         &loc,
     )?;
     let timeout = j::timeout_ms(map, "timeout_ms", &loc, "extra.timeout_ms of the request")?;
+    let return_prompt = j::flag(map, "return_prompt", &loc)?;
     let renderer = match map.get("renderer").filter(|v| !v.is_null()) {
         None => None,
         Some(value) => {
@@ -322,6 +330,7 @@ fn parse_extra(extra: Option<&Value>) -> Result<Extra, ApiError> {
         renderer,
         min_option_mass,
         timeout,
+        return_prompt,
     })
 }
 
@@ -664,6 +673,13 @@ fn respond(
                         extra.insert("audit".into(), audit);
                         object.insert("extra".into(), Value::Object(extra));
                     }
+                    // Asked for explicitly, so returned whatever `detail` says.
+                    if let Some(prompt) = &answer.prompt {
+                        let extra = object
+                            .entry("extra")
+                            .or_insert_with(|| Value::Object(Map::new()));
+                        extra["prompt"] = super::prompts::to_json(prompt);
+                    }
                     Value::Object(object)
                 }
                 Outcome::Refusal(refusal) => {
@@ -674,6 +690,9 @@ fn respond(
                             "option_mass": abstained.option_mass,
                             "min_option_mass": abstained.min_option_mass,
                         });
+                    }
+                    if let Some(prompt) = &refusal.prompt {
+                        extra["prompt"] = super::prompts::to_json(prompt);
                     }
                     json!({"type": "refusal", "name": name, "extra": extra})
                 }
@@ -831,6 +850,17 @@ mod tests {
         );
         assert!(base(json!({"calibration_temperature": 0})).is_err());
         assert!(base(json!({"detail": "everything"})).is_err());
+        assert!(
+            base(json!({"return_prompt": true}))
+                .unwrap()
+                .request
+                .return_prompt
+        );
+        assert!(!base(json!({})).unwrap().request.return_prompt);
+        assert!(base(json!({"return_prompt": "yes"}))
+            .unwrap_err()
+            .to_string()
+            .starts_with("extra.return_prompt: expected true or false"));
         assert!(base(json!({"surprise": 1}))
             .unwrap_err()
             .to_string()

@@ -3,8 +3,9 @@
 //! Request: `{model?, state, questions: {id: {type, instructions?, criteria?}}}`; `state` is
 //! text, a JSON object or an array (objects and arrays are shown to the model as compact JSON,
 //! keys in the order sent). Response: `{id, created, model, answers: {id: {...}}, usage}` plus
-//! `partial_failures` naming the questions that failed while others were answered. Validation
-//! errors are 422 with a `detail` list of `{loc, msg, type}`.
+//! `partial_failures` naming the questions that failed while others were answered, and with
+//! `return_prompt: true` `prompts` by question id (the prompts each was read with, see
+//! [`super::prompts`]). Validation errors are 422 with a `detail` list of `{loc, msg, type}`.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -125,6 +126,7 @@ pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiEr
     )?;
     let mut request = decision_request(state, questions);
     request.timeout = j::timeout_ms(body, "timeout_ms", &root, TIMEOUT_FIELD)?;
+    request.return_prompt = j::flag(body, "return_prompt", &root)?;
     Ok(Parsed {
         request,
         ids,
@@ -185,6 +187,7 @@ pub(super) fn decision_request(state: String, questions: Vec<Question>) -> Decis
         renderer: None,
         min_option_mass: None,
         timeout: None,
+        return_prompt: false,
         scope: Default::default(),
     }
 }
@@ -207,8 +210,9 @@ fn respond(
     Value::Object(response)
 }
 
-/// What a Jev response says about decided questions: `answers` by id, `usage`, and
-/// `partial_failures` when some failed while others were answered.
+/// What a Jev response says about decided questions: `answers` by id, `usage`,
+/// `partial_failures` when some failed while others were answered, and `prompts` by id when
+/// the request asked for them.
 pub(super) fn answered(decided: &Decided, ids: &[String], types: &[String]) -> Map<String, Value> {
     let mut answers = Map::new();
     let mut failures = Map::new();
@@ -238,6 +242,10 @@ pub(super) fn answered(decided: &Decided, ids: &[String], types: &[String]) -> M
     );
     if !failures.is_empty() {
         out.insert("partial_failures".into(), Value::Object(failures));
+    }
+    let ids = ids.iter().map(String::as_str);
+    if let Some(prompts) = super::prompts::by_key(&decided.outcomes, ids) {
+        out.insert("prompts".into(), prompts);
     }
     out
 }
@@ -283,5 +291,24 @@ mod tests {
             400,
         );
         assert!(empty.unwrap_err().to_string().starts_with("state"));
+    }
+
+    #[test]
+    fn return_prompt_is_a_boolean() {
+        let body = |flag: Value| {
+            parse(
+                &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}, "return_prompt": flag}),
+                400,
+            )
+        };
+        assert!(body(json!(true)).unwrap().request.return_prompt);
+        assert!(!body(json!(null)).unwrap().request.return_prompt);
+        let error = body(json!(1)).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("return_prompt: expected true or false"),
+            "{error}"
+        );
     }
 }

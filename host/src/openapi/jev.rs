@@ -14,6 +14,7 @@ use utoipa::{IntoResponses, ToSchema};
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::openapi::RefOr;
 
+use super::prompt::QuestionPrompt;
 use super::{bounded_map, register, AnyJson, JsonNull, NonBlank, NonEmptyText};
 
 /// A validation error: every problem found, each with where it is.
@@ -100,6 +101,10 @@ pub struct SystemOneRequest {
     /// `--request-timeout-ms`); past it, 504 and the work is dropped.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub timeout_ms: Option<u64>,
+    /// decide's extension: return the prompts each question was read with, in `prompts` by
+    /// question id (default false; anything but a boolean is 422). It changes nothing about
+    /// how the questions are read.
+    pub return_prompt: Option<bool>,
 }
 
 /// `state`: text, or a JSON object or array shown to the model as compact JSON (keys in the
@@ -241,6 +246,11 @@ pub struct SystemOneResponse {
     #[serde(default)]
     #[schema(required = false)]
     pub partial_failures: HashMap<String, PartialFailure>,
+    /// With `return_prompt`: by question id, the prompts of every question whose prompts
+    /// were rendered (answered, and failed after its reads were rendered).
+    #[serde(default)]
+    #[schema(required = false)]
+    pub prompts: HashMap<String, QuestionPrompt>,
 }
 
 /// What the questions of one state got: `answers`, `usage` and the `partial_failures`.
@@ -252,6 +262,10 @@ pub struct JevAnswered {
     #[serde(default)]
     #[schema(required = false)]
     pub partial_failures: HashMap<String, PartialFailure>,
+    /// With the batch's `return_prompt`: each question's prompts by id.
+    #[serde(default)]
+    #[schema(required = false)]
+    pub prompts: HashMap<String, QuestionPrompt>,
 }
 
 /// An answer: its type and the type plugin's fields (`noul` for nouls; `choice`, `confidence`,

@@ -4,7 +4,8 @@
 //! This module owns the types that describe every request and response body of the API (one
 //! file per area: [`openai`] for OpenAI's Decisions format and its error shape, [`jev`] for
 //! TypeSafe's Jev format and its two error shapes, [`structured`] for classification, field
-//! schemas and batches, [`service`] for models, health, plugins, calibration and the admin API)
+//! schemas and batches, [`service`] for models, health, plugins, calibration and the admin API,
+//! [`prompt`] for the rendered prompts every decision format returns when asked)
 //! and the document that lists them. The handlers carry `#[utoipa::path]` annotations that name
 //! these types, so a route, its body and its statuses are described next to the code that
 //! serves them. Where a handler serializes one of these types, the document cannot drift from
@@ -22,6 +23,7 @@
 
 pub mod jev;
 pub mod openai;
+pub mod prompt;
 pub mod service;
 pub mod structured;
 
@@ -541,6 +543,31 @@ mod request_tests {
             "schema": {"type": "object", "properties": {"refund": {"type": "boolean"}}}});
         validate_at(&body("/v1/classify"), &classify).unwrap();
         validate_at(&body("/plugins/jev-decison/infer"), &classify).unwrap();
+        // Every decision format takes `return_prompt`, a boolean.
+        let mut asked = vec![
+            ("/v1/fields", fields.clone()),
+            ("/v1/systemone", systemone.clone()),
+            ("/v1/systemone/batch", batch.clone()),
+            ("/v1/classify", classify.clone()),
+        ];
+        for (_, value) in asked.iter_mut() {
+            value["return_prompt"] = json!(true);
+        }
+        let mut openai = decisions.clone();
+        openai["extra"]["return_prompt"] = json!(true);
+        asked.push(("/v1/decisions", openai));
+        for (path, value) in &asked {
+            validate_at(&body(path), value).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let mut broken = value.clone();
+            match broken.get_mut("extra") {
+                Some(extra) => extra["return_prompt"] = json!("yes"),
+                None => broken["return_prompt"] = json!("yes"),
+            }
+            assert!(
+                validate_at(&body(path), &broken).is_err(),
+                "{path} accepted {broken}"
+            );
+        }
 
         let broken = [
             (

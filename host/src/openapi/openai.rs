@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoResponses, ToSchema};
 
 use super::jev::{JevError, JevValidationError};
+use super::prompt::QuestionPrompt;
 use super::structured::{FieldsRequest, FieldsResponse};
 use super::{AnyJson, NonBlank, NonEmptyText};
 
@@ -533,6 +534,10 @@ pub struct DecisionsExtra {
     /// `--request-timeout-ms`); past it, 504 and the work is dropped.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub timeout_ms: Option<u64>,
+    /// Return the prompts each question was read with (default false): every answer, and
+    /// every refusal whose prompts were rendered, carries them in `extra.prompt`, whatever
+    /// `detail` says. It changes nothing about how the questions are read.
+    pub return_prompt: Option<bool>,
 }
 
 /// `extra.detail`.
@@ -638,7 +643,7 @@ pub struct Answer {
     #[serde(default)]
     #[schema(required = false)]
     pub probabilities: Vec<OptionProbability>,
-    /// With `detail` basic or full.
+    /// With `detail` basic or full, or `return_prompt`.
     #[serde(default)]
     #[schema(required = false)]
     pub extra: Option<AnswerExtra>,
@@ -656,14 +661,22 @@ pub struct OptionProbability {
     pub label: String,
 }
 
-/// An answer's audit and, in full detail, the raw label log-probabilities.
+/// An answer's audit and, in full detail, the raw label log-probabilities; with
+/// `return_prompt`, the prompts it was read with.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerExtra {
-    pub audit: AnswerAudit,
+    /// With `detail` basic or full.
+    #[serde(default)]
+    #[schema(required = false)]
+    pub audit: Option<AnswerAudit>,
     #[serde(default)]
     #[schema(required = false)]
     pub backend: Option<BackendDetail>,
+    /// With `extra.return_prompt`.
+    #[serde(default)]
+    #[schema(required = false)]
+    pub prompt: Option<QuestionPrompt>,
 }
 
 /// `{name: "decide", option_logits: {option: logprob}}`.
@@ -711,7 +724,8 @@ pub enum RefusalType {
     Refusal,
 }
 
-/// Why, and for an abstention the mass and the threshold.
+/// Why, for an abstention the mass and the threshold, and with `extra.return_prompt` the
+/// prompts when they were rendered (an abstention, a failed read or plugin call after it).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefusalExtra {
@@ -719,6 +733,9 @@ pub struct RefusalExtra {
     #[serde(default)]
     #[schema(required = false)]
     pub audit: Option<AbstentionAudit>,
+    #[serde(default)]
+    #[schema(required = false)]
+    pub prompt: Option<QuestionPrompt>,
 }
 
 /// `{code, message}` of a failed question or field.

@@ -16,6 +16,7 @@ use super::jev::{
     JevAnswered, JevError, JevState, JevUsage, JevValidationError, LocPart, QuestionMap,
 };
 use super::openai::CodedMessage;
+use super::prompt::QuestionPrompt;
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::openapi::RefOr;
 
@@ -36,6 +37,9 @@ pub struct BatchRequest {
     /// `--request-timeout-ms`); past it, 504 and the work is dropped.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub timeout_ms: Option<u64>,
+    /// Return the prompts each question was read with: every answered item carries `prompts`
+    /// by question id (default false).
+    pub return_prompt: Option<bool>,
 }
 
 /// One state, with its own questions or the shared ones. An invalid item fails alone.
@@ -115,6 +119,9 @@ pub struct ClassifyRequest {
     /// `--request-timeout-ms`); past it, 504 and the work is dropped.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub timeout_ms: Option<u64>,
+    /// decide's extension: return the prompts each asked field was read with, in `prompts`
+    /// by the field's pointer (default false).
+    pub return_prompt: Option<bool>,
 }
 
 /// The only mode: classification (no text is generated).
@@ -147,6 +154,11 @@ pub struct ClassifyResponse {
     #[serde(default)]
     #[schema(required = false)]
     pub audit: Option<StructuredAudit>,
+    /// With `return_prompt`: by the field's pointer (as in `decisions`), the prompts of every
+    /// field asked whose prompts were rendered (fixed fields are not asked).
+    #[serde(default)]
+    #[schema(required = false)]
+    pub prompts: HashMap<String, QuestionPrompt>,
 }
 
 /// One decided, fixed or failed field of the schema.
@@ -277,6 +289,9 @@ pub struct FieldsRequest {
     /// `--request-timeout-ms`); past it, 504 and the work is dropped.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub timeout_ms: Option<u64>,
+    /// decide's extension: return the prompts each field was read with, in `prompts` by
+    /// field name (default false).
+    pub return_prompt: Option<bool>,
 }
 
 /// 1 to `--schema-max-fields` (64) fields by name (1 to 128 characters, no control characters).
@@ -388,6 +403,11 @@ pub struct FieldsResponse {
     pub max_prompt_tokens: u64,
     pub cache_block_tokens: u64,
     pub audit: StructuredAudit,
+    /// With `return_prompt`: by field name, the prompts of every field whose prompts were
+    /// rendered.
+    #[serde(default)]
+    #[schema(required = false)]
+    pub prompts: HashMap<String, QuestionPrompt>,
 }
 
 /// A field's decision.

@@ -96,6 +96,7 @@ impl Shared<'_> {
             session: &self.session,
             scope: &self.request.scope,
             admission,
+            keep_prompts: self.request.return_prompt,
         }
     }
 

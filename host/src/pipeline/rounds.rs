@@ -5,7 +5,10 @@
 
 use decide_models::{ModelError, Readout};
 
-use super::{engine_refusal, Decided, Engine, Planned, Prepared, Prompting, Question, Refusal};
+use super::{
+    engine_refusal, prompts, Decided, Engine, Planned, Prepared, Prompting, Question, ReadPrompt,
+    Refusal,
+};
 use crate::error::Loc;
 use crate::readout;
 
@@ -46,17 +49,17 @@ impl Engine {
         let mut reads = self.read_round(groups, prompting, decided).into_iter();
         let mut after_first: Vec<Result<Stage, Refusal>> = Vec::with_capacity(first.len());
         for work in first {
-            after_first.push(work.and_then(|(planned, prepared)| {
+            after_first.push(work.and_then(|(planned, mut prepared)| {
                 let loc = &questions[planned.index].loc;
-                let (results, tokens) =
-                    collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
+                let read = reads.next().expect("reads per group");
+                let (results, tokens, shown) = collect_reads(read, &mut prepared, None, loc)?;
                 Ok(match planned.plan.combine(&planned.compiled, &results) {
                     readout::Step::Done(combined) => {
-                        Stage::Done(planned, Read::new(combined, tokens))
+                        Stage::Done(planned, Read::new(combined, tokens, shown))
                     }
                     readout::Step::Again(pending) => {
                         let second = prepare_all(&planned, std::slice::from_ref(pending.ask()))?;
-                        Stage::Waiting(planned, pending, second, tokens)
+                        Stage::Waiting(planned, pending, second, tokens, shown)
                     }
                 })
             }));
@@ -65,7 +68,7 @@ impl Engine {
         let groups: Vec<&mut [Prepared]> = after_first
             .iter_mut()
             .filter_map(|s| match s {
-                Ok(Stage::Waiting(_, _, prepared, _)) => Some(prepared.as_mut_slice()),
+                Ok(Stage::Waiting(_, _, prepared, _, _)) => Some(prepared.as_mut_slice()),
                 _ => None,
             })
             .collect();
@@ -74,14 +77,15 @@ impl Engine {
             .into_iter()
             .map(|stage| match stage? {
                 Stage::Done(planned, read) => Ok((planned, read)),
-                Stage::Waiting(planned, pending, prepared, (tokens, cached)) => {
+                Stage::Waiting(planned, pending, mut prepared, (tokens, cached), shown) => {
                     let loc = &questions[planned.index].loc;
-                    let (results, (more, more_cached)) =
-                        collect_reads(reads.next().expect("reads per group"), &prepared, loc)?;
+                    let read = reads.next().expect("reads per group");
+                    let (results, (more, more_cached), shown) =
+                        collect_reads(read, &mut prepared, shown, loc)?;
                     let combined = pending.finish(&results[0]);
                     Ok((
                         planned,
-                        Read::new(combined, (tokens + more, cached + more_cached)),
+                        Read::new(combined, (tokens + more, cached + more_cached), shown),
                     ))
                 }
             })
@@ -93,13 +97,14 @@ impl Engine {
     /// to the model worker, leaving their token counts.
     fn read_round(
         &self,
-        groups: Vec<&mut [Prepared]>,
+        mut groups: Vec<&mut [Prepared]>,
         prompting: &Prompting<'_>,
         decided: &mut Decided,
     ) -> Vec<Vec<Result<(Readout, usize), ModelError>>> {
         if groups.is_empty() {
             return Vec::new();
         }
+        prompts::set_round_prefix(&mut groups);
         let sizes: Vec<usize> = groups.iter().map(|g| g.len()).collect();
         let prompts: Vec<crate::scheduler::Prompt> = groups
             .into_iter()
@@ -159,14 +164,21 @@ pub(super) struct Read {
     pub(super) input_tokens: usize,
     /// Of those, tokens whose KV came from a shared prefix.
     pub(super) cached_tokens: usize,
+    /// The prompts of the question's reads, in the order read, when the request asked.
+    pub(super) prompts: Option<Vec<ReadPrompt>>,
 }
 
 impl Read {
-    fn new(combined: readout::Combined, (input_tokens, cached_tokens): (usize, usize)) -> Read {
+    fn new(
+        combined: readout::Combined,
+        (input_tokens, cached_tokens): (usize, usize),
+        prompts: Option<Vec<ReadPrompt>>,
+    ) -> Read {
         Read {
             combined,
             input_tokens,
             cached_tokens,
+            prompts,
         }
     }
 }
@@ -174,27 +186,59 @@ impl Read {
 /// Where a question is between the two read rounds.
 enum Stage {
     Done(Planned, Read),
-    /// Waiting for the second round: the pending combination, its prompt, and the tokens
-    /// (total, cached) of the first round.
-    Waiting(Planned, readout::Pending, Vec<Prepared>, (usize, usize)),
+    /// Waiting for the second round: the pending combination, its prompt, the tokens
+    /// (total, cached) of the first round and its prompts (when the request asked).
+    Waiting(
+        Planned,
+        readout::Pending,
+        Vec<Prepared>,
+        (usize, usize),
+        Option<Vec<ReadPrompt>>,
+    ),
 }
 
-/// The readouts of one question's prompts and their (total, cached) prompt tokens, or the
-/// refusal for the first read that failed (the model worker's failure: `engine_error`).
+/// What one round of a question's reads came to: the readouts, their (total, cached) prompt
+/// tokens, and the prompts of the question's reads so far when the request asked for them.
+type Collected = (Vec<Readout>, (usize, usize), Option<Vec<ReadPrompt>>);
+
+/// The readouts of one question's prompts in a round and their (total, cached) prompt tokens,
+/// or the refusal for the first read that failed (the model worker's failure:
+/// `engine_error`). The kept prompts (when the request asked) follow `earlier` (the first
+/// round's, for a second round), each with the tokens it found cached; a refusal carries them.
 fn collect_reads(
     reads: Vec<Result<(Readout, usize), ModelError>>,
-    prepared: &[Prepared],
+    prepared: &mut [Prepared],
+    earlier: Option<Vec<ReadPrompt>>,
     loc: &Loc,
-) -> Result<(Vec<Readout>, (usize, usize)), Refusal> {
+) -> Result<Collected, Refusal> {
     let mut out = Vec::with_capacity(reads.len());
     let (mut tokens, mut cached) = (0, 0);
-    for (read, prompt) in reads.into_iter().zip(prepared) {
-        let (read, from_cache) = read.map_err(|error| engine_refusal(loc, error))?;
-        tokens += prompt.tokens;
-        cached += from_cache;
-        out.push(read);
+    let mut failed = None;
+    for (read, prompt) in reads.into_iter().zip(prepared.iter_mut()) {
+        match read {
+            Ok((read, from_cache)) => {
+                tokens += prompt.tokens;
+                cached += from_cache;
+                if let Some(shown) = prompt.shown.as_mut() {
+                    shown.cached_tokens = from_cache;
+                }
+                out.push(read);
+            }
+            Err(error) => {
+                failed = Some(engine_refusal(loc, error));
+                break;
+            }
+        }
     }
-    Ok((out, (tokens, cached)))
+    let shown = prompts::take(prepared).map(|more| {
+        let mut all = earlier.unwrap_or_default();
+        all.extend(more);
+        all
+    });
+    match failed {
+        Some(refusal) => Err(refusal.with_reads(shown)),
+        None => Ok((out, (tokens, cached), shown)),
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! ([`crate::frontends::leaf`]), with the question and the field's path as its instructions,
 //! and every leaf of a request is read in one shared-prefix pass. Response: `accepted`,
 //! `value` (the whole object, validated against the schema; null when a field misses
-//! `min_confidence` or failed), `decisions` per field, `usage`. Errors are Jev style: 422 with
+//! `min_confidence` or failed), `decisions` per field, `usage`, and with `return_prompt: true`
+//! `prompts` by the fields' pointers (see [`super::prompts`]). Errors are Jev style: 422 with
 //! a `detail` list naming the schema's JSON pointer, 400 for a mode this server has not.
 
 pub mod compile;
@@ -71,6 +72,8 @@ pub(crate) struct Parsed {
     pub(crate) min_confidence: f64,
     /// `timeout_ms`: the request's own deadline.
     pub(crate) timeout: Option<crate::cancel::Requested>,
+    /// `return_prompt`: the response carries each asked field's prompts.
+    pub(crate) return_prompt: bool,
 }
 
 /// `POST /v1/classify` and `POST /plugins/jev-decison/infer`.
@@ -153,6 +156,7 @@ async fn run(
             renderer: None,
             min_option_mass: None,
             timeout: parsed.timeout,
+            return_prompt: parsed.return_prompt,
             scope: super::request_scope(&caller),
         };
         Some(super::decide(state, &caller, engine, request).await?.0)
@@ -203,10 +207,12 @@ pub(crate) fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, Ap
             "min_confidence",
             "model",
             "timeout_ms",
+            "return_prompt",
         ],
         &root,
     )?;
     let timeout = j::timeout_ms(body, "timeout_ms", &root, "timeout_ms of the request")?;
+    let return_prompt = j::flag(body, "return_prompt", &root)?;
     let state = j::state_text(j::required(body, "state", &root)?, &loc!["state"])?;
     let chars = state.chars().count();
     if chars > limits.max_input_chars {
@@ -251,6 +257,7 @@ pub(crate) fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, Ap
         compiled,
         min_confidence,
         timeout,
+        return_prompt,
     })
 }
 
@@ -398,6 +405,10 @@ fn respond(
     }
     if let Some(decided) = decided {
         response["audit"] = audit(decided);
+        let pointers = parsed.compiled.leaves.iter().map(|l| l.pointer.as_str());
+        if let Some(prompts) = super::prompts::by_key(&decided.outcomes, pointers) {
+            response["prompts"] = prompts;
+        }
     }
     response
 }
@@ -540,6 +551,14 @@ mod tests {
         assert!(
             confidence.to_string().starts_with("min_confidence"),
             "{confidence}"
+        );
+        let flag = error(
+            json!({"state": "x", "question": "q?", "schema": {"type": "boolean"}, "return_prompt": "on"}),
+        );
+        assert!(
+            flag.to_string()
+                .starts_with("return_prompt: expected true or false"),
+            "{flag}"
         );
     }
 }
