@@ -54,6 +54,13 @@ pub fn dotted(loc: &[LocPart]) -> String {
     let mut path = String::new();
     for part in loc {
         match part {
+            // A name a dot would make ambiguous (empty, or with a dot, bracket, quote or space)
+            // is written in brackets as a JSON string: `questions[0][""]`, `schema["a.b"]`.
+            LocPart::Field(name) if !is_plain_name(name) => {
+                path.push('[');
+                path.push_str(&Value::String(name.clone()).to_string());
+                path.push(']');
+            }
             LocPart::Field(name) => {
                 if !path.is_empty() {
                     path.push('.');
@@ -64,6 +71,14 @@ pub fn dotted(loc: &[LocPart]) -> String {
         }
     }
     path
+}
+
+/// Can a field name stand in a dotted path as it is?
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '$' | '/' | '~' | '@' | ':'))
 }
 
 /// A location as Jev's (FastAPI's) `loc` list: `["body", "questions", "q1", "type"]`.
@@ -336,6 +351,15 @@ mod tests {
             "questions[2].choices[0].value"
         );
         assert_eq!(dotted(&[]), "");
+        // Names a dot would make ambiguous, in brackets.
+        assert_eq!(
+            dotted(loc!["", "a.b", 0, "c d"].as_slice()),
+            r#"[""]["a.b"][0]["c d"]"#
+        );
+        assert_eq!(
+            dotted(loc!["schema", "a.b", "type"].as_slice()),
+            r#"schema["a.b"].type"#
+        );
     }
 
     #[test]
