@@ -11,8 +11,8 @@
 #   SCHEMATHESIS_MAX_TIME=3600 scripts/schemathesis.sh 5000   # the long run (bench/schemathesis.sh)
 #
 # The server is the release binary (`$DECIDE_BIN`, else target/release/decide) with the test
-# model (`$DECIDE_TEST_MODEL`), started here with one key that is both its --api-key and its
-# --admin-key, so schemathesis reaches every endpoint, the admin API and its mutations included
+# model (`$DECIDE_TEST_MODEL`) and any further flags in `$DECIDE_SERVE_ARGS` (`--device cuda`),
+# started here with one key that is both its --api-key and its --admin-key, so schemathesis reaches every endpoint, the admin API and its mutations included
 # (a tenant it creates does not lock it out: the operator's key still serves). Plugin uploads
 # (`application/wasm`) and calibration uploads (JSONL) are bodies schemathesis has no
 # serializer for, and need a tenant's key; they are left out here and covered by
@@ -33,7 +33,7 @@ trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm
   --calibration-questions none --tune-questions none \
   --max-questions 4 --max-options 8 --batch-max-items 4 --schema-max-fields 4 \
   --max-input-bytes 4096 --schema-max-input-chars 4096 --max-body-bytes 65536 \
-  --api-key "$key" --admin-key "$key" >"$work/listening" 2>"$work/server.log" &
+  --api-key "$key" --admin-key "$key" ${DECIDE_SERVE_ARGS:-} >"$work/listening" 2>"$work/server.log" &
 server=$!
 for _ in $(seq 100); do
   grep -q "listening on" "$work/listening" 2>/dev/null && break
@@ -77,6 +77,7 @@ for har in pathlib.Path(sys.argv[1]).glob("har-*.json"):
 total = sum(statuses.values())
 print(f"schemathesis: {total} requests; status histogram: "
       + ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items())))
+print(f"schemathesis: {len(operations)} distinct method and path pairs")
 PY
 if grep -qE "panicked|thread .* panicked" "$work/server.log"; then
   echo "the server panicked:"; grep -B2 -A10 panicked "$work/server.log"; status=1
