@@ -182,14 +182,7 @@ impl Model {
         if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
             return Err(ModelError::UnsupportedArch { arch });
         }
-        let name = g
-            .str_opt("general.name")
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                path.file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            });
+        let name = prompter::model_name(&g, path);
         let prompter = Prompter::from_gguf(&g, name.clone())?;
         #[cfg(feature = "cuda")]
         if let Device::Cuda(cuda) = device {

@@ -29,21 +29,24 @@ pub struct Prompter {
     label_memo: token_cache::Memo<(Vec<u32>, Vec<String>), [u32]>,
 }
 
+/// A model's name: its `general.name`, else the file stem of `path`.
+pub(crate) fn model_name(g: &Gguf, path: &Path) -> String {
+    g.str_opt("general.name")
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+}
+
 impl Prompter {
     /// Reads the tokenizer and chat template of the GGUF file at `path` from its metadata
     /// only (no tensor data is read). The model is named by `general.name`, else the file
     /// stem.
     pub fn load(path: &Path) -> Result<Prompter> {
         let g = Gguf::open(path)?;
-        let name = g
-            .str_opt("general.name")
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                path.file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            });
-        Prompter::from_gguf(&g, name)
+        Prompter::from_gguf(&g, model_name(&g, path))
     }
 
     /// Builds the tokenizer and compiles the chat template (if the file has one) of an open
