@@ -123,6 +123,11 @@ impl Target {
         &self.units[n % self.units.len()]
     }
 
+    /// How many units the workload has.
+    pub fn unit_count(&self) -> usize {
+        self.units.len()
+    }
+
     /// The most requests one unit sends at once.
     pub fn widest_unit(&self) -> usize {
         self.widest

@@ -42,6 +42,10 @@ enum Mode {
         /// Concurrent clients (each with its own keep-alive connections).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         clients: u64,
+        /// Send each unit at most once: for cold-cache workloads whose units each carry their
+        /// own cache key (use with --warmup 0). The run ends when the units run out.
+        #[arg(long)]
+        once: bool,
     },
     /// Units due at a fixed rate, timed from their due time.
     Open {
@@ -240,15 +244,15 @@ async fn run(mode: &Mode, threads: usize) -> Result<(), Error> {
         }
     );
     let (arrivals, body) = match mode {
-        Mode::Closed { clients, .. } => {
-            let clients = *clients as usize;
+        Mode::Closed { clients, once, .. } => {
+            let (clients, once) = (*clients as usize, *once);
             let ceiling = match ceiling_plan {
                 Some(plan) => Some(Ceiling::closed(
-                    runner::closed(plan, clients).await?.figures(),
+                    runner::closed(plan, clients, once).await?.figures(),
                 )),
                 None => None,
             };
-            let run = runner::closed(&plans.real, clients).await?.figures();
+            let run = runner::closed(&plans.real, clients, once).await?.figures();
             let point = Point {
                 clients: Some(clients),
                 rate: None,

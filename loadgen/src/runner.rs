@@ -58,8 +58,11 @@ impl Run {
     }
 }
 
-/// `clients` closed-loop clients.
-pub async fn closed(plan: &Plan, clients: usize) -> Result<Run, Error> {
+/// `clients` closed-loop clients. With `once`, each unit of the workload is sent at most once
+/// (a cold-cache scenario whose units each carry their own cache key must not come round
+/// again, warm): the run ends when the units run out or the window closes, and when they ran
+/// out first the window is the time to the last response.
+pub async fn closed(plan: &Plan, clients: usize, once: bool) -> Result<Run, Error> {
     let lanes = plan.target.widest_unit();
     let addr = plan.target.addr;
     let permits = Arc::new(Semaphore::new(CONNECTING_AT_ONCE));
@@ -105,8 +108,11 @@ pub async fn closed(plan: &Plan, clients: usize) -> Result<Run, Error> {
                 if due >= end {
                     break;
                 }
-                let unit = target.unit(next.fetch_add(1, Ordering::Relaxed));
-                let result = send_unit(&mut conns, unit, &settings, due).await;
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if once && n >= target.unit_count() {
+                    break;
+                }
+                let result = send_unit(&mut conns, target.unit(n), &settings, due).await;
                 if (measure_from..end).contains(&result.ended) {
                     stats.count_finished(&result);
                 }
@@ -125,10 +131,16 @@ pub async fn closed(plan: &Plan, clients: usize) -> Result<Run, Error> {
         stats.merge(&client);
         last = last.max(client_last);
     }
+    let to_last_response = last - measure_from;
+    let ran_out = once && next.load(Ordering::Relaxed) >= plan.target.unit_count();
     Ok(Run {
         stats,
-        window: plan.duration,
-        to_last_response: last - measure_from,
+        window: if ran_out {
+            plan.duration.min(to_last_response)
+        } else {
+            plan.duration
+        },
+        to_last_response,
     })
 }
 

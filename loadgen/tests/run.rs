@@ -91,7 +91,7 @@ async fn closed_loop_counts_add_up() {
     let trivial = Trivial::start(1, StatusCode::OK).unwrap();
     let workload = grouped_workload();
     let plan = plan(&trivial, &workload, StatusCode::OK, 1.0).await;
-    let run = runner::closed(&plan, 8).await.unwrap();
+    let run = runner::closed(&plan, 8, false).await.unwrap();
     assert_counts_add_up(&run);
     let last = run.to_last_response;
     assert!(
@@ -103,6 +103,24 @@ async fn closed_loop_counts_add_up() {
         "closed loop has no schedule"
     );
     assert_eq!(run.stats.dropped, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_loop_once_sends_each_unit_once() {
+    let trivial = Trivial::start(1, StatusCode::OK).unwrap();
+    let workload = grouped_workload();
+    let mut plan = plan(&trivial, &workload, StatusCode::OK, 5.0).await;
+    plan.warmup = Duration::ZERO;
+    let run = runner::closed(&plan, 3, true).await.unwrap();
+    let s = &run.stats;
+    // Two units of four requests each, whatever the clients: then the run ends, long before
+    // its 5 s window, and its rates are over the time it took.
+    assert_eq!((s.units, s.units_ok, s.requests), (2, 2, 8));
+    assert_eq!(s.finished.units_ok, 2);
+    assert!(run.window < Duration::from_secs(1), "{:?}", run.window);
+    assert_eq!(run.window, run.to_last_response);
+    let figures = run.figures();
+    assert!((figures.units_per_s - 2.0 / run.window.as_secs_f64()).abs() < 1e-6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +157,7 @@ async fn unexpected_statuses_are_errors() {
     let trivial = Trivial::start(1, StatusCode::SERVICE_UNAVAILABLE).unwrap();
     let workload = grouped_workload();
     let plan = plan(&trivial, &workload, StatusCode::OK, 0.3).await;
-    let run = runner::closed(&plan, 2).await.unwrap();
+    let run = runner::closed(&plan, 2, false).await.unwrap();
     let s = &run.stats;
     assert!(s.requests > 0);
     assert_eq!(s.statuses.get(&503).copied(), Some(s.requests));
@@ -155,7 +173,7 @@ async fn an_unreachable_server_is_an_error_before_the_run() {
     let workload = grouped_workload();
     let plan = plan(&trivial, &workload, StatusCode::OK, 0.2).await;
     drop(trivial);
-    let error = runner::closed(&plan, 2).await.unwrap_err();
+    let error = runner::closed(&plan, 2, false).await.unwrap_err();
     assert!(error.to_string().contains("cannot connect"), "{error}");
 }
 
