@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# bench/side_by_side.sh SERVER URL WORKLOADS OUT [QUICK]
+#
+# Runs issue 17's scenarios with decide-loadgen against one server, from the workload files
+# bench/workloads.py wrote into WORKLOADS (`decide-<scenario>.jsonl` or `vllm-<scenario>.jsonl`,
+# by SERVER = decide | vllm), and writes one loadgen report per run into OUT
+# (`<server>-<run>.json`). Run it for decide, then (decide stopped: they must not share the
+# GPU) for vLLM, then bench/side_by_side.py OUT combines both into one report with ratios.
+#
+#   short prompts:   closed, 1 / 8 / 64 / 256 / 1,024 clients; a rate sweep to saturation
+#   multi16/multi64: one client, cold (each unit its own cache key, sent once) and warm
+#   long:            the ~28k-token input, first read (cold, sent once) and repeat
+#   options255:      one client
+#
+# Every run also measures decide-loadgen's own ceiling against its trivial server (the
+# `ceiling` block of each report). QUICK=1 shortens every run (a CPU check of the harness).
+# Environment: LOADGEN (decide-loadgen binary; default target/release/decide-loadgen),
+# SECONDS_PER_RUN (10), RATES (the sweep's offered units/s).
+set -euo pipefail
+[ $# -ge 4 ] || { sed -n '2,19p' "$0"; exit 2; }
+server=$1 url=$2 workloads=$3 out=$4 quick=${5:-${QUICK:-0}}
+loadgen=${LOADGEN:-target/release/decide-loadgen}
+seconds=${SECONDS_PER_RUN:-10}
+rates=${RATES:-100,200,400,800,1600,3200,6400,12800}
+clients_list="1 8 64 256 1024"
+if [ "$quick" = 1 ]; then
+  seconds=2 rates=1,2,4 clients_list="1 4"
+fi
+mkdir -p "$out"
+header=()
+[ "$server" = decide ] && header=(--server-ms-header x-decide-server-ms)
+
+run() {  # run NAME SCENARIO MODE ARGS...
+  local name=$1 scenario=$2 mode=$3; shift 3
+  local workload="$workloads/$server-$scenario.jsonl"
+  echo "== $server $name ($mode $*)"
+  "$loadgen" "$mode" --url "$url" --workload "$workload" --report "$out/$server-$name.json" \
+    --timeout 300 "${header[@]}" "$@" | tail -n 20
+}
+
+for clients in $clients_list; do
+  run "short-c$clients" short closed --clients "$clients" --duration "$seconds" --warmup 2
+done
+run short-sweep short sweep --rates "$rates" --duration "$seconds" --warmup 1
+for n in 16 64; do
+  run "multi$n-cold" "multi$n-cold" closed --clients 1 --once --warmup 0 --duration "$seconds"
+  run "multi$n-warm" "multi$n-warm" closed --clients 1 --duration "$seconds" --warmup 1
+done
+run long-first long-first closed --clients 1 --once --warmup 0 --duration "$((seconds * 3))"
+run long-repeat long-repeat closed --clients 1 --duration "$seconds" --warmup 1
+run options255 options255 closed --clients 1 --duration "$seconds" --warmup 1
+echo "== $server: reports in $out"
