@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::server::{test_guest, Reply, Server};
+use crate::server::{option_mass_range, test_guest, Reply, Server};
 
 const DOCUMENT: &str = "urn:decide:openapi";
 const ADMIN: &str = "contract-admin-key";
@@ -254,15 +254,7 @@ fn real_responses_match_the_openapi_document() {
         reply.body
     );
     // A threshold between the answers' option masses: a refusal with its prompt among answers.
-    let masses: Vec<f64> = reply.body["answers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["extra"]["audit"]["option_mass"].as_f64().unwrap())
-        .collect();
-    let (low, high) = masses
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(l, h), &m| (l.min(m), h.max(m)));
+    let (low, high) = option_mass_range(&reply.body);
     let mut some_abstain = decisions();
     some_abstain["extra"]["min_option_mass"] = json!((low + high) / 2.0);
     let reply = c.expect("post", path, s.post(path, &some_abstain), 200);

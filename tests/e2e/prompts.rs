@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use decide_models::Prompter;
 
-use crate::server::{model_path, Server};
+use crate::server::{model_path, option_mass_range, Server};
 
 const TICKET: &str = "Hi, I was charged twice for my subscription this month and I am really upset. Please refund the extra charge today.";
 
@@ -361,18 +361,10 @@ fn a_refusal_after_its_read_carries_its_prompt() {
     // Between the two answers' option masses: the one below it abstains, the other answers.
     let reply = server.post("/v1/decisions", &decisions());
     assert_eq!(reply.status, 200, "{}", reply.body);
-    let masses: Vec<f64> = reply.body["answers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["extra"]["audit"]["option_mass"].as_f64().unwrap())
-        .collect();
-    let (low, high) = masses
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(l, h), &m| (l.min(m), h.max(m)));
+    let (low, high) = option_mass_range(&reply.body);
     assert!(
         high - low > 1e-4,
-        "the questions' masses differ: {masses:?}"
+        "the questions' masses differ: {low} vs {high}"
     );
     let mut request = decisions();
     request["extra"]["min_option_mass"] = json!((low + high) / 2.0);

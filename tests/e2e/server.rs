@@ -25,6 +25,21 @@ pub fn model_path() -> PathBuf {
     path
 }
 
+/// The lowest and highest `option_mass` of an OpenAI-format response's answers (their audit
+/// blocks): a `min_option_mass` between the two makes some answers abstain and not others.
+pub fn option_mass_range(body: &Value) -> (f64, f64) {
+    body["answers"]
+        .as_array()
+        .expect("answers")
+        .iter()
+        .map(|a| {
+            a["extra"]["audit"]["option_mass"]
+                .as_f64()
+                .expect("option_mass")
+        })
+        .fold((f64::MAX, f64::MIN), |(l, h), m| (l.min(m), h.max(m)))
+}
+
 /// Directory holding the test-only guest plugins built by host/build.rs.
 pub fn test_guest(name: &str) -> PathBuf {
     let path = PathBuf::from(env!("DECIDE_TEST_GUESTS_DIR")).join(format!("{name}.wasm"));
