@@ -15,16 +15,18 @@
 # Every run also measures decide-loadgen's own ceiling against its trivial server (the
 # `ceiling` block of each report). QUICK=1 shortens every run (a CPU check of the harness).
 # Environment: LOADGEN (decide-loadgen binary; default target/release/decide-loadgen),
-# SECONDS_PER_RUN (10), RATES (the sweep's offered units/s).
+# SECONDS_PER_RUN (10), CEILING_SECONDS (3: seconds of each ceiling run), RATES (the sweep's
+# offered units/s).
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n '2,19p' "$0"; exit 2; }
 server=$1 url=$2 workloads=$3 out=$4 quick=${5:-${QUICK:-0}}
 loadgen=${LOADGEN:-target/release/decide-loadgen}
 seconds=${SECONDS_PER_RUN:-10}
+ceiling_seconds=${CEILING_SECONDS:-3}
 rates=${RATES:-100,200,400,800,1600,3200,6400,12800}
 clients_list="1 8 64 256 1024"
 if [ "$quick" = 1 ]; then
-  seconds=2 rates=1,2,4 clients_list="1 4"
+  seconds=2 ceiling_seconds=1 rates=1,2,4 clients_list="1 4"
 fi
 mkdir -p "$out"
 header=()
@@ -35,7 +37,7 @@ run() {  # run NAME SCENARIO MODE ARGS...
   local workload="$workloads/$server-$scenario.jsonl"
   echo "== $server $name ($mode $*)"
   "$loadgen" "$mode" --url "$url" --workload "$workload" --report "$out/$server-$name.json" \
-    --timeout 300 "${header[@]}" "$@" | tail -n 20
+    --timeout 300 --ceiling-duration "$ceiling_seconds" "${header[@]}" "$@" | tail -n 20
 }
 
 for clients in $clients_list; do

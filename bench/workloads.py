@@ -10,7 +10,8 @@ for each scenario two files:
 - `DIR/decide-<scenario>.jsonl`: `/v1/decisions` requests as a decide user sends them (all of a
   scenario's questions over one input in one request);
 - `DIR/vllm-<scenario>.jsonl`: `/v1/completions` requests as a vLLM user sends them: one request
-  per model read decide made, `prompt` = decide's token ids, `max_tokens: 1`,
+  per model read decide made (two for a read of more than 128 labels, vLLM's limit), `prompt` =
+  decide's token ids, `max_tokens: 1`,
   `logprob_token_ids` = the label token ids decide read (so both servers read exactly the same
   tokens at the same position); the requests of one decision unit share a `group` and go
   concurrently, which is how vLLM's prefix cache shares their input.
@@ -40,6 +41,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import long_state, question  # noqa: E402
+
+# vLLM 0.26 reads at most 128 given token ids per request (sampling_params.MAX_LOGPROB_TOKEN_IDS):
+# a vLLM user asks a 255-option question as two requests over the same prompt.
+VLLM_MAX_LOGPROB_TOKEN_IDS = 128
+
+
+def chunks(ids: list, size: int) -> list:
+    return [ids[i:i + size] for i in range(0, len(ids), size)]
+
 
 SHORT_STATE = "The package arrived late and the box was damaged."
 MULTI_WORDS = 3000
@@ -107,13 +117,15 @@ class Scenarios:
             decide_lines.append({"method": "POST", "path": "/v1/decisions", "decisions": len(members),
                                  "body": self.decide_body(state, [questions[i] for i in members], key)})
             for q in members:
-                for r, read in enumerate(per_question[q]):
+                requests = [(read, ids) for read in per_question[q]
+                            for ids in chunks(read["label_token_ids"], VLLM_MAX_LOGPROB_TOKEN_IDS)]
+                for r, (read, ids) in enumerate(requests):
                     vllm_lines.append({
                         "method": "POST", "path": "/v1/completions", "group": f"unit-{u}",
                         "decisions": 1 if r == 0 else 0,
                         "body": {"model": "q15", "prompt": read["token_ids"], "max_tokens": 1,
                                  "temperature": 0.0, "logprobs": 20,
-                                 "logprob_token_ids": read["label_token_ids"], "cache_salt": key}})
+                                 "logprob_token_ids": ids, "cache_salt": key}})
         for server, lines in (("decide", decide_lines), ("vllm", vllm_lines)):
             with open(self.out / f"{server}-{name}.jsonl", "w") as f:
                 for line in lines:

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# bench/h200_side_by_side.sh decide|vllm
+#
+# Issue 17's side-by-side run on the lent H200, one phase per device call (each must fit in the
+# 10-minute limit of a call; the two servers must not share the GPU). Run from the repository
+# copy after the landing calls: `.gpu/land.sh` (gpu-pack: /tmp/gpu/bin/decide, the q15 GGUF in
+# /tmp/gpu/models), the load generator unpacked to /tmp/gpu/bin/decide-loadgen, and for vLLM
+# `.peer/land.sh` (the copy of ../shared/tools/vllm-peer: wheels in /tmp/peer/site) and
+# `.peer/make_hf.py` (the bf16 checkpoint /tmp/peer/q15-hf). Writes under $OUT:
+#
+#   decide: starts decide on q15 (CUDA, bf16 weights, one read per question:
+#           `--tune-questions none`), writes the workload files from decide's own prompts
+#           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
+#           bench/side_by_side.sh against it, stops it. decide.log, workloads.json, side/.
+#   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
+#           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
+#
+# Then, here: bench/side_by_side.py DIR on the two side/ folders copied into one DIR.
+# Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh.
+set -uo pipefail
+phase=${1:?decide or vllm}
+OUT=${OUT:-/tmp/gpu/out}
+W=/tmp/gpu/w
+LOADGEN=/tmp/gpu/bin/decide-loadgen
+export LOADGEN SECONDS_PER_RUN=${SECONDS_PER_RUN:-8} CEILING_SECONDS=${CEILING_SECONDS:-2}
+mkdir -p "$OUT/side" "$W"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+
+wait_ready() {  # wait_ready URL PID SECONDS
+  for _ in $(seq 1 "$3"); do
+    python3 -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || { echo "server exited during start-up"; return 1; }
+    sleep 1
+  done
+  echo "server not ready after $3 s"
+  return 1
+}
+
+stop() {  # stop PID: TERM, then KILL the process and whatever it started
+  local kids
+  kids=$(pgrep -P "$1" 2>/dev/null)
+  kill -TERM "$1" 2>/dev/null
+  for _ in $(seq 1 40); do kill -0 "$1" 2>/dev/null || break; sleep 0.5; done
+  kill -KILL "$1" $kids 2>/dev/null
+  wait "$1" 2>/dev/null
+}
+
+case $phase in
+decide)
+  export CUDA_CACHE_PATH=/tmp/gpu/nvcache
+  url=http://127.0.0.1:8125
+  /tmp/gpu/bin/decide serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
+    --port 8125 --tune-questions none --prefix-cache-mib 16384 --max-queued-requests 4096 \
+    --calibration-dir /tmp/gpu/calibration --cache-dir /tmp/gpu/wasm >"$OUT/decide.out" 2>"$OUT/decide.log" &
+  server=$!
+  wait_ready "$url/health" $server 300 || { tail -30 "$OUT/decide.log"; exit 3; }
+  echo "decide ready after $SECONDS s"
+  python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"
+  cp "$W"/*.json "$OUT/" 2>/dev/null
+  bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side"
+  python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" >"$OUT/decide-metrics.txt" 2>&1
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory.txt" 2>&1
+  stop $server
+  ;;
+vllm)
+  P=/tmp/peer
+  [ -f "$P/site/.landed" ] && [ -f "$P/q15-hf/DONE" ] || { echo "vLLM or its checkpoint is not landed"; exit 2; }
+  export PYTHONPATH=$P/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+  # flashinfer is not carried; without this vLLM 0.26 fails at start in its sampler check
+  export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+  export VLLM_CACHE_ROOT=$P/cache/vllm TRITON_CACHE_DIR=$P/cache/triton TORCHINDUCTOR_CACHE_DIR=$P/cache/inductor
+  export XDG_CACHE_HOME=$P/cache/xdg HF_HOME=$P/cache/hf
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  url=http://127.0.0.1:8011
+  # --max-logprobs 256: the 255-option question asks for its 255 label ids (logprob_token_ids)
+  args=(serve "$P/q15-hf" --host 127.0.0.1 --port 8011 --served-model-name q15 --dtype bfloat16
+        --enable-prefix-caching --max-logprobs 256 --max-model-len 32768 --gpu-memory-utilization 0.85
+        --generation-config vllm --seed 0 --disable-uvicorn-access-log)
+  echo "python3 -m vllm.entrypoints.cli.main ${args[*]}" | tee "$OUT/vllm-command.txt"
+  ( cd /tmp && exec python3 -m vllm.entrypoints.cli.main "${args[@]}" ) >"$OUT/vllm.log" 2>&1 &
+  server=$!
+  wait_ready "$url/v1/models" $server 300 || { tail -40 "$OUT/vllm.log"; stop $server; exit 3; }
+  echo "vLLM ready after $SECONDS s"
+  bash bench/side_by_side.sh vllm "$url" "$W" "$OUT/side"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory-vllm.txt" 2>&1
+  stop $server
+  tail -c 1000000 "$OUT/vllm.log" >"$OUT/vllm.log.tail" && mv "$OUT/vllm.log.tail" "$OUT/vllm.log"
+  ;;
+*) echo "phase: decide or vllm"; exit 2 ;;
+esac
+echo "phase $phase done in $SECONDS s; $(ls "$OUT/side" | wc -l) reports in $OUT/side"
