@@ -6,7 +6,7 @@
 # copy after the landing calls: `.gpu/land.sh` (gpu-pack: /tmp/gpu/bin/decide, the q15 GGUF in
 # /tmp/gpu/models), the load generator unpacked to /tmp/gpu/bin/decide-loadgen, and for vLLM
 # `.peer/land.sh` (the copy of ../shared/tools/vllm-peer: wheels in /tmp/peer/site) and
-# `.peer/make_hf.py` (the bf16 checkpoint /tmp/peer/q15-hf). Writes under $OUT:
+# `.peer/make_hf.py` (the bf16 checkpoint /tmp/peer/q15-hf). Writes $OUT/PHASE.tgz of:
 #
 #   decide: starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
@@ -19,7 +19,12 @@
 # Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh.
 set -uo pipefail
 phase=${1:?decide or vllm}
-OUT=${OUT:-/tmp/gpu/out}
+# The device call brings back only a few files: everything goes into /tmp/gpu/out-PHASE, packed
+# into $OUT/PHASE.tgz at the end (and kept there for a later call, should this one be cut short).
+RESULTS=${OUT:-/tmp/gpu/out}
+OUT=/tmp/gpu/out-$phase
+rm -rf "$OUT"
+trap 'tar -C "$OUT" -czf "$RESULTS/$phase.tgz" . && echo "packed $RESULTS/$phase.tgz"' EXIT
 W=/tmp/gpu/w
 LOADGEN=/tmp/gpu/bin/decide-loadgen
 export LOADGEN SECONDS_PER_RUN=${SECONDS_PER_RUN:-8} CEILING_SECONDS=${CEILING_SECONDS:-2}
@@ -61,6 +66,7 @@ decide)
   python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" >"$OUT/decide-metrics.txt" 2>&1
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory.txt" 2>&1
   stop $server
+  tail -c 2000000 "$OUT/decide.log" >"$OUT/decide.log.tail" && mv "$OUT/decide.log.tail" "$OUT/decide.log"
   ;;
 vllm)
   P=/tmp/peer

@@ -38,6 +38,7 @@ pub mod check;
 mod plugin;
 mod registry;
 pub mod runtime;
+mod slots;
 mod tenants;
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use wasmtime_wasi::{
     WasiView,
 };
 
+use super::slots::{self, Slot};
 use super::PluginCallError;
 
 /// The memory cap and deadline of one plugin's calls, with what sets each (named in the
@@ -147,8 +148,8 @@ const STDERR_CAPTURE: usize = 16 << 10;
 /// and unmapped its linear memory, costing more than the call itself for small plugins
 /// (`compile`, `apply`, `answer`) and contending for the process's memory map when every core
 /// renders prompts at once. A slot is reset between instances, so calls still share nothing;
-/// the memory cap stays with [`MemoryCap`]. Slots: wasmtime's defaults (1000 instances,
-/// memories and tables in use at once); a call beyond that fails like a trapped plugin.
+/// the memory cap stays with [`MemoryCap`]. How many: [`slots`] (1000 component instances
+/// alive at once, each holding a [`Slot`]; a call waits for a free one).
 ///
 /// Resetting a slot: by default wasmtime gives a used slot's pages back with `madvise`, and the
 /// next instance faults them in again; that, and the TLB shootdowns `madvise` sends to the
@@ -161,6 +162,7 @@ const STDERR_CAPTURE: usize = 16 << 10;
 /// on every call, so the default stays.
 fn instance_pool() -> PoolingAllocationConfig {
     let mut pool = PoolingAllocationConfig::default();
+    slots::size(&mut pool);
     if PoolingAllocationConfig::is_pagemap_scan_available() {
         pool.pagemap_scan(wasmtime::Enabled::Yes);
         pool.linear_memory_keep_resident(KEEP_RESIDENT);
@@ -478,23 +480,38 @@ impl PluginRuntime {
     ) -> Result<R, PluginCallError> {
         let name = plugin.name.as_str();
         let limits = self.limits_of(plugin);
-        if let Some((mut store, instance)) = session.and_then(|s| s.take::<T>(plugin.id)) {
+        if let Some((mut store, instance, slot)) = session.and_then(|s| s.take::<T>(plugin.id)) {
             store.set_epoch_deadline(deadline_ticks(limits.call_timeout));
             let stderr_from = store.data().stderr.contents().len();
             match outside_async(|| f(&mut store, &instance)) {
                 Ok(value) => {
                     log_stderr(name, &store.data().stderr.contents()[stderr_from..]);
                     if let Some(session) = session {
-                        session.put(plugin.id, store, instance);
+                        session.put(plugin.id, store, instance, slot);
                     }
                     return Ok(value);
                 }
                 Err(error) => {
                     tracing::debug!(plugin = name, error = %error, "call failed on a kept instance; running it again on a fresh one");
+                    // The store first, then its slot, for the fresh instance below.
+                    drop(store);
+                    drop(slot);
                 }
             }
         }
         let started = Instant::now();
+        // Declared before the store, so dropped after it: the pool's slot is free by then.
+        let Some(slot) = Slot::take(limits.call_timeout) else {
+            return Err(PluginCallError::Failed {
+                plugin: name.to_string(),
+                message: format!(
+                    "plugin {name} found no free instance slot within {} ms: all {} are in use by calls in flight ({})",
+                    limits.call_timeout.as_millis(),
+                    slots::COMPONENT_INSTANCES,
+                    limits.timeout_setting
+                ),
+            });
+        };
         let mut store = self.new_store(&limits);
         let result = outside_async(|| -> wasmtime::Result<(T, R)> {
             let instance = instantiate(&mut store)?;
@@ -507,7 +524,7 @@ impl PluginRuntime {
             Ok((instance, value)) => {
                 log_stderr(name, &stderr);
                 if let Some(session) = session {
-                    session.put(plugin.id, store, Box::new(instance));
+                    session.put(plugin.id, store, Box::new(instance), slot);
                 }
                 Ok(value)
             }
@@ -612,6 +629,8 @@ struct Kept {
     plugin: u64,
     store: Store<PluginState>,
     instance: Box<dyn Any + Send>,
+    /// Dropped last (fields drop in order): the instance's pool slot is free by then.
+    slot: Slot,
 }
 
 /// Most instances a session keeps (each holds a slot of the instance pool until the request
@@ -641,14 +660,14 @@ impl Session {
     }
 
     /// Takes a kept instance of `plugin` out of the session.
-    fn take<T: 'static>(&self, plugin: u64) -> Option<(Store<PluginState>, Box<T>)> {
+    fn take<T: 'static>(&self, plugin: u64) -> Option<(Store<PluginState>, Box<T>, Slot)> {
         let mut idle = self.lock();
         let at = idle.iter().rposition(|k| k.plugin == plugin)?;
         let kept = idle.swap_remove(at);
         drop(idle);
         KEPT_TOTAL.fetch_sub(1, Ordering::Relaxed);
         match kept.instance.downcast::<T>() {
-            Ok(instance) => Some((kept.store, instance)),
+            Ok(instance) => Some((kept.store, instance, kept.slot)),
             // Ids are unique per loaded plugin, and a plugin has one instance type.
             Err(_) => None,
         }
@@ -677,21 +696,38 @@ impl Session {
     }
 
     /// Keeps an instance of `plugin` for the next call.
-    fn put(&self, plugin: u64, store: Store<PluginState>, instance: Box<dyn Any + Send>) {
+    fn put(
+        &self,
+        plugin: u64,
+        store: Store<PluginState>,
+        instance: Box<dyn Any + Send>,
+        slot: Slot,
+    ) {
         let mut idle = self.lock();
-        if idle.len() >= MAX_KEPT {
-            return;
-        }
-        if KEPT_TOTAL.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_TOTAL {
-            KEPT_TOTAL.fetch_sub(1, Ordering::Relaxed);
+        if idle.len() >= MAX_KEPT || !reserve_kept() {
+            // Not kept: the store first, then its slot.
+            drop(idle);
+            drop(store);
+            drop(instance);
+            drop(slot);
             return;
         }
         idle.push(Kept {
             plugin,
             store,
             instance,
+            slot,
         });
     }
+}
+
+/// Counts one more kept instance, unless all sessions keep [`MAX_KEPT_TOTAL`] already.
+fn reserve_kept() -> bool {
+    if KEPT_TOTAL.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_TOTAL {
+        KEPT_TOTAL.fetch_sub(1, Ordering::Relaxed);
+        return false;
+    }
+    true
 }
 
 impl Drop for Session {

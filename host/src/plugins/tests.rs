@@ -1004,3 +1004,25 @@ fn the_memory_cap_is_configurable() {
         "{error}"
     );
 }
+
+/// More requests in flight than the instance pool has slots for their instances (each keeps
+/// one instance of two plugins until it ends, as requests waiting for the model do), and
+/// calls outside them still answer: on the H200 at 256 clients, kept instances used up the
+/// pool's core instances and 98% of requests failed with "maximum concurrent limit of 1000
+/// for core instances reached".
+#[test]
+fn requests_keeping_instances_never_exhaust_the_instance_pool() {
+    let p = qt("openai-predicate");
+    let c = builtins().calibration("temperature").unwrap();
+    let q = r#"{"type":"predicate","instructions":"Is it raining?"}"#;
+    let sessions: Vec<Session> = (0..600).map(|_| Session::new()).collect();
+    for (i, session) in sessions.iter().enumerate() {
+        p.compile_in(session, q)
+            .unwrap_or_else(|e| panic!("request {i}: {e}"));
+        c.apply_in(session, &[-0.1, -2.3], &[1.0])
+            .unwrap_or_else(|e| panic!("request {i}: {e}"));
+    }
+    for _ in 0..20 {
+        p.compile(q).unwrap();
+    }
+}
