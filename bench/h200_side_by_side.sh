@@ -58,7 +58,7 @@ decide)
     --port 8125 --tune-questions none --prefix-cache-mib 16384 --max-queued-requests 4096 \
     --calibration-dir /tmp/gpu/calibration --cache-dir /tmp/gpu/wasm >"$OUT/decide.out" 2>"$OUT/decide.log" &
   server=$!
-  wait_ready "$url/health" $server 300 || { tail -30 "$OUT/decide.log"; exit 3; }
+  wait_ready "$url/health" $server 300 || { tail -30 "$OUT/decide.log"; stop $server; exit 3; }
   echo "decide ready after $SECONDS s"
   python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"
   cp "$W"/*.json "$OUT/" 2>/dev/null

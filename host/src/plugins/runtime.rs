@@ -637,11 +637,10 @@ struct Kept {
 /// ends); more are dropped after their call.
 const MAX_KEPT: usize = 32;
 
-/// Most instances all sessions of the process keep together: half of the instance pool's
-/// slots ([`instance_pool`], 1000), so that many concurrent requests keeping instances never
-/// leave a call without a slot. Past it, instances are dropped after their call, as without
-/// a session.
-const MAX_KEPT_TOTAL: usize = 500;
+/// Most instances all sessions of the process keep together: half of the [`slots`], so that
+/// many concurrent requests keeping instances leave the other half to calls in flight. Past
+/// it, instances are dropped after their call, as without a session.
+const MAX_KEPT_TOTAL: usize = slots::COMPONENT_INSTANCES as usize / 2;
 
 /// Instances kept by all sessions now.
 static KEPT_TOTAL: AtomicUsize = AtomicUsize::new(0);
