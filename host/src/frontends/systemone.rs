@@ -81,20 +81,44 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let value = super::read_json(state, headers, body, true).await?;
-    let parsed = parse(&value, state.config.max_questions)?;
-    let model = super::check_model(state, Wire::SystemOne, requested_model(&value)?)?;
+    let answered = answer(state, &caller, engine, &value, &request_id).await?;
+    let mut response = axum::Json(answered.body).into_response();
+    super::add_step_times(&mut response, &answered.decided);
+    Ok(response)
+}
+
+/// What `/v1/systemone` answers for a body, and how it was decided.
+pub(crate) struct Answered {
+    /// The response body.
+    pub(crate) body: Value,
+    /// The pipeline's outcomes, in the order of `ids`.
+    pub(crate) decided: Decided,
+    /// The question ids, in the order sent.
+    pub(crate) ids: Vec<String>,
+}
+
+/// Answers a Jev body for `caller`: parses and validates it, checks the model it names, and
+/// runs its questions through the pipeline under the caller's limits. The one path from a
+/// `/v1/systemone` body to its answer, for the HTTP endpoint and the MCP `decide` tool.
+pub(crate) async fn answer(
+    state: &SharedState,
+    caller: &Caller,
+    engine: std::sync::Arc<crate::pipeline::Engine>,
+    value: &Value,
+    request_id: &str,
+) -> Result<Answered, ApiError> {
+    let parsed = parse(value, state.config.max_questions)?;
+    let model = super::check_model(state, Wire::SystemOne, requested_model(value)?)?;
     let Parsed {
         mut request,
         ids,
         types,
     } = parsed;
-    request.scope = super::request_scope(&caller);
+    request.scope = super::request_scope(caller);
     request.cache_salt = caller.cache_salt(None);
-    let (decided, _request) = super::decide(state, &caller, engine, request).await?;
-    let mut response =
-        axum::Json(respond(&model, &request_id, &decided, &ids, &types)).into_response();
-    super::add_step_times(&mut response, &decided);
-    Ok(response)
+    let (decided, _request) = super::decide(state, caller, engine, request).await?;
+    let body = respond(&model, request_id, &decided, &ids, &types);
+    Ok(Answered { body, decided, ids })
 }
 
 /// The body's `model`, when it names one.
