@@ -168,6 +168,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .merge(crate::tenancy::admin_http::routes(state.clone()))
+        .merge(crate::mcp::http::routes(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(

@@ -6,6 +6,7 @@
 //! shedding it when the model worker's queue is full, failing a request whose every question
 //! failed) lives here.
 
+pub mod audit;
 pub mod batch;
 pub mod body;
 pub mod classify;

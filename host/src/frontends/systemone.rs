@@ -160,7 +160,7 @@ pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiEr
 
 /// The `state` of a Jev body (or of a batch item at `loc`): text, or a JSON object or array
 /// shown to the model as compact JSON. `assets` are refused: there is no vision model.
-pub(super) fn parse_state(object: &Map<String, Value>, loc: &Loc) -> Result<String, ApiError> {
+pub(crate) fn parse_state(object: &Map<String, Value>, loc: &Loc) -> Result<String, ApiError> {
     if object.get("assets").is_some_and(|assets| !assets.is_null()) {
         return Err(j::invalid(
             &at(loc, "assets"),
@@ -200,7 +200,7 @@ pub(super) fn parse_questions(
 
 /// The pipeline's request for Jev questions about `state`; scope and salt are the caller's,
 /// set by the handler.
-pub(super) fn decision_request(state: String, questions: Vec<Question>) -> DecisionRequest {
+pub(crate) fn decision_request(state: String, questions: Vec<Question>) -> DecisionRequest {
     DecisionRequest {
         state,
         questions,
@@ -217,7 +217,7 @@ pub(super) fn decision_request(state: String, questions: Vec<Question>) -> Decis
 }
 
 /// How a 504 names the Jev formats' `timeout_ms` (our extension: the request's own deadline).
-pub(super) const TIMEOUT_FIELD: &str = "timeout_ms of the request";
+pub(crate) const TIMEOUT_FIELD: &str = "timeout_ms of the request";
 
 fn respond(
     model: &str,
@@ -276,7 +276,7 @@ pub(super) fn answered(decided: &Decided, ids: &[String], types: &[String]) -> M
 
 /// Jev's `usage` object. `cached_input_tokens` is ours (the SDK ignores unknown usage
 /// fields): input tokens whose KV came from a cache.
-pub(super) fn usage(input_tokens: usize, cached_tokens: usize) -> Value {
+pub(crate) fn usage(input_tokens: usize, cached_tokens: usize) -> Value {
     json!({"input_tokens": input_tokens, "output_tokens": 0, "cached_input_tokens": cached_tokens})
 }
 
