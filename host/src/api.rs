@@ -335,7 +335,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(json!({"error": {"message": "no such endpoint; see /v1/decisions, /v1/systemone, /v1/systemone/batch, /v1/classify, /v1/fields, /v1/models, /health", "type": "invalid_request_error", "param": null, "code": "not_found"}})),
+        Json(json!({"error": {"message": "no such endpoint; see /v1/decisions, /v1/systemone, /v1/systemone/batch, /v1/classify, /v1/fields, /v1/models, /mcp, /health", "type": "invalid_request_error", "param": null, "code": "not_found"}})),
     )
         .into_response()
 }
