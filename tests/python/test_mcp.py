@@ -24,9 +24,8 @@ from mcp.client.stdio import stdio_client as mcp_stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from conftest import ROOT, Server
+from conftest import ADMIN, ROOT, Server, admin
 
-ADMIN = "admin-sekret"
 TICKET = "I was charged twice for my subscription this month. Please refund the extra charge."
 DECIDE_BODY = {
     "state": TICKET,
@@ -71,18 +70,9 @@ def http_message(body):
     return detail[0]["msg"] if isinstance(detail, list) else detail["message"]
 
 
-def admin(server, method, path, body=None):
-    request = urllib.request.Request(
-        f"{server.base}/admin/v1{path}", method=method,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(request) as response:
-        return json.load(response)
-
-
 def tenant_key(server, name, limits=None):
-    tenant = admin(server, "POST", "/tenants", {"name": name, **({"limits": limits} if limits else {})})
-    return admin(server, "POST", f"/tenants/{tenant['id']}/keys")["key"]
+    _, tenant = admin(server, "POST", "/tenants", {"name": name, **({"limits": limits} if limits else {})})
+    return admin(server, "POST", f"/tenants/{tenant['id']}/keys")[1]["key"]
 
 
 @pytest.fixture(scope="module")

@@ -630,7 +630,9 @@ fn respond(
                                 .option_keys
                                 .iter()
                                 .zip(&answer.logprobs)
-                                .map(|(key, logprob)| (super::audit::option_id(key), json!(logprob)))
+                                .map(|(key, logprob)| {
+                                    (super::audit::option_id(key), json!(logprob))
+                                })
                                 .collect();
                             extra.insert(
                                 "backend".into(),

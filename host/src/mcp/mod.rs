@@ -70,9 +70,11 @@ impl DecideMcp {
         if let Some(key) = key {
             headers.insert(
                 axum::http::header::AUTHORIZATION,
-                format!("Bearer {key}")
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("the key is not valid header text (setting --key / DECIDE_MCP_KEY)"))?,
+                format!("Bearer {key}").parse().map_err(|_| {
+                    anyhow::anyhow!(
+                        "the key is not valid header text (setting --key / DECIDE_MCP_KEY)"
+                    )
+                })?,
             );
         }
         Ok(DecideMcp {

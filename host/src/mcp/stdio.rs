@@ -37,9 +37,7 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || crate::server::load(&loader))
         .await
         .context("loading the model and plugins")?;
-    state
-        .engine()
-        .map_err(|error| anyhow::anyhow!("{error}"))?;
+    state.engine().map_err(|error| anyhow::anyhow!("{error}"))?;
     let handler = DecideMcp::with_key(state.clone(), key.as_deref())?;
     if let super::Credentials::Key(headers) = &handler.credentials {
         crate::frontends::caller_of(&state, headers)

@@ -48,13 +48,24 @@ pub enum Called {
     UnknownTool(String),
 }
 
+/// A tool's input schema (a JSON Schema object).
+type Schema = Arc<Map<String, Value>>;
+
 /// The input schemas of `decide` and `classify`, with this server's limits.
-fn body_schemas(state: &SharedState) -> &'static (Arc<Map<String, Value>>, Arc<Map<String, Value>>) {
-    static SCHEMAS: OnceLock<(Arc<Map<String, Value>>, Arc<Map<String, Value>>)> = OnceLock::new();
+struct BodySchemas {
+    decide: Schema,
+    classify: Schema,
+}
+
+fn body_schemas(state: &SharedState) -> &'static BodySchemas {
+    static SCHEMAS: OnceLock<BodySchemas> = OnceLock::new();
     SCHEMAS.get_or_init(|| {
         let document = crate::openapi::document_for(&state.config);
         let body = |path| Arc::new(schemas::request_body(&document, path).unwrap_or_default());
-        (body("/v1/systemone"), body("/v1/classify"))
+        BodySchemas {
+            decide: body("/v1/systemone"),
+            classify: body("/v1/classify"),
+        }
     })
 }
 
@@ -70,7 +81,7 @@ pub fn annotations(title: &str) -> ToolAnnotations {
 
 /// Every tool `caller` may call, `decide` and `classify` first.
 pub fn catalogue(state: &SharedState, engine: &Engine, caller: &Caller) -> Vec<Tool> {
-    let (decide, classify) = body_schemas(state);
+    let BodySchemas { decide, classify } = body_schemas(state);
     let mut tools = vec![
         Tool::new(DECIDE, DECIDE_DESCRIPTION, decide.clone())
             .annotate(annotations("Typed decisions about a state")),
@@ -93,8 +104,7 @@ pub async fn call(
     match name {
         DECIDE => {
             let request_id = crate::frontends::request_id("req");
-            let answered =
-                systemone::answer(state, caller, engine, arguments, &request_id).await?;
+            let answered = systemone::answer(state, caller, engine, arguments, &request_id).await?;
             let mut structured = answered.body;
             let mut probabilities = Map::new();
             let mut audits = Map::new();

@@ -99,7 +99,12 @@ fn example(engine: &Engine, caller: &Caller, plugin: &PluginSummary) -> Option<V
     example
 }
 
-fn tool(plugin: &PluginSummary, kind: &str, example: Option<Value>, body: &Map<String, Value>) -> Tool {
+fn tool(
+    plugin: &PluginSummary,
+    kind: &str,
+    example: Option<Value>,
+    body: &Map<String, Value>,
+) -> Tool {
     let format = if plugin.name.starts_with("openai-") {
         "OpenAI Decisions (/v1/decisions)"
     } else {
@@ -195,7 +200,9 @@ impl QuestionTypeTool {
         let (decided, _request) = crate::frontends::decide(state, caller, engine, request).await?;
         // One question, answered (a refused one fails the call in `decide`).
         let Some(Outcome::Answer(answer)) = decided.outcomes.first() else {
-            return Err(ApiError::Internal("a decided question has no answer".into()));
+            return Err(ApiError::Internal(
+                "a decided question has no answer".into(),
+            ));
         };
         let mut fields = Map::new();
         fields.insert("type".into(), json!(self.kind));
