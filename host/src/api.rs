@@ -168,6 +168,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .merge(crate::tenancy::admin_http::routes(state.clone()))
+        .merge(crate::mcp::http::routes(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
@@ -334,7 +335,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(json!({"error": {"message": "no such endpoint; see /v1/decisions, /v1/systemone, /v1/systemone/batch, /v1/classify, /v1/fields, /v1/models, /health", "type": "invalid_request_error", "param": null, "code": "not_found"}})),
+        Json(json!({"error": {"message": "no such endpoint; see /v1/decisions, /v1/systemone, /v1/systemone/batch, /v1/classify, /v1/fields, /v1/models, /mcp, /health", "type": "invalid_request_error", "param": null, "code": "not_found"}})),
     )
         .into_response()
 }

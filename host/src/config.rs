@@ -38,6 +38,10 @@ pub enum Command {
     /// Manage tenants and their API keys in the store of `--data-dir`, without HTTP (the same
     /// operations as the admin API; safe while a server runs on that directory). Prints JSON.
     Tenants(Box<TenantsArgs>),
+    /// Serve the Model Context Protocol on stdin/stdout for a local agent: the tools `decide`,
+    /// `classify` and one per question type, answered by a model loaded in this process with
+    /// `serve`'s flags, as the caller of `--key`.
+    Mcp(Box<McpArgs>),
     /// Plugin developer tools: `decide plugin check FILE.wasm`.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -134,6 +138,19 @@ pub enum KeysCommand {
     List { id: String },
     /// Revoke key KEY_ID of tenant ID.
     Revoke { id: String, key_id: String },
+}
+
+/// `decide mcp`: the server's settings plus the key the session's calls present.
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// The API key the session's tool calls are made with, as `Authorization: Bearer KEY` on
+    /// the HTTP API: a tenant's key, the operator's `--api-key`, or none (the default tenant,
+    /// when no tenants are configured).
+    #[arg(long, env = "DECIDE_MCP_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+
+    #[command(flatten)]
+    pub config: Config,
 }
 
 /// `decide eval`: the server's settings plus the question file and what to measure.

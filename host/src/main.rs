@@ -1,7 +1,7 @@
 //! The `decide` binary: `decide serve --model FILE`, `decide calibrate --model FILE [--questions FILE]`,
 //! `decide tune --model FILE [--questions FILE] [--heldout FILE]`, `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`,
 //! `decide tenants {create,list,show,update,delete,keys} ... [--data-dir DIR]`,
-//! `decide plugin check FILE.wasm`.
+//! `decide plugin check FILE.wasm`, `decide mcp --model FILE [--key KEY]` (MCP over stdio).
 
 use clap::Parser;
 use decide::config::{Cli, Command, PluginCommand};
@@ -26,6 +26,7 @@ fn main() -> anyhow::Result<()> {
         Command::Tune(args) => decide::server::tune(*args),
         Command::Doctor(config) => std::process::exit(decide::doctor::run(&config)),
         Command::Eval(args) => decide::eval::run(&args),
+        Command::Mcp(args) => decide::mcp::stdio::run(*args),
         Command::Tenants(args) => std::process::exit(decide::tenancy::cli::run(&args)),
         Command::Plugin(PluginCommand::Check(args)) => {
             std::process::exit(decide::plugin_check::run(&args))

@@ -82,8 +82,9 @@ pub fn open_directory(config: &Config) -> anyhow::Result<Directory> {
     Ok(directory)
 }
 
-/// Loads plugins and model into the shared state, recording progress and failure.
-fn load(state: &SharedState) {
+/// Loads plugins and model into the shared state, recording progress and failure (`serve`
+/// in the background while it listens, `decide mcp` before it answers).
+pub(crate) fn load(state: &SharedState) {
     match build_engine(state) {
         Ok((engine, served)) => {
             let delay = state.config.ready_delay_ms;

@@ -6,6 +6,7 @@
 //! shedding it when the model worker's queue is full, failing a request whose every question
 //! failed) lives here.
 
+pub mod audit;
 pub mod batch;
 pub mod body;
 pub mod classify;
@@ -54,23 +55,36 @@ where
     F: FnOnce(Caller) -> Fut,
     Fut: std::future::Future<Output = Result<axum::response::Response, ApiError>>,
 {
-    let caller = match state.directory.authenticate(headers) {
-        Ok(caller) => caller,
-        Err(error) => {
-            state.metrics.record_rejected();
-            return Err(error);
-        }
-    };
-    let usage = state.usage.of(caller.label());
+    let caller = caller_of(state, headers)?;
     let limiter = state.limits.of(&caller);
-    let mut result = run(caller).await;
-    match &mut result {
-        Err(error) => {
-            state.metrics.record_rejected();
-            usage.record_error(error);
-        }
-        // OpenAI sends its rate-limit headers on every response, not only on a 429.
-        Ok(response) => add_headers(response, &limiter.headers()),
+    let mut result = for_caller(state, caller, run).await;
+    // OpenAI sends its rate-limit headers on every response, not only on a 429.
+    if let Ok(response) = &mut result {
+        add_headers(response, &limiter.headers());
+    }
+    result
+}
+
+/// The caller of a request, from its `Authorization: Bearer` key (401 when the key is missing
+/// or not valid, counted as a rejected request).
+pub fn caller_of(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    state.directory.authenticate(headers).inspect_err(|_| {
+        state.metrics.record_rejected();
+    })
+}
+
+/// Runs `run` for an authenticated caller and counts a failure against its usage: what every
+/// decision request does, whatever its transport (HTTP here, MCP in [`crate::mcp`]).
+pub async fn for_caller<T, F, Fut>(state: &AppState, caller: Caller, run: F) -> Result<T, ApiError>
+where
+    F: FnOnce(Caller) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ApiError>>,
+{
+    let usage = state.usage.of(caller.label());
+    let result = run(caller).await;
+    if let Err(error) = &result {
+        state.metrics.record_rejected();
+        usage.record_error(error);
     }
     result
 }
