@@ -16,7 +16,7 @@
 # `ceiling` block of each report). QUICK=1 shortens every run (a CPU check of the harness).
 # Environment: LOADGEN (decide-loadgen binary; default target/release/decide-loadgen),
 # SECONDS_PER_RUN (10), CEILING_SECONDS (3: seconds of each ceiling run), RATES (the sweep's
-# offered units/s).
+# offered units/s), RUNS (only these runs, by name, e.g. "short-c256 short-sweep").
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n '2,19p' "$0"; exit 2; }
 server=$1 url=$2 workloads=$3 out=$4 quick=${5:-${QUICK:-0}}
@@ -35,6 +35,7 @@ header=()
 run() {  # run NAME SCENARIO MODE ARGS...
   local name=$1 scenario=$2 mode=$3; shift 3
   local workload="$workloads/$server-$scenario.jsonl"
+  [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $name "* ]] || return 0
   echo "== $server $name ($mode $*)"
   "$loadgen" "$mode" --url "$url" --workload "$workload" --report "$out/$server-$name.json" \
     --timeout 300 --ceiling-duration "$ceiling_seconds" "${header[@]}" "$@" | tail -n 20
