@@ -49,6 +49,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let directory = Arc::new(open_directory(&config)?);
     let state = AppState::new(config, Arc::new(Metrics::default()), directory);
+    crate::store_watch::spawn(&state);
     let loader = state.clone();
     tokio::task::spawn_blocking(move || load(&loader));
 
