@@ -59,7 +59,10 @@ pub type SharedState = Arc<AppState>;
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>, directory: Arc<Directory>) -> SharedState {
-        let limits = Limiters::new(Defaults::from_config(&config));
+        let limits = Limiters::with_shared(
+            Defaults::from_config(&config),
+            directory.store().clone().shared_rates(),
+        );
         let state = Arc::new(AppState {
             config,
             metrics,

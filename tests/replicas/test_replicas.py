@@ -312,7 +312,7 @@ def rate_limit(replicas, proxy, report):
     allowed = limit + limit * took / 60
     print(f"      {len(results)} requests in {took:.1f} s: {passed} answered, {results.count(429)} got 429; the limit allows {allowed:.1f}")
     check(set(results) <= {200, 429}, f"only 200 and 429 answers ({sorted(set(results))})")
-    check(passed <= allowed + 1, f"the tenant got {passed} requests through 3 replicas against a limit of {limit}/min ({passed / limit:.2f}x)")
+    check(passed <= allowed + 1, f"the tenant got {passed} requests through 3 replicas where its limit of {limit}/min allows {allowed:.1f} in {took:.1f} s ({passed / allowed:.2f}x)")
     report["rate_limit"] = {"requests_per_minute": limit, "sent": len(results), "seconds": round(took, 1),
                             "answered": passed, "allowed_in_window": round(allowed, 1),
                             "over_limit": round(passed / allowed, 3)}

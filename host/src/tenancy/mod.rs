@@ -14,7 +14,8 @@
 //! - [`calibration`]: a tenant's own calibration, fitted in the background on the labelled
 //!   questions it uploads.
 //! - [`limits`]: per-tenant rates (token buckets), concurrent and queued requests, with the
-//!   server-wide defaults of the `--tenant-*` flags.
+//!   server-wide defaults of the `--tenant-*` flags; [`shared_rates`]: the request and
+//!   decision rates kept in a shared store, so they hold across replicas.
 //! - [`usage`]: per-tenant counters for the admin API and `/metrics`.
 //! - [`admin`]: the operations of tenant administration (tenants, keys, limits, settings),
 //!   behind both the HTTP admin API ([`admin_http`]) and the `decide tenants` CLI ([`cli`]).
@@ -34,6 +35,7 @@ pub mod directory;
 pub mod keys;
 pub mod limits;
 pub mod postgres;
+pub mod shared_rates;
 pub mod sqlite;
 pub mod store;
 #[cfg(test)]

@@ -29,6 +29,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
+use super::shared_rates::{remaining_cells, wait_for, SharedRates, Take, Taking};
 use super::store::{KeyRecord, PluginVersion, Store, StoreError, Tenant};
 
 /// The channel every change is notified on.
@@ -75,6 +76,10 @@ CREATE TABLE IF NOT EXISTS calibrations (
 CREATE TABLE IF NOT EXISTS blobs (
     sha256 TEXT PRIMARY KEY,
     bytes BYTEA NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rate_buckets (
+    bucket TEXT PRIMARY KEY,
+    tat DOUBLE PRECISION NOT NULL
 );
 CREATE OR REPLACE FUNCTION decide_notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -365,9 +370,63 @@ fn tenant_write_error(error: tokio_postgres::Error, name: &str) -> StoreError {
     }
 }
 
+/// One GCRA take on the database's clock: the new theoretical arrival time is the later of
+/// the stored one and now, plus the cells' emission intervals; it is written only when it
+/// stays within a minute of now. Returns how far ahead of now it is (the backlog, seconds).
+const TAKE: &str = "
+INSERT INTO rate_buckets AS b (bucket, tat) VALUES ($1, extract(epoch FROM now())::float8 + $2)
+ON CONFLICT (bucket) DO UPDATE SET tat = greatest(b.tat, extract(epoch FROM now())::float8) + $2
+    WHERE greatest(b.tat, extract(epoch FROM now())::float8) + $2 - extract(epoch FROM now())::float8 <= 60.0
+RETURNING tat - extract(epoch FROM now())::float8";
+
+/// The backlog of a bucket that refused a take.
+const BACKLOG: &str =
+    "SELECT tat - extract(epoch FROM now())::float8 FROM rate_buckets WHERE bucket = $1";
+
+impl SharedRates for PostgresStore {
+    fn take(&self, bucket: String, cells: u32, per_minute: u32) -> Taking {
+        let pool = self.pool.clone();
+        let cost = f64::from(cells) * 60.0 / f64::from(per_minute.max(1));
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        self.runtime().spawn(async move {
+            let taken = async {
+                let client = pool.get().await.map_err(db)?;
+                if let Some(row) = client
+                    .query_opt(TAKE, &[&bucket, &cost])
+                    .await
+                    .map_err(db)?
+                {
+                    let backlog: f64 = row.get(0);
+                    return Ok(Take::Taken {
+                        remaining: remaining_cells(backlog, per_minute),
+                    });
+                }
+                let backlog: f64 = client
+                    .query_opt(BACKLOG, &[&bucket])
+                    .await
+                    .map_err(db)?
+                    .map_or(0.0, |row| row.get(0));
+                Ok(Take::Refused {
+                    wait: wait_for(backlog, cells, per_minute),
+                })
+            };
+            let _ = sender.send(taken.await);
+        });
+        Box::pin(async move {
+            receiver
+                .await
+                .map_err(|_| StoreError::Database("the store's runtime stopped".into()))?
+        })
+    }
+}
+
 impl Store for PostgresStore {
     fn generation(&self) -> Result<u64, StoreError> {
         Ok(self.generation.value.load(Ordering::SeqCst))
+    }
+
+    fn shared_rates(self: Arc<Self>) -> Option<Arc<dyn SharedRates>> {
+        Some(self)
     }
 
     fn wait_for_change(&self, seen: u64, timeout: Duration) -> Result<u64, StoreError> {

@@ -164,6 +164,14 @@ pub trait Store: Send + Sync {
         self.generation()
     }
 
+    /// The rate buckets this store shares between replicas, if it does (Postgres); `None`
+    /// keeps every bucket in this process (the embedded store serves one node).
+    fn shared_rates(
+        self: std::sync::Arc<Self>,
+    ) -> Option<std::sync::Arc<dyn super::shared_rates::SharedRates>> {
+        None
+    }
+
     /// Adds a tenant; a duplicate id or name is a [`StoreError::Conflict`].
     fn create_tenant(&self, tenant: &Tenant) -> Result<(), StoreError>;
     /// Every tenant, oldest first.

@@ -299,6 +299,42 @@ mod postgres {
         }
     }
 
+    /// Two replicas' takes come out of one bucket: five a minute means five in all.
+    #[test]
+    fn rate_buckets_are_shared_by_replicas() {
+        use crate::tenancy::shared_rates::Take;
+        let Some(open) = fresh("rates") else {
+            return;
+        };
+        let (a, b) = (
+            open().shared_rates().unwrap(),
+            open().shared_rates().unwrap(),
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let take = |rates: &std::sync::Arc<dyn crate::tenancy::shared_rates::SharedRates>, n| {
+            runtime.block_on(rates.take("tn_a/requests_per_minute/5".into(), n, 5))
+        };
+        assert_eq!(take(&a, 3).unwrap(), Take::Taken { remaining: 2 });
+        assert!(matches!(
+            take(&b, 2).unwrap(),
+            Take::Taken { remaining: 0 | 1 }
+        ));
+        match take(&a, 1).unwrap() {
+            // One cell refills every 12 s.
+            Take::Refused { wait } => assert!(wait <= Duration::from_secs(12), "{wait:?}"),
+            other => panic!("the sixth request of five a minute passed: {other:?}"),
+        }
+        assert!(matches!(
+            runtime
+                .block_on(b.take("tn_b/requests_per_minute/5".into(), 5, 5))
+                .unwrap(),
+            Take::Taken { .. }
+        ));
+    }
+
     #[test]
     fn a_bad_url_names_the_setting() {
         let error = PostgresStore::open("mysql://nope").unwrap_err().to_string();
