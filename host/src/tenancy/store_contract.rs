@@ -248,8 +248,10 @@ mod postgres {
             return None;
         };
         let mut config: tokio_postgres::Config = url.parse().expect("DECIDE_TEST_POSTGRES_URL");
+        // `admin` creates the test's database on the server's own; `config` then opens it.
         let name = format!("decide_contract_{}_{test}", std::process::id());
         let admin = config.clone();
+        config.dbname(&name);
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -264,7 +266,6 @@ mod postgres {
                     client.batch_execute(&statement).await.unwrap();
                 }
             });
-        config.dbname(&format!("decide_contract_{}_{test}", std::process::id()));
         Some(Box::new(move || {
             Arc::new(PostgresStore::open_config(config.clone()).unwrap()) as Arc<dyn Store>
         }))
