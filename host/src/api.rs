@@ -59,7 +59,10 @@ pub type SharedState = Arc<AppState>;
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>, directory: Arc<Directory>) -> SharedState {
-        let limits = Limiters::new(Defaults::from_config(&config));
+        let limits = Limiters::with_shared(
+            Defaults::from_config(&config),
+            directory.store().clone().shared_rates(),
+        );
         let state = Arc::new(AppState {
             config,
             metrics,
@@ -229,6 +232,8 @@ async fn health(State(state): State<SharedState>) -> Response {
                     // For a router: what waits for the model worker, and where it sheds (0: no bound).
                     "queue": {"requests": depth.requests, "tokens": depth.tokens,
                               "max_requests": bounds.max_requests, "max_tokens": bounds.max_tokens},
+                    // And what it has cached, which affinity routing keeps reusing.
+                    "prefix_cache": prefix_cache_use(&state),
                 }),
             )
         }
@@ -248,6 +253,15 @@ async fn health(State(state): State<SharedState>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     (status, Json(body)).into_response()
+}
+
+/// The prefix cache's use: entries, KV bytes against the budget (`--prefix-cache-mib`), and
+/// lookups that hit and missed since the start.
+fn prefix_cache_use(state: &AppState) -> serde_json::Value {
+    let (entries, bytes, hits, misses) = state.metrics.prefix_cache_use();
+    json!({"entries": entries, "bytes": bytes,
+           "budget_bytes": state.config.prefix_cache_mib.saturating_mul(1 << 20),
+           "hits": hits, "misses": misses})
 }
 
 /// `GET /v1/models` in the shapes both SDKs read: OpenAI's `data` list and Jev's `models` list.
@@ -283,6 +297,11 @@ async fn models(State(state): State<SharedState>) -> Response {
     responses((status = 200, description = "Prometheus text exposition (version 0.0.4).", body = String, content_type = "text/plain")))]
 async fn metrics(State(state): State<SharedState>) -> Response {
     let mut text = state.metrics.render();
+    // For a router: 1 when this replica answers decisions (what /health's 200 says).
+    let ready = u8::from(state.engine().is_ok() && !state.drain.is_draining());
+    text.push_str(&format!(
+        "# HELP decide_ready 1 when the server answers decisions (loaded, not draining), else 0.\n# TYPE decide_ready gauge\ndecide_ready {ready}\n"
+    ));
     if let Ok(engine) = state.engine() {
         let (depth, _) = engine.queue();
         for (name, help, value) in [

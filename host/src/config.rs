@@ -87,6 +87,11 @@ pub struct TenantsArgs {
     #[arg(long, env = "DECIDE_DATA_DIR", global = true)]
     pub data_dir: Option<PathBuf>,
 
+    /// The shared store of several replicas (same as `serve`): `postgres://...`; none: the
+    /// embedded store in `--data-dir`.
+    #[arg(long, env = "DECIDE_STORE_URL", global = true, hide_env_values = true)]
+    pub store: Option<String>,
+
     #[command(subcommand)]
     pub command: TenantsCommand,
 }
@@ -267,6 +272,12 @@ pub struct Config {
     /// blob files); default: $XDG_DATA_HOME/decide (~/.local/share/decide).
     #[arg(long, env = "DECIDE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+
+    /// A store shared by several replicas instead of the embedded one in `--data-dir`:
+    /// `postgres://user:password@host:port/database`. Every replica on it sees each change
+    /// (tenants, keys, plugin uploads) within a second, through Postgres LISTEN/NOTIFY.
+    #[arg(long, env = "DECIDE_STORE_URL", hide_env_values = true)]
+    pub store: Option<String>,
 
     /// Enables the admin API (`/admin/v1/...`: tenants, keys, limits, usage) for requests
     /// with `Authorization: Bearer <admin key>` (none: the admin API answers 403).

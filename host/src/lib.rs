@@ -37,5 +37,6 @@ pub mod readout;
 pub mod scheduler;
 pub mod selfcheck;
 pub mod server;
+pub mod store_watch;
 pub mod tenancy;
 pub mod tune;

@@ -17,7 +17,6 @@ use crate::pipeline::{Engine, EngineSettings, Limits, Setup};
 use crate::plugins::{PluginRegistry, RuntimeConfig};
 use crate::scheduler::SchedulerConfig;
 use crate::selfcheck;
-use crate::tenancy::sqlite::SqliteStore;
 use crate::tenancy::Directory;
 use crate::tune;
 
@@ -29,6 +28,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     if shown.admin_key.is_some() {
         shown.admin_key = Some("<redacted>".into());
+    }
+    if shown.store.is_some() {
+        // The URL may carry a password.
+        shown.store = Some("<redacted>".into());
     }
     tracing::info!(config = ?shown, "starting decide {}", env!("CARGO_PKG_VERSION"));
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
@@ -46,6 +49,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let directory = Arc::new(open_directory(&config)?);
     let state = AppState::new(config, Arc::new(Metrics::default()), directory);
+    crate::store_watch::spawn(&state);
     let loader = state.clone();
     tokio::task::spawn_blocking(move || load(&loader));
 
@@ -62,23 +66,24 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
 }
 
-/// Opens the tenant store in `--data-dir` and loads its tenants and keys.
+/// Opens the tenant store (`--store`, else the embedded one in `--data-dir`) and loads its
+/// tenants and keys.
 pub fn open_directory(config: &Config) -> anyhow::Result<Directory> {
     let dir = config.resolved_data_dir();
-    let store = SqliteStore::open(&dir).with_context(|| {
-        format!(
-            "opening the tenant store in {} (setting --data-dir)",
-            dir.display()
-        )
-    })?;
-    let directory =
-        Directory::open(Arc::new(store), config.api_key.as_deref()).with_context(|| {
+    let store =
+        crate::tenancy::open_store(config.store.as_deref(), &dir).map_err(anyhow::Error::msg)?;
+    let shared = config.store.is_some();
+    let directory = Directory::open(store, config.api_key.as_deref()).with_context(|| {
+        if shared {
+            "reading the tenant store (setting --store)".to_string()
+        } else {
             format!(
                 "reading the tenant store in {} (setting --data-dir)",
                 dir.display()
             )
-        })?;
-    tracing::info!(data_dir = %dir.display(), tenants = directory.tenants().len(), "tenant store opened");
+        }
+    })?;
+    tracing::info!(store = if shared { "postgres" } else { "embedded" }, data_dir = %dir.display(), tenants = directory.tenants().len(), "tenant store opened");
     Ok(directory)
 }
 

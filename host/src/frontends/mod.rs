@@ -372,7 +372,7 @@ async fn admit(
     questions: usize,
 ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
     let limiter = state.limits.of(caller);
-    limiter.check_request(questions)?;
+    state.limits.check_request(&limiter, questions).await?;
     if limiter.limits_tokens() {
         let limiter = limiter.clone();
         scope.admit_tokens = Some(Arc::new(move |tokens| limiter.admit_tokens(tokens)));

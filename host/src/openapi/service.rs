@@ -89,6 +89,22 @@ pub struct Health {
     #[serde(default)]
     #[schema(required = false)]
     pub queue: Option<HealthQueue>,
+    /// The prefix cache's use: what affinity routing keeps reusing.
+    #[serde(default)]
+    #[schema(required = false)]
+    pub prefix_cache: Option<HealthPrefixCache>,
+}
+
+/// The prefix cache now: entries, KV bytes held against `budget_bytes` (`--prefix-cache-mib`),
+/// and lookups that hit or missed since the server started.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthPrefixCache {
+    pub entries: u64,
+    pub bytes: u64,
+    pub budget_bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
 }
 
 /// The model worker's queue now and its bounds (`--max-queued-requests`,
