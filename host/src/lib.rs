@@ -11,6 +11,8 @@
 //! [`prefix_cache`]. [`tenancy`] says who is asking (tenants, keys, their store). [`cancel`]
 //! is a request's cancellation (client gone, deadline passed), carried from the frontend to
 //! the worker. [`api`] builds the router; [`server`] loads everything and serves.
+//! [`telemetry`] sets up logs and OTLP traces; [`progress`] reports long work (log, bars,
+//! `/health`).
 
 pub mod api;
 pub mod calibration;
@@ -31,9 +33,11 @@ pub mod plugin_api;
 pub mod plugin_check;
 pub mod plugins;
 pub mod prefix_cache;
+pub mod progress;
 pub mod readout;
 pub mod scheduler;
 pub mod selfcheck;
 pub mod server;
+pub mod telemetry;
 pub mod tenancy;
 pub mod tune;
