@@ -52,6 +52,8 @@ pub struct AppState {
     tuned: RwLock<Option<Arc<crate::tune::store::Saved>>>,
     /// Requests in flight, and whether a stop signal asked the server to drain.
     pub drain: Arc<crate::drain::Drain>,
+    /// Long work in progress (loading, calibrations), shown by `/health`.
+    pub progress: Arc<crate::progress::Board>,
 }
 
 /// What handlers receive.
@@ -73,6 +75,7 @@ impl AppState {
             phase: RwLock::new(Phase::Loading("starting".into())),
             tuned: RwLock::new(None),
             drain: Arc::default(),
+            progress: Arc::default(),
         });
         // A tenant deleted anywhere (this server's admin API, the CLI, another replica)
         // leaves no per-tenant state behind here.
@@ -83,6 +86,11 @@ impl AppState {
             }
         }));
         state
+    }
+
+    /// Where the server's long work reports: the log, and the board `/health` shows.
+    pub fn reporter(&self) -> crate::progress::Reporter {
+        crate::progress::Reporter::publishing(self.progress.clone(), self.config.progress_every_s)
     }
 
     /// Records loading progress shown by `/health`.
@@ -178,6 +186,7 @@ pub fn router(state: SharedState) -> Router {
             state.drain.clone(),
             crate::drain::track,
         ))
+        .layer(axum::middleware::from_fn(crate::telemetry::trace_requests))
         // Bodies are read with our own limit so the 413 names the setting.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
@@ -237,9 +246,11 @@ async fn health(State(state): State<SharedState>) -> Response {
                 }),
             )
         }
+        // The step is the task started last (with its counts and ETA), else the phase's own.
         Phase::Loading(step) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            json!({"status": "loading", "step": step}),
+            json!({"status": "loading",
+                   "step": state.progress.current_line().unwrap_or_else(|| step.clone())}),
         ),
         Phase::Failed(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -247,6 +258,8 @@ async fn health(State(state): State<SharedState>) -> Response {
         ),
     };
     body["in_flight"] = json!(state.drain.in_flight());
+    // Long work running now (startup steps, tenants' calibrations): done, total, rate, ETA.
+    body["progress"] = json!(state.progress.snapshot());
     // Draining: a router takes the replica out while its last requests finish.
     if state.drain.is_draining() {
         body["status"] = json!("draining");

@@ -506,6 +506,18 @@ pub struct Config {
     #[arg(long, env = "DECIDE_SELF_CHECK_MIN_MASS", default_value_t = crate::selfcheck::DEFAULT_MIN_MASS, value_parser = unit_interval)]
     pub self_check_min_mass: f64,
 
+    /// Export traces over OTLP (HTTP/protobuf) to this collector, e.g.
+    /// `http://127.0.0.1:4318` (`/v1/traces` is appended unless the URL already has a path):
+    /// one span per request with child spans for compile, render and tokenize, queue wait, the
+    /// model pass and answer. Off when unset: nothing is exported and spans cost nothing.
+    #[arg(long, env = "DECIDE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// Seconds between two progress lines of long work (model load, self-check, tuning,
+    /// calibration, a tenant's calibration); `/health` shows the same progress at any time.
+    #[arg(long, env = "DECIDE_PROGRESS_EVERY_S", default_value_t = crate::progress::DEFAULT_EVERY_S, value_parser = positive_seconds)]
+    pub progress_every_s: f64,
+
     /// Delay readiness by this many milliseconds after loading (tests use it to observe the
     /// 503-before-ready path deterministically).
     #[arg(long, env = "DECIDE_READY_DELAY_MS", default_value_t = 0, hide = true)]
@@ -569,5 +581,15 @@ fn parse_mass(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(mass) if (0.0..=1.0).contains(&mass) => Ok(mass),
         _ => Err(format!("`{text}` is not a probability mass from 0 to 1")),
+    }
+}
+
+/// Seconds, at least 0.05 (`--progress-every-s`).
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.05 => Ok(seconds),
+        _ => Err(format!(
+            "`{text}` is not a number of seconds of at least 0.05"
+        )),
     }
 }

@@ -12,6 +12,8 @@
 //! is a request's cancellation (client gone, deadline passed), carried from the frontend to
 //! the worker. [`api`] builds the router; [`server`] loads everything and serves; [`mcp`] is the
 //! same decisions as Model Context Protocol tools (stdio and `/mcp`).
+//! [`telemetry`] sets up logs and OTLP traces; [`progress`] reports long work (log, bars,
+//! `/health`).
 
 pub mod api;
 pub mod calibration;
@@ -33,10 +35,12 @@ pub mod plugin_api;
 pub mod plugin_check;
 pub mod plugins;
 pub mod prefix_cache;
+pub mod progress;
 pub mod readout;
 pub mod scheduler;
 pub mod selfcheck;
 pub mod server;
 pub mod store_watch;
+pub mod telemetry;
 pub mod tenancy;
 pub mod tune;

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{Engine, EngineSettings, Limits, Setup};
 use crate::plugins::{PluginRegistry, RuntimeConfig};
+use crate::progress::Reporter;
 use crate::scheduler::SchedulerConfig;
 use crate::selfcheck;
 use crate::tenancy::Directory;
@@ -109,18 +110,17 @@ pub(crate) fn load(state: &SharedState) {
 
 fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     let config = &state.config;
-    let (mut engine, served) = load_engine(config, state.metrics.clone(), &|step| {
+    // Every long step below reports to the log (with its ETA) and to /health.
+    let progress = state.reporter();
+    let (mut engine, served) = load_engine(config, state.metrics.clone(), &progress, &|step| {
         state.set_loading(step)
     })?;
     state.set_loading("loading tenants' plugins");
     load_tenant_plugins(engine.plugins(), &state.directory);
     state.set_loading("answer-slot self-check");
-    check_answer_slot(&mut engine, config)?;
-    // Tuning's progress lines (every few seconds, with an ETA) go to the log and /health.
-    let tuned = startup_tuning(&mut engine, config, &|step| {
-        tracing::info!("{step}");
-        state.set_loading(step)
-    });
+    check_answer_slot(&mut engine, config, &progress)?;
+    state.set_loading("tuning");
+    let tuned = startup_tuning(&mut engine, config, &progress);
     let corrected = tuned
         .as_ref()
         .is_some_and(|saved| apply_tuned_correction(&mut engine, config, saved));
@@ -136,8 +136,8 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
             model_file: &config.model,
             reuse: true,
         };
-        let (calibrated, _) =
-            calibration::startup(&engine, &settings, &|step| state.set_loading(step));
+        state.set_loading("calibrating");
+        let (calibrated, _) = calibration::startup(&engine, &settings, &progress);
         engine.set_calibration(calibrated);
     }
     Ok((engine, served))
@@ -157,8 +157,12 @@ fn load_tenant_plugins(plugins: &PluginRegistry, directory: &Arc<Directory>) {
 
 /// Runs the answer-slot self-check (see [`crate::selfcheck`]) and records it in the engine;
 /// an error with the reason when the model cannot serve decisions.
-pub fn check_answer_slot(engine: &mut Engine, config: &Config) -> anyhow::Result<()> {
-    let report = selfcheck::run(engine, config.self_check_min_mass);
+pub fn check_answer_slot(
+    engine: &mut Engine,
+    config: &Config,
+    progress: &Reporter,
+) -> anyhow::Result<()> {
+    let report = selfcheck::run(engine, config.self_check_min_mass, progress);
     let summary = report.summary();
     if !report.passed() {
         anyhow::bail!("{summary}");
@@ -168,13 +172,15 @@ pub fn check_answer_slot(engine: &mut Engine, config: &Config) -> anyhow::Result
     Ok(())
 }
 
-/// Loads plugins and the model and builds the engine (uncalibrated), reporting steps to `progress`.
+/// Loads plugins and the model and builds the engine (uncalibrated), reporting steps to
+/// `step` and the model's load (MiB of tensors read) to `progress`.
 pub fn load_engine(
     config: &Config,
     metrics: Arc<Metrics>,
-    progress: &dyn Fn(String),
+    progress: &Reporter,
+    step: &dyn Fn(String),
 ) -> anyhow::Result<(Engine, String)> {
-    progress("loading plugins".into());
+    step("loading plugins".into());
     let started = Instant::now();
     let runtime = RuntimeConfig {
         memory_limit_bytes: (config.plugin_memory_mib as usize) * 1024 * 1024,
@@ -202,14 +208,13 @@ pub fn load_engine(
         "plugins loaded"
     );
 
-    progress("loading the model".into());
+    step("loading the model".into());
     let started = Instant::now();
     let device = parse_device(&config.device)?;
     let weights = parse_weights(&config.weights, &device)?;
     tracing::info!(?weights, "weight format");
     let kernels = parse_kernels(&config.kernels)?;
-    let model = Model::load_with(&config.model, &device, &LoadOptions { weights, kernels })
-        .with_context(|| format!("loading model {} (setting --model)", config.model.display()))?;
+    let model = load_model(config, &device, &LoadOptions { weights, kernels }, progress)?;
     model.set_token_cache_bytes(config.token_cache_mib.saturating_mul(1 << 20));
     let info = model.info().clone();
     tracing::info!(seconds = started.elapsed().as_secs_f64(), name = %info.name, arch = %info.arch, layers = info.n_layers, context = info.context_length, "model loaded");
@@ -262,6 +267,26 @@ pub fn load_engine(
     Ok((engine, served))
 }
 
+/// Loads the model file, its progress the task `loading the model` in MiB of tensors read.
+fn load_model(
+    config: &Config,
+    device: &Device,
+    options: &LoadOptions,
+    progress: &Reporter,
+) -> anyhow::Result<Model> {
+    let task = Arc::new(progress.start("loading the model", "MiB", 0));
+    let counter = task.clone();
+    let report: decide_models::LoadProgress = Arc::new(move |read, total| {
+        counter.set_total(total >> 20);
+        counter.set_done(read >> 20);
+    });
+    let model = Model::load_reporting(&config.model, device, options, Some(report))
+        .with_context(|| format!("loading model {} (setting --model)", config.model.display()));
+    // The loader has let go of its handle: this one ends the task.
+    drop(task);
+    model
+}
+
 /// `--fair-share-pass-tokens` auto on the candle (CPU) path: a pass costs about its rows, so
 /// small passes keep a sequential tenant's wait short at little cost (bench/reports/tenancy-cpu/).
 pub const CPU_FAIR_SHARE_PASS_TOKENS: usize = 64;
@@ -277,7 +302,7 @@ pub const FUSED_FAIR_SHARE_PASS_TOKENS: usize = 512;
 fn startup_tuning(
     engine: &mut Engine,
     config: &Config,
-    progress: &dyn Fn(String),
+    progress: &Reporter,
 ) -> Option<tune::store::Saved> {
     if let Some(renderer) = &config.renderer {
         tracing::info!("startup tuning not run: --renderer pins `{renderer}` (letters, auto)");
@@ -350,10 +375,12 @@ fn apply_tuned_correction(
 /// `--heldout`, scores every setup x policy on the held-out file and prints the table.
 pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let (mut engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| {
-        tracing::info!("{step}")
-    })?;
-    check_answer_slot(&mut engine, config)?;
+    let progress = Reporter::cli(config.progress_every_s);
+    let (mut engine, served) =
+        load_engine(config, Arc::new(Metrics::default()), &progress, &|step| {
+            tracing::info!("{step}")
+        })?;
+    check_answer_slot(&mut engine, config, &progress)?;
     let settings = tune::Settings {
         questions: match &args.questions {
             Some(path) => tune::Questions::File(path.clone()),
@@ -379,9 +406,8 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
                 })
         }),
     };
-    let (saved, measured) =
-        tune::run_measured(&engine, &settings, &|step| tracing::info!("{step}"))
-            .map_err(|cause| anyhow::anyhow!("tuning failed: {cause}"))?;
+    let (saved, measured) = tune::run_measured(&engine, &settings, &progress)
+        .map_err(|cause| anyhow::anyhow!("tuning failed: {cause}"))?;
     println!("model {served} ({})", config.model.display());
     for line in tune::report_lines(&saved) {
         println!("{line}");
@@ -404,7 +430,7 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
             &chosen,
             &chosen_policy,
             args.permute,
-            &|step| tracing::info!("{step}"),
+            &progress,
         );
         let markdown = tune::heldout::markdown(&table);
         println!("{markdown}");
@@ -427,12 +453,14 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
 /// re-fitting), prints the report lines and saves the result where `serve` reuses it.
 pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let (mut engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| {
-        tracing::info!("{step}")
-    })?;
-    check_answer_slot(&mut engine, config)?;
+    let progress = Reporter::cli(config.progress_every_s);
+    let (mut engine, served) =
+        load_engine(config, Arc::new(Metrics::default()), &progress, &|step| {
+            tracing::info!("{step}")
+        })?;
+    check_answer_slot(&mut engine, config, &progress)?;
     // Calibrate the setup answers will get (a saved tuning result is reused).
-    startup_tuning(&mut engine, config, &|step| tracing::info!("{step}"));
+    startup_tuning(&mut engine, config, &progress);
     let questions = match &args.questions {
         Some(path) => calibration::Questions::File(path.clone()),
         None => calibration::Questions::from_flag(config.calibration_questions.as_deref()),
@@ -443,7 +471,7 @@ pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
         model_file: &config.model,
         reuse: false,
     };
-    let saved = calibration::run(&engine, &settings, &|step| tracing::info!("{step}"))
+    let saved = calibration::run(&engine, &settings, &progress)
         .map_err(|cause| anyhow::anyhow!("calibration failed: {cause}"))?;
     println!("model {served} ({})", config.model.display());
     for line in calibration::report_lines(&saved) {

@@ -80,6 +80,7 @@ where
     F: FnOnce(Caller) -> Fut,
     Fut: std::future::Future<Output = Result<T, ApiError>>,
 {
+    crate::telemetry::record(crate::telemetry::TENANT, caller.label());
     let usage = state.usage.of(caller.label());
     let result = run(caller).await;
     if let Err(error) = &result {
@@ -387,9 +388,11 @@ async fn off_runtime<R: Send + 'static>(
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
     work: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, ApiError> {
+    // The request's span goes along: the pipeline's spans are its children.
+    let span = tracing::Span::current();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        work()
+        span.in_scope(work)
     })
     .await
     .map_err(|error| ApiError::Internal(format!("the decision task failed: {error}")))
@@ -440,7 +443,10 @@ pub fn request_id(prefix: &str) -> String {
         .unwrap_or(0);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
     let digest = Sha256::digest(format!("{nanos}-{count}-{}", std::process::id()).as_bytes());
-    format!("{prefix}_{}", &hex::encode(digest)[..24])
+    let id = format!("{prefix}_{}", &hex::encode(digest)[..24]);
+    // The id the client sees is an attribute of the request's span.
+    crate::telemetry::record(crate::telemetry::REQUEST_ID, &id);
+    id
 }
 
 /// Seconds since the Unix epoch.
