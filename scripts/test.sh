@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need (the wasm target, the small
 # test model SmolLM2-135M), then the guest plugins' shared-logic tests, the unit tests of every
-# crate, the end-to-end tests against the real binary (tests/e2e), the client SDKs, a short
-# soak under faults (bench/soak.py), schemathesis against /openapi.json, then every fuzz target
+# crate, the end-to-end tests against the real binary (tests/e2e), the client SDKs and MCP client, a short
+# soak under faults (bench/soak.py), schemathesis against /openapi.json, three replicas on a
+# shared Postgres behind HAProxy (scripts/replicas-test.sh), the deployment manifests against
+# the Kubernetes schemas (deploy/validate.sh), then every fuzz target
 # for a short while (scripts/fuzz.sh, 30 s each; DECIDE_FUZZ_SECONDS to change it). Ends with
 # one summary line counting every test that ran.
 set -euo pipefail
@@ -20,12 +22,16 @@ echo "== guest plugins: shared logic (native)"
 run cargo test --manifest-path guests/Cargo.toml -p decide-guest-common --release
 echo "== host, models and end-to-end tests"
 run cargo test --release --workspace
-echo "== client SDKs (openai, typesafe-sdk) against the release binary"
+echo "== client SDKs (openai, typesafe-sdk, the MCP client over stdio and /mcp) against the release binary"
 run python3 -m pytest -q tests/python
 echo "== soak: clients over every endpoint under plugin swaps, misbehaving plugins, hang-ups and bad bodies (30 s)"
 run python3 bench/soak.py --clients 4 --seconds 30
 echo "== the API contract: schemathesis against /openapi.json (20 examples per operation)"
 run scripts/schemathesis.sh 20
+echo "== replicas: three SmolLM2 replicas on one Postgres store behind HAProxy (scripts/replicas-test.sh)"
+run scripts/replicas-test.sh
+echo "== deployment: Kubernetes manifests against the schemas (deploy/validate.sh)"
+run deploy/validate.sh
 echo "== fuzz targets: every parser a client reaches (scripts/fuzz.sh)"
 run scripts/fuzz.sh "${DECIDE_FUZZ_SECONDS:-30}"
 

@@ -52,6 +52,8 @@ pub struct AppState {
     tuned: RwLock<Option<Arc<crate::tune::store::Saved>>>,
     /// Requests in flight, and whether a stop signal asked the server to drain.
     pub drain: Arc<crate::drain::Drain>,
+    /// Long work in progress (loading, calibrations), shown by `/health`.
+    pub progress: Arc<crate::progress::Board>,
 }
 
 /// What handlers receive.
@@ -59,7 +61,10 @@ pub type SharedState = Arc<AppState>;
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>, directory: Arc<Directory>) -> SharedState {
-        let limits = Limiters::new(Defaults::from_config(&config));
+        let limits = Limiters::with_shared(
+            Defaults::from_config(&config),
+            directory.store().clone().shared_rates(),
+        );
         let state = Arc::new(AppState {
             config,
             metrics,
@@ -70,6 +75,7 @@ impl AppState {
             phase: RwLock::new(Phase::Loading("starting".into())),
             tuned: RwLock::new(None),
             drain: Arc::default(),
+            progress: Arc::default(),
         });
         // A tenant deleted anywhere (this server's admin API, the CLI, another replica)
         // leaves no per-tenant state behind here.
@@ -80,6 +86,11 @@ impl AppState {
             }
         }));
         state
+    }
+
+    /// Where the server's long work reports: the log, and the board `/health` shows.
+    pub fn reporter(&self) -> crate::progress::Reporter {
+        crate::progress::Reporter::publishing(self.progress.clone(), self.config.progress_every_s)
     }
 
     /// Records loading progress shown by `/health`.
@@ -168,12 +179,14 @@ pub fn router(state: SharedState) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .merge(crate::tenancy::admin_http::routes(state.clone()))
+        .merge(crate::mcp::http::routes(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.drain.clone(),
             crate::drain::track,
         ))
+        .layer(axum::middleware::from_fn(crate::telemetry::trace_requests))
         // Bodies are read with our own limit so the 413 names the setting.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
@@ -228,12 +241,16 @@ async fn health(State(state): State<SharedState>) -> Response {
                     // For a router: what waits for the model worker, and where it sheds (0: no bound).
                     "queue": {"requests": depth.requests, "tokens": depth.tokens,
                               "max_requests": bounds.max_requests, "max_tokens": bounds.max_tokens},
+                    // And what it has cached, which affinity routing keeps reusing.
+                    "prefix_cache": prefix_cache_use(&state),
                 }),
             )
         }
+        // The step is the task started last (with its counts and ETA), else the phase's own.
         Phase::Loading(step) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            json!({"status": "loading", "step": step}),
+            json!({"status": "loading",
+                   "step": state.progress.current_line().unwrap_or_else(|| step.clone())}),
         ),
         Phase::Failed(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -241,12 +258,23 @@ async fn health(State(state): State<SharedState>) -> Response {
         ),
     };
     body["in_flight"] = json!(state.drain.in_flight());
+    // Long work running now (startup steps, tenants' calibrations): done, total, rate, ETA.
+    body["progress"] = json!(state.progress.snapshot());
     // Draining: a router takes the replica out while its last requests finish.
     if state.drain.is_draining() {
         body["status"] = json!("draining");
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     (status, Json(body)).into_response()
+}
+
+/// The prefix cache's use: entries, KV bytes against the budget (`--prefix-cache-mib`), and
+/// lookups that hit and missed since the start.
+fn prefix_cache_use(state: &AppState) -> serde_json::Value {
+    let (entries, bytes, hits, misses) = state.metrics.prefix_cache_use();
+    json!({"entries": entries, "bytes": bytes,
+           "budget_bytes": state.config.prefix_cache_mib.saturating_mul(1 << 20),
+           "hits": hits, "misses": misses})
 }
 
 /// `GET /v1/models` in the shapes both SDKs read: OpenAI's `data` list and Jev's `models` list.
@@ -282,6 +310,11 @@ async fn models(State(state): State<SharedState>) -> Response {
     responses((status = 200, description = "Prometheus text exposition (version 0.0.4).", body = String, content_type = "text/plain")))]
 async fn metrics(State(state): State<SharedState>) -> Response {
     let mut text = state.metrics.render();
+    // For a router: 1 when this replica answers decisions (what /health's 200 says).
+    let ready = u8::from(state.engine().is_ok() && !state.drain.is_draining());
+    text.push_str(&format!(
+        "# HELP decide_ready 1 when the server answers decisions (loaded, not draining), else 0.\n# TYPE decide_ready gauge\ndecide_ready {ready}\n"
+    ));
     if let Ok(engine) = state.engine() {
         let (depth, _) = engine.queue();
         for (name, help, value) in [
@@ -334,7 +367,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(json!({"error": {"message": "no such endpoint; see /v1/decisions, /v1/systemone, /v1/systemone/batch, /v1/classify, /v1/fields, /v1/models, /health", "type": "invalid_request_error", "param": null, "code": "not_found"}})),
+        Json(json!({"error": {"message": "no such endpoint; see /v1/decisions, /v1/systemone, /v1/systemone/batch, /v1/classify, /v1/fields, /v1/models, /mcp, /health", "type": "invalid_request_error", "param": null, "code": "not_found"}})),
     )
         .into_response()
 }

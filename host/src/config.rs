@@ -38,6 +38,10 @@ pub enum Command {
     /// Manage tenants and their API keys in the store of `--data-dir`, without HTTP (the same
     /// operations as the admin API; safe while a server runs on that directory). Prints JSON.
     Tenants(Box<TenantsArgs>),
+    /// Serve the Model Context Protocol on stdin/stdout for a local agent: the tools `decide`,
+    /// `classify` and one per question type, answered by a model loaded in this process with
+    /// `serve`'s flags, as the caller of `--key`.
+    Mcp(Box<McpArgs>),
     /// Plugin developer tools: `decide plugin check FILE.wasm`.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -82,6 +86,11 @@ pub struct TenantsArgs {
     /// The server's data directory (same default as `serve`).
     #[arg(long, env = "DECIDE_DATA_DIR", global = true)]
     pub data_dir: Option<PathBuf>,
+
+    /// The shared store of several replicas (same as `serve`): `postgres://...`; none: the
+    /// embedded store in `--data-dir`.
+    #[arg(long, env = "DECIDE_STORE_URL", global = true, hide_env_values = true)]
+    pub store: Option<String>,
 
     #[command(subcommand)]
     pub command: TenantsCommand,
@@ -134,6 +143,19 @@ pub enum KeysCommand {
     List { id: String },
     /// Revoke key KEY_ID of tenant ID.
     Revoke { id: String, key_id: String },
+}
+
+/// `decide mcp`: the server's settings plus the key the session's calls present.
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// The API key the session's tool calls are made with, as `Authorization: Bearer KEY` on
+    /// the HTTP API: a tenant's key, the operator's `--api-key`, or none (the default tenant,
+    /// when no tenants are configured).
+    #[arg(long, env = "DECIDE_MCP_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+
+    #[command(flatten)]
+    pub config: Config,
 }
 
 /// `decide eval`: the server's settings plus the question file and what to measure.
@@ -250,6 +272,12 @@ pub struct Config {
     /// blob files); default: $XDG_DATA_HOME/decide (~/.local/share/decide).
     #[arg(long, env = "DECIDE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+
+    /// A store shared by several replicas instead of the embedded one in `--data-dir`:
+    /// `postgres://user:password@host:port/database`. Every replica on it sees each change
+    /// (tenants, keys, plugin uploads) within a second, through Postgres LISTEN/NOTIFY.
+    #[arg(long, env = "DECIDE_STORE_URL", hide_env_values = true)]
+    pub store: Option<String>,
 
     /// Enables the admin API (`/admin/v1/...`: tenants, keys, limits, usage) for requests
     /// with `Authorization: Bearer <admin key>` (none: the admin API answers 403).
@@ -478,6 +506,18 @@ pub struct Config {
     #[arg(long, env = "DECIDE_SELF_CHECK_MIN_MASS", default_value_t = crate::selfcheck::DEFAULT_MIN_MASS, value_parser = unit_interval)]
     pub self_check_min_mass: f64,
 
+    /// Export traces over OTLP (HTTP/protobuf) to this collector, e.g.
+    /// `http://127.0.0.1:4318` (`/v1/traces` is appended unless the URL already has a path):
+    /// one span per request with child spans for compile, render and tokenize, queue wait, the
+    /// model pass and answer. Off when unset: nothing is exported and spans cost nothing.
+    #[arg(long, env = "DECIDE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// Seconds between two progress lines of long work (model load, self-check, tuning,
+    /// calibration, a tenant's calibration); `/health` shows the same progress at any time.
+    #[arg(long, env = "DECIDE_PROGRESS_EVERY_S", default_value_t = crate::progress::DEFAULT_EVERY_S, value_parser = positive_seconds)]
+    pub progress_every_s: f64,
+
     /// Delay readiness by this many milliseconds after loading (tests use it to observe the
     /// 503-before-ready path deterministically).
     #[arg(long, env = "DECIDE_READY_DELAY_MS", default_value_t = 0, hide = true)]
@@ -541,5 +581,15 @@ fn parse_mass(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(mass) if (0.0..=1.0).contains(&mass) => Ok(mass),
         _ => Err(format!("`{text}` is not a probability mass from 0 to 1")),
+    }
+}
+
+/// Seconds, at least 0.05 (`--progress-every-s`).
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.05 => Ok(seconds),
+        _ => Err(format!(
+            "`{text}` is not a number of seconds of at least 0.05"
+        )),
     }
 }

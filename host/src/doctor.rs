@@ -21,7 +21,8 @@ const ENDING_CHARS: usize = 40;
 /// Runs the checks, prints the report to stdout and returns the process exit code.
 pub fn run(config: &Config) -> i32 {
     println!("model file: {}", config.model.display());
-    let loaded = server::load_engine(config, Arc::new(Metrics::default()), &|step| {
+    let progress = crate::progress::Reporter::cli(config.progress_every_s);
+    let loaded = server::load_engine(config, Arc::new(Metrics::default()), &progress, &|step| {
         tracing::info!("{step}")
     });
     let (mut engine, _) = match loaded {
@@ -37,7 +38,7 @@ pub fn run(config: &Config) -> i32 {
         Ok(ending) => println!("template ending: {ending}"),
         Err(why) => return verdict(Err(why)),
     }
-    let report = selfcheck::run(&mut engine, config.self_check_min_mass);
+    let report = selfcheck::run(&mut engine, config.self_check_min_mass, &progress);
     if !engine.model().answer_suffix().is_empty() {
         println!(
             "template ending with the self-check's answer suffix: {}",

@@ -251,12 +251,14 @@ impl ApiError {
         }
     }
 
-    /// The error body and headers in the given wire format.
-    pub fn into_response_for(self, wire: Wire) -> Response {
+    /// The error body in the given wire format (OpenAI's `{"error": {...}}`, Jev's `{"detail":
+    /// [...]}` for validation and `{"detail": {...}}` otherwise): what the HTTP API answers, and
+    /// what an MCP tool error carries as its structured content.
+    pub fn body_for(&self, wire: Wire) -> Value {
         let status = self.status(wire);
         let message = self.to_string();
-        let loc = self.loc().to_vec();
-        let body = match wire {
+        let loc = self.loc();
+        match wire {
             Wire::OpenAi => {
                 let kind = match status {
                     StatusCode::GATEWAY_TIMEOUT => "timeout",
@@ -271,14 +273,14 @@ impl ApiError {
                 let param = if loc.is_empty() {
                     Value::Null
                 } else {
-                    Value::String(dotted(&loc))
+                    Value::String(dotted(loc))
                 };
                 json!({"error": {"message": message, "type": kind, "param": param, "code": self.code()}})
             }
             // Jev's API answers validation errors with a `detail` list of `{loc, msg, type}` and
             // every other error (401, 404, 429, 503, ...) with `detail: {error_type, message}`.
             Wire::SystemOne if !self.is_validation() => {
-                let error_type = match &self {
+                let error_type = match self {
                     ApiError::Timeout { .. } => "timeout",
                     ApiError::Overloaded { .. } => "overloaded",
                     _ => error_type(status),
@@ -286,15 +288,27 @@ impl ApiError {
                 json!({"detail": {"error_type": error_type, "message": message}})
             }
             Wire::SystemOne => {
-                json!({"detail": [{"loc": jev_loc(&loc), "msg": message, "type": self.code()}]})
+                json!({"detail": [{"loc": jev_loc(loc), "msg": message, "type": self.code()}]})
             }
-        };
-        let retry_after = match &self {
+        }
+    }
+
+    /// Seconds a client is told to wait before retrying (`Retry-After`), where it should.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
             ApiError::NotReady { retry_after_s, .. } => *retry_after_s,
             ApiError::RateLimited { retry_after_s, .. }
             | ApiError::Overloaded { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
-        };
+        }
+    }
+
+    /// The error body and headers in the given wire format.
+    pub fn into_response_for(self, wire: Wire) -> Response {
+        let status = self.status(wire);
+        let message = self.to_string();
+        let body = self.body_for(wire);
+        let retry_after = self.retry_after_s();
         let mut response = (status, axum::Json(body)).into_response();
         if let ApiError::RateLimited { headers, .. } = &self {
             for (name, value) in headers {

@@ -20,6 +20,7 @@ use crate::calibration::questions::{expected_index, LabelledQuestion, QuestionSe
 use crate::config::EvalArgs;
 use crate::metrics::Metrics;
 use crate::pipeline::{DecisionRequest, Engine, Outcome, Question};
+use crate::progress::Reporter;
 use crate::readout::{self, permutation::argmax, Choice, Detail};
 use crate::server;
 
@@ -29,10 +30,12 @@ type Asked = Result<(usize, f32, Detail), String>;
 /// Runs the evaluation, prints the figures and writes the JSON report when asked.
 pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let (mut engine, served) = server::load_engine(config, Arc::new(Metrics::default()), &|s| {
-        tracing::info!("{s}")
-    })?;
-    server::check_answer_slot(&mut engine, config)?;
+    let progress = crate::progress::Reporter::cli(config.progress_every_s);
+    let (mut engine, served) =
+        server::load_engine(config, Arc::new(Metrics::default()), &progress, &|s| {
+            tracing::info!("{s}")
+        })?;
+    server::check_answer_slot(&mut engine, config, &progress)?;
     let mut set = QuestionSet::read(&args.questions).map_err(anyhow::Error::msg)?;
     if args.limit > 0 && args.limit < set.questions.len() {
         // An evenly spaced subset, so a short run still covers every part of the file.
@@ -60,7 +63,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
             ..readout::Options::default()
         };
         let started = Instant::now();
-        let asked = ask_all(&engine, &set.questions, options);
+        let asked = ask_all(&engine, &set.questions, options, &progress);
         let seconds = started.elapsed().as_secs_f64();
         let figures = accuracy(&asked, &expected);
         println!(
@@ -100,7 +103,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     if args.permute > 0 {
         report.insert(
             "permute".into(),
-            permute(&engine, &set.questions, &expected, args.permute),
+            permute(&engine, &set.questions, &expected, args.permute, &progress),
         );
     }
     if let Some(path) = &args.report {
@@ -114,14 +117,20 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
 }
 
 /// `--permute K`: the `permutation` readout with K shifts, its per-shift top answers.
-fn permute(engine: &Engine, questions: &[LabelledQuestion], expected: &[usize], k: usize) -> Value {
+fn permute(
+    engine: &Engine,
+    questions: &[LabelledQuestion],
+    expected: &[usize],
+    k: usize,
+    progress: &Reporter,
+) -> Value {
     let options = readout::Options {
         choice: Choice::Permutation,
         permutations: k,
         ..readout::Options::default()
     };
     let started = Instant::now();
-    let asked = ask_all(engine, questions, options);
+    let asked = ask_all(engine, questions, options, progress);
     let seconds = started.elapsed().as_secs_f64();
     let mut flips = 0;
     let mut answered = 0;
@@ -159,7 +168,10 @@ fn ask_all(
     engine: &Engine,
     questions: &[LabelledQuestion],
     options: readout::Options,
+    progress: &Reporter,
 ) -> Vec<Asked> {
+    let task = progress.start("evaluating", "questions", questions.len() as u64);
+    task.set_detail(format!("readout {}", options.choice.as_str()));
     let mut by_state: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, q) in questions.iter().enumerate() {
         by_state.entry(q.state.as_str()).or_default().push(i);
@@ -187,7 +199,9 @@ fn ask_all(
             return_prompt: false,
             scope: Default::default(),
         };
-        match engine.decide(&request) {
+        let answered = engine.decide(&request);
+        task.advance(indices.len() as u64);
+        match answered {
             Ok(decided) => {
                 for (&i, outcome) in indices.iter().zip(decided.outcomes) {
                     out[i] = match outcome {

@@ -10,7 +10,10 @@
 //! runs on the [`scheduler`]'s worker thread, which batches concurrent requests and keeps the
 //! [`prefix_cache`]. [`tenancy`] says who is asking (tenants, keys, their store). [`cancel`]
 //! is a request's cancellation (client gone, deadline passed), carried from the frontend to
-//! the worker. [`api`] builds the router; [`server`] loads everything and serves.
+//! the worker. [`api`] builds the router; [`server`] loads everything and serves; [`mcp`] is the
+//! same decisions as Model Context Protocol tools (stdio and `/mcp`).
+//! [`telemetry`] sets up logs and OTLP traces; [`progress`] reports long work (log, bars,
+//! `/health`).
 
 pub mod api;
 pub mod calibration;
@@ -24,6 +27,7 @@ pub mod frontends;
 /// Entry points for the fuzz targets in `fuzz/` (not an API; see the module docs).
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod pipeline;
@@ -31,9 +35,12 @@ pub mod plugin_api;
 pub mod plugin_check;
 pub mod plugins;
 pub mod prefix_cache;
+pub mod progress;
 pub mod readout;
 pub mod scheduler;
 pub mod selfcheck;
 pub mod server;
+pub mod store_watch;
+pub mod telemetry;
 pub mod tenancy;
 pub mod tune;

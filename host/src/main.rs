@@ -1,34 +1,39 @@
 //! The `decide` binary: `decide serve --model FILE`, `decide calibrate --model FILE [--questions FILE]`,
 //! `decide tune --model FILE [--questions FILE] [--heldout FILE]`, `decide doctor --model FILE`, `decide eval --model FILE --questions FILE [--readouts ...] [--permute K]`,
 //! `decide tenants {create,list,show,update,delete,keys} ... [--data-dir DIR]`,
-//! `decide plugin check FILE.wasm`.
+//! `decide plugin check FILE.wasm`, `decide mcp --model FILE [--key KEY]` (MCP over stdio).
 
 use clap::Parser;
 use decide::config::{Cli, Command, PluginCommand};
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DECIDE_LOG")
-                .unwrap_or_else(|_| "info,wasmtime=warn,cranelift=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
-    match cli.command {
+    // Traces are exported by a serving process only (`--otlp-endpoint`).
+    let otlp = match &cli.command {
+        Command::Serve(config) => config.otlp_endpoint.as_deref(),
+        _ => None,
+    };
+    let telemetry = decide::telemetry::init(otlp)?;
+    let outcome = match cli.command {
         Command::Serve(config) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(decide::server::serve(*config))
+            let served = runtime.block_on(decide::server::serve(*config));
+            // The exporter's last batch goes out after the runtime stopped.
+            drop(runtime);
+            served
         }
         Command::Calibrate(args) => decide::server::calibrate(*args),
         Command::Tune(args) => decide::server::tune(*args),
         Command::Doctor(config) => std::process::exit(decide::doctor::run(&config)),
         Command::Eval(args) => decide::eval::run(&args),
+        Command::Mcp(args) => decide::mcp::stdio::run(*args),
         Command::Tenants(args) => std::process::exit(decide::tenancy::cli::run(&args)),
         Command::Plugin(PluginCommand::Check(args)) => {
             std::process::exit(decide::plugin_check::run(&args))
         }
-    }
+    };
+    telemetry.shutdown();
+    outcome
 }

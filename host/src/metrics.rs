@@ -97,6 +97,16 @@ impl Metrics {
         }
     }
 
+    /// The prefix cache as last recorded: (entries, KV bytes, hits, misses), for `/health`.
+    pub fn prefix_cache_use(&self) -> (u64, u64, u64, u64) {
+        (
+            self.cache_entries.load(Ordering::Relaxed),
+            self.cache_bytes.load(Ordering::Relaxed),
+            self.cache_hits.load(Ordering::Relaxed),
+            self.cache_misses.load(Ordering::Relaxed),
+        )
+    }
+
     /// Records the token cache's state (its counters are the model's own, so they are copied).
     pub fn record_token_cache(&self, stats: &TokenCacheStats) {
         for (counter, value) in [

@@ -91,7 +91,7 @@ fn registry(state: &AppState) -> Result<Arc<PluginRegistry>, ApiError> {
 }
 
 /// The largest component `tenant` may upload, and what sets it.
-fn size_cap(state: &AppState, tenant: &Tenant) -> (u64, String) {
+pub(crate) fn size_cap(state: &AppState, tenant: &Tenant) -> (u64, String) {
     let (cap, setting) = match tenant.limits.max_plugin_bytes {
         Some(bytes) => (bytes, "the tenant's limit max_plugin_bytes".to_string()),
         None => (

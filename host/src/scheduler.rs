@@ -328,6 +328,75 @@ struct Job {
     /// reply channel closing) finds the place free again.
     ticket: Ticket,
     reply: Sender<JobResult>,
+    /// Where the job sits in its request's trace.
+    trace: JobTrace,
+}
+
+/// A job's place in its request's trace (spans are disabled, and free, without
+/// `--otlp-endpoint`): the request's span, under which every batch that serves the job opens
+/// a `model_pass` span, and the job's open `queue_wait` span, closed when the worker takes it.
+struct JobTrace {
+    request: tracing::Span,
+    queue_wait: Option<tracing::Span>,
+}
+
+impl JobTrace {
+    /// The trace of a job of `prompts` sent now from inside its request's span.
+    fn sent(prompts: &[Prompt]) -> JobTrace {
+        let request = tracing::Span::current();
+        let queue_wait = tracing::debug_span!(
+            target: "decide::scheduler",
+            parent: &request,
+            "queue_wait",
+            decide.prompts = prompts.len(),
+            decide.tokens = work_tokens(prompts),
+        );
+        JobTrace {
+            request,
+            queue_wait: Some(queue_wait),
+        }
+    }
+}
+
+/// The worker takes `batch`: their queue waits end and each job's `model_pass` span opens
+/// under its request's span, with the batch's size and tokens and the job's own.
+fn model_pass_spans(batch: &mut [Job]) -> Vec<tracing::Span> {
+    let batch_tokens: usize = batch.iter().map(Job::tokens).sum();
+    let requests = batch.len();
+    batch
+        .iter_mut()
+        .map(|job| {
+            job.trace.queue_wait.take();
+            tracing::debug_span!(
+                target: "decide::scheduler",
+                parent: &job.trace.request,
+                "model_pass",
+                decide.batch.requests = requests,
+                decide.batch.tokens = batch_tokens,
+                decide.prompts = job.prompts.len(),
+                decide.tokens = job.tokens(),
+                decide.cached_tokens = tracing::field::Empty,
+                decide.forward_passes = tracing::field::Empty,
+            )
+        })
+        .collect()
+}
+
+/// Records what each job's batch read did for it, and closes the spans.
+fn close_model_pass_spans(spans: Vec<tracing::Span>, results: &[JobResult]) {
+    for (span, result) in spans.into_iter().zip(results) {
+        if span.is_disabled() {
+            continue;
+        }
+        let cached: usize = result
+            .reads
+            .iter()
+            .flatten()
+            .map(|(_, cached)| cached)
+            .sum();
+        span.record("decide.cached_tokens", cached);
+        span.record("decide.forward_passes", result.forward_passes);
+    }
 }
 
 impl Job {
@@ -407,6 +476,7 @@ impl Scheduler {
     ) -> JobResult {
         let count = prompts.len();
         let (reply, result) = mpsc::channel();
+        let trace = JobTrace::sent(&prompts);
         let sent = self.jobs.send(Job {
             prompts,
             salt,
@@ -414,6 +484,7 @@ impl Scheduler {
             cancel,
             ticket,
             reply,
+            trace,
         });
         match sent.ok().and_then(|()| result.recv().ok()) {
             Some(result) => result,
@@ -504,7 +575,7 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
         }
         gather(queue, &mut fair, config);
         drop_cancelled(worker, &mut fair);
-        let (batch, mode) = fair.next_batch(config.max_batch_tokens, Instant::now());
+        let (mut batch, mode) = fair.next_batch(config.max_batch_tokens, Instant::now());
         if batch.is_empty() {
             continue;
         }
@@ -535,7 +606,7 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
         // The batch's own flows are settled after it; `between` borrows `fair` until then.
         let flows: Vec<Flow> = batch.iter().map(|job| job.flow).collect();
         let started = Instant::now();
-        let results = read_guarded(worker, &mut cache, &batch, rows, &mut between);
+        let results = read_guarded(worker, &mut cache, &mut batch, rows, &mut between);
         tracing::debug!(
             jobs = batch.len(),
             tokens = batch.iter().map(Job::tokens).sum::<usize>(),
@@ -601,12 +672,12 @@ fn serve(
     worker: &Worker<'_>,
     cache: &mut PrefixCache,
     fair: &mut FairQueue,
-    batch: Vec<Job>,
+    mut batch: Vec<Job>,
     rows: usize,
     between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
 ) {
     let started = Instant::now();
-    let results = read_guarded(worker, cache, &batch, rows, between);
+    let results = read_guarded(worker, cache, &mut batch, rows, between);
     tracing::debug!(
         jobs = batch.len(),
         ms = started.elapsed().as_secs_f64() * 1e3,
@@ -630,10 +701,12 @@ fn reply(batch: Vec<Job>, results: Vec<JobResult>) {
 fn read_guarded(
     worker: &Worker<'_>,
     cache: &mut PrefixCache,
-    batch: &[Job],
+    batch: &mut [Job],
     rows: usize,
     between: &mut dyn FnMut(&mut PrefixCache) -> Option<usize>,
 ) -> Vec<JobResult> {
+    let spans = model_pass_spans(batch);
+    let batch = &*batch;
     let fault = worker.faults.next_batch();
     let results = std::panic::catch_unwind(AssertUnwindSafe(|| {
         read_batch(worker, cache, batch, rows, between, fault)
@@ -656,6 +729,7 @@ fn read_guarded(
     if cancelled > 0 {
         worker.metrics.record_cancelled_jobs(cancelled);
     }
+    close_model_pass_spans(spans, &results);
     results
 }
 
@@ -1134,6 +1208,10 @@ impl Job {
             cancel,
             ticket,
             reply,
+            trace: JobTrace {
+                request: tracing::Span::none(),
+                queue_wait: None,
+            },
         }
     }
 }

@@ -123,7 +123,7 @@ fn measure(engine: &Engine) -> Result<f32, String> {
 }
 
 /// Runs the self-check, leaving the engine with the answer suffix that passed (or none).
-pub fn run(engine: &mut Engine, min_mass: f64) -> Report {
+pub fn run(engine: &mut Engine, min_mass: f64, progress: &crate::progress::Reporter) -> Report {
     let mut report = Report {
         min_mass,
         attempts: Vec::new(),
@@ -139,7 +139,10 @@ pub fn run(engine: &mut Engine, min_mass: f64) -> Report {
             report.skipped.push(format!("{suffix:?}"));
         }
     }
+    // A read of the built-in question per answer suffix tried, until one passes.
+    let task = progress.start("answer-slot self-check", "checks", candidates.len() as u64);
     for suffix in candidates {
+        task.set_detail(format!("answer suffix {suffix:?}"));
         if engine.model().answer_suffix() != suffix {
             engine.set_answer_suffix(&suffix);
         }
@@ -150,6 +153,7 @@ pub fn run(engine: &mut Engine, min_mass: f64) -> Report {
             suffix: suffix.clone(),
             mass,
         });
+        task.advance(1);
         if passed {
             report.kept = Some(suffix);
             return report;

@@ -15,9 +15,9 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{Engine, EngineSettings, Limits, Setup};
 use crate::plugins::{PluginRegistry, RuntimeConfig};
+use crate::progress::Reporter;
 use crate::scheduler::SchedulerConfig;
 use crate::selfcheck;
-use crate::tenancy::sqlite::SqliteStore;
 use crate::tenancy::Directory;
 use crate::tune;
 
@@ -29,6 +29,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     if shown.admin_key.is_some() {
         shown.admin_key = Some("<redacted>".into());
+    }
+    if shown.store.is_some() {
+        // The URL may carry a password.
+        shown.store = Some("<redacted>".into());
     }
     tracing::info!(config = ?shown, "starting decide {}", env!("CARGO_PKG_VERSION"));
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
@@ -46,6 +50,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let directory = Arc::new(open_directory(&config)?);
     let state = AppState::new(config, Arc::new(Metrics::default()), directory);
+    crate::store_watch::spawn(&state);
     let loader = state.clone();
     tokio::task::spawn_blocking(move || load(&loader));
 
@@ -62,28 +67,30 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
 }
 
-/// Opens the tenant store in `--data-dir` and loads its tenants and keys.
+/// Opens the tenant store (`--store`, else the embedded one in `--data-dir`) and loads its
+/// tenants and keys.
 pub fn open_directory(config: &Config) -> anyhow::Result<Directory> {
     let dir = config.resolved_data_dir();
-    let store = SqliteStore::open(&dir).with_context(|| {
-        format!(
-            "opening the tenant store in {} (setting --data-dir)",
-            dir.display()
-        )
-    })?;
-    let directory =
-        Directory::open(Arc::new(store), config.api_key.as_deref()).with_context(|| {
+    let store =
+        crate::tenancy::open_store(config.store.as_deref(), &dir).map_err(anyhow::Error::msg)?;
+    let shared = config.store.is_some();
+    let directory = Directory::open(store, config.api_key.as_deref()).with_context(|| {
+        if shared {
+            "reading the tenant store (setting --store)".to_string()
+        } else {
             format!(
                 "reading the tenant store in {} (setting --data-dir)",
                 dir.display()
             )
-        })?;
-    tracing::info!(data_dir = %dir.display(), tenants = directory.tenants().len(), "tenant store opened");
+        }
+    })?;
+    tracing::info!(store = if shared { "postgres" } else { "embedded" }, data_dir = %dir.display(), tenants = directory.tenants().len(), "tenant store opened");
     Ok(directory)
 }
 
-/// Loads plugins and model into the shared state, recording progress and failure.
-fn load(state: &SharedState) {
+/// Loads plugins and model into the shared state, recording progress and failure (`serve`
+/// in the background while it listens, `decide mcp` before it answers).
+pub(crate) fn load(state: &SharedState) {
     match build_engine(state) {
         Ok((engine, served)) => {
             let delay = state.config.ready_delay_ms;
@@ -103,18 +110,17 @@ fn load(state: &SharedState) {
 
 fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     let config = &state.config;
-    let (mut engine, served) = load_engine(config, state.metrics.clone(), &|step| {
+    // Every long step below reports to the log (with its ETA) and to /health.
+    let progress = state.reporter();
+    let (mut engine, served) = load_engine(config, state.metrics.clone(), &progress, &|step| {
         state.set_loading(step)
     })?;
     state.set_loading("loading tenants' plugins");
     load_tenant_plugins(engine.plugins(), &state.directory);
     state.set_loading("answer-slot self-check");
-    check_answer_slot(&mut engine, config)?;
-    // Tuning's progress lines (every few seconds, with an ETA) go to the log and /health.
-    let tuned = startup_tuning(&mut engine, config, &|step| {
-        tracing::info!("{step}");
-        state.set_loading(step)
-    });
+    check_answer_slot(&mut engine, config, &progress)?;
+    state.set_loading("tuning");
+    let tuned = startup_tuning(&mut engine, config, &progress);
     let corrected = tuned
         .as_ref()
         .is_some_and(|saved| apply_tuned_correction(&mut engine, config, saved));
@@ -130,8 +136,8 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
             model_file: &config.model,
             reuse: true,
         };
-        let (calibrated, _) =
-            calibration::startup(&engine, &settings, &|step| state.set_loading(step));
+        state.set_loading("calibrating");
+        let (calibrated, _) = calibration::startup(&engine, &settings, &progress);
         engine.set_calibration(calibrated);
     }
     Ok((engine, served))
@@ -151,8 +157,12 @@ fn load_tenant_plugins(plugins: &PluginRegistry, directory: &Arc<Directory>) {
 
 /// Runs the answer-slot self-check (see [`crate::selfcheck`]) and records it in the engine;
 /// an error with the reason when the model cannot serve decisions.
-pub fn check_answer_slot(engine: &mut Engine, config: &Config) -> anyhow::Result<()> {
-    let report = selfcheck::run(engine, config.self_check_min_mass);
+pub fn check_answer_slot(
+    engine: &mut Engine,
+    config: &Config,
+    progress: &Reporter,
+) -> anyhow::Result<()> {
+    let report = selfcheck::run(engine, config.self_check_min_mass, progress);
     let summary = report.summary();
     if !report.passed() {
         anyhow::bail!("{summary}");
@@ -162,13 +172,15 @@ pub fn check_answer_slot(engine: &mut Engine, config: &Config) -> anyhow::Result
     Ok(())
 }
 
-/// Loads plugins and the model and builds the engine (uncalibrated), reporting steps to `progress`.
+/// Loads plugins and the model and builds the engine (uncalibrated), reporting steps to
+/// `step` and the model's load (MiB of tensors read) to `progress`.
 pub fn load_engine(
     config: &Config,
     metrics: Arc<Metrics>,
-    progress: &dyn Fn(String),
+    progress: &Reporter,
+    step: &dyn Fn(String),
 ) -> anyhow::Result<(Engine, String)> {
-    progress("loading plugins".into());
+    step("loading plugins".into());
     let started = Instant::now();
     let runtime = RuntimeConfig {
         memory_limit_bytes: (config.plugin_memory_mib as usize) * 1024 * 1024,
@@ -196,14 +208,13 @@ pub fn load_engine(
         "plugins loaded"
     );
 
-    progress("loading the model".into());
+    step("loading the model".into());
     let started = Instant::now();
     let device = parse_device(&config.device)?;
     let weights = parse_weights(&config.weights, &device)?;
     tracing::info!(?weights, "weight format");
     let kernels = parse_kernels(&config.kernels)?;
-    let model = Model::load_with(&config.model, &device, &LoadOptions { weights, kernels })
-        .with_context(|| format!("loading model {} (setting --model)", config.model.display()))?;
+    let model = load_model(config, &device, &LoadOptions { weights, kernels }, progress)?;
     model.set_token_cache_bytes(config.token_cache_mib.saturating_mul(1 << 20));
     let info = model.info().clone();
     tracing::info!(seconds = started.elapsed().as_secs_f64(), name = %info.name, arch = %info.arch, layers = info.n_layers, context = info.context_length, "model loaded");
@@ -256,6 +267,26 @@ pub fn load_engine(
     Ok((engine, served))
 }
 
+/// Loads the model file, its progress the task `loading the model` in MiB of tensors read.
+fn load_model(
+    config: &Config,
+    device: &Device,
+    options: &LoadOptions,
+    progress: &Reporter,
+) -> anyhow::Result<Model> {
+    let task = Arc::new(progress.start("loading the model", "MiB", 0));
+    let counter = task.clone();
+    let report: decide_models::LoadProgress = Arc::new(move |read, total| {
+        counter.set_total(total >> 20);
+        counter.set_done(read >> 20);
+    });
+    let model = Model::load_reporting(&config.model, device, options, Some(report))
+        .with_context(|| format!("loading model {} (setting --model)", config.model.display()));
+    // The loader has let go of its handle: this one ends the task.
+    drop(task);
+    model
+}
+
 /// `--fair-share-pass-tokens` auto on the candle (CPU) path: a pass costs about its rows, so
 /// small passes keep a sequential tenant's wait short at little cost (bench/reports/tenancy-cpu/).
 pub const CPU_FAIR_SHARE_PASS_TOKENS: usize = 64;
@@ -271,7 +302,7 @@ pub const FUSED_FAIR_SHARE_PASS_TOKENS: usize = 512;
 fn startup_tuning(
     engine: &mut Engine,
     config: &Config,
-    progress: &dyn Fn(String),
+    progress: &Reporter,
 ) -> Option<tune::store::Saved> {
     if let Some(renderer) = &config.renderer {
         tracing::info!("startup tuning not run: --renderer pins `{renderer}` (letters, auto)");
@@ -344,10 +375,12 @@ fn apply_tuned_correction(
 /// `--heldout`, scores every setup x policy on the held-out file and prints the table.
 pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let (mut engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| {
-        tracing::info!("{step}")
-    })?;
-    check_answer_slot(&mut engine, config)?;
+    let progress = Reporter::cli(config.progress_every_s);
+    let (mut engine, served) =
+        load_engine(config, Arc::new(Metrics::default()), &progress, &|step| {
+            tracing::info!("{step}")
+        })?;
+    check_answer_slot(&mut engine, config, &progress)?;
     let settings = tune::Settings {
         questions: match &args.questions {
             Some(path) => tune::Questions::File(path.clone()),
@@ -373,9 +406,8 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
                 })
         }),
     };
-    let (saved, measured) =
-        tune::run_measured(&engine, &settings, &|step| tracing::info!("{step}"))
-            .map_err(|cause| anyhow::anyhow!("tuning failed: {cause}"))?;
+    let (saved, measured) = tune::run_measured(&engine, &settings, &progress)
+        .map_err(|cause| anyhow::anyhow!("tuning failed: {cause}"))?;
     println!("model {served} ({})", config.model.display());
     for line in tune::report_lines(&saved) {
         println!("{line}");
@@ -398,7 +430,7 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
             &chosen,
             &chosen_policy,
             args.permute,
-            &|step| tracing::info!("{step}"),
+            &progress,
         );
         let markdown = tune::heldout::markdown(&table);
         println!("{markdown}");
@@ -421,12 +453,14 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
 /// re-fitting), prints the report lines and saves the result where `serve` reuses it.
 pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let (mut engine, served) = load_engine(config, Arc::new(Metrics::default()), &|step| {
-        tracing::info!("{step}")
-    })?;
-    check_answer_slot(&mut engine, config)?;
+    let progress = Reporter::cli(config.progress_every_s);
+    let (mut engine, served) =
+        load_engine(config, Arc::new(Metrics::default()), &progress, &|step| {
+            tracing::info!("{step}")
+        })?;
+    check_answer_slot(&mut engine, config, &progress)?;
     // Calibrate the setup answers will get (a saved tuning result is reused).
-    startup_tuning(&mut engine, config, &|step| tracing::info!("{step}"));
+    startup_tuning(&mut engine, config, &progress);
     let questions = match &args.questions {
         Some(path) => calibration::Questions::File(path.clone()),
         None => calibration::Questions::from_flag(config.calibration_questions.as_deref()),
@@ -437,7 +471,7 @@ pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
         model_file: &config.model,
         reuse: false,
     };
-    let saved = calibration::run(&engine, &settings, &|step| tracing::info!("{step}"))
+    let saved = calibration::run(&engine, &settings, &progress)
         .map_err(|cause| anyhow::anyhow!("calibration failed: {cause}"))?;
     println!("model {served} ({})", config.model.display());
     for line in calibration::report_lines(&saved) {

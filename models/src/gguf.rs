@@ -15,11 +15,19 @@ use candle_core::Device;
 
 use crate::error::{ModelError, Result};
 
+/// Called as tensors are read: bytes of tensor data read so far, and in the whole file.
+pub type LoadProgress = std::sync::Arc<dyn Fn(u64, u64) + Send + Sync>;
+
 /// An open GGUF file: parsed header and metadata, plus the reader for tensor data.
 pub(crate) struct Gguf {
     pub path: PathBuf,
     pub content: Content,
     reader: BufReader<File>,
+    /// Told after each tensor read (see [`Gguf::report_to`]).
+    progress: Option<LoadProgress>,
+    /// Bytes of tensor data read so far, and in the file.
+    bytes_read: u64,
+    bytes_total: u64,
 }
 
 impl Gguf {
@@ -34,11 +42,21 @@ impl Gguf {
             path: path.to_path_buf(),
             reason: format!("not a readable GGUF file: {e}"),
         })?;
+        let bytes_total = content.tensor_infos.values().map(tensor_bytes).sum();
         Ok(Self {
             path: path.to_path_buf(),
             content,
             reader,
+            progress: None,
+            bytes_read: 0,
+            bytes_total,
         })
+    }
+
+    /// Reports tensor bytes read to `progress` from now on (once at once with none read).
+    pub fn report_to(&mut self, progress: LoadProgress) {
+        progress(self.bytes_read, self.bytes_total);
+        self.progress = Some(progress);
     }
 
     /// A load error about this file.
@@ -59,12 +77,18 @@ impl Gguf {
         if !self.has_tensor(name) {
             return Err(self.err(format!("missing tensor `{name}`")));
         }
-        self.content
+        let tensor = self
+            .content
             .tensor(&mut self.reader, name, device)
             .map_err(|e| ModelError::Load {
                 path: self.path.clone(),
                 reason: format!("cannot read tensor `{name}`: {e}"),
-            })
+            })?;
+        if let Some(progress) = &self.progress {
+            self.bytes_read += self.content.tensor_infos.get(name).map_or(0, tensor_bytes);
+            progress(self.bytes_read.min(self.bytes_total), self.bytes_total);
+        }
+        Ok(tensor)
     }
 
     /// The raw metadata value, if present.
@@ -207,4 +231,10 @@ fn brief(v: &Value) -> String {
         Value::String(s) if s.len() > 80 => format!("string of {} bytes", s.len()),
         v => format!("{v:?}"),
     }
+}
+
+/// Bytes of one tensor's data in the file.
+fn tensor_bytes(info: &candle_core::quantized::gguf_file::TensorInfo) -> u64 {
+    let blocks = info.shape.elem_count() / info.ggml_dtype.block_size().max(1);
+    (blocks * info.ggml_dtype.type_size()) as u64
 }

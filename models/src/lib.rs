@@ -78,6 +78,7 @@ pub mod tokenizer;
 
 pub use error::ModelError;
 pub use forward::{Kernels, KvCache, Numerics, Segment, Transformer, WeightFormat};
+pub use gguf::LoadProgress;
 pub use prompter::Prompter;
 pub use readout::Readout;
 pub use token_cache::TokenCacheStats;
@@ -176,8 +177,22 @@ impl Model {
 
     /// [`Model::load`] with options (e.g. dequantized weights for faster prefill).
     pub fn load_with(path: &Path, device: &Device, options: &LoadOptions) -> Result<Model> {
+        Self::load_reporting(path, device, options, None)
+    }
+
+    /// [`Model::load_with`], telling `progress` the bytes of tensor data read so far and in
+    /// the file after each tensor (loading has no other count a person could follow).
+    pub fn load_reporting(
+        path: &Path,
+        device: &Device,
+        options: &LoadOptions,
+        progress: Option<LoadProgress>,
+    ) -> Result<Model> {
         let t0 = Instant::now();
         let mut g = Gguf::open(path)?;
+        if let Some(progress) = progress {
+            g.report_to(progress);
+        }
         let arch = g.str("general.architecture")?.to_string();
         if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
             return Err(ModelError::UnsupportedArch { arch });

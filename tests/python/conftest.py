@@ -14,6 +14,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The admin key of the servers the tenant tests start (`--admin-key`).
+ADMIN = "admin-sekret"
+
+
+def admin(server, method, path, body=None):
+    """One admin API call (`/admin/v1` + path) with the ADMIN key: (status, parsed body or None)."""
+    request = urllib.request.Request(
+        f"{server.base}/admin/v1{path}", method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as response:
+        text = response.read()
+        return response.status, (json.loads(text) if text else None)
 
 
 class Server:

@@ -7,21 +7,10 @@ import openai
 import pytest
 from typesafe_sdk import Noul, RetryPolicy, TypeSafeAuthenticationError, TypeSafeClient
 
-from conftest import Server
+from conftest import ADMIN, Server, admin
 
-ADMIN = "admin-sekret"
 TICKET = "I was charged twice for my subscription this month. Please refund the extra charge."
 UNKNOWN = "dk_" + "0" * 48
-
-
-def admin(server, method, path, body=None):
-    request = urllib.request.Request(
-        f"{server.base}/admin/v1{path}", method=method,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(request) as response:
-        text = response.read()
-        return response.status, (json.loads(text) if text else None)
 
 
 @pytest.fixture(scope="module")

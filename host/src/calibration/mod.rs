@@ -28,6 +28,7 @@ use std::time::Instant;
 
 use crate::pipeline::{render_version, Engine, Question, RequestScope, TemperatureSource};
 use crate::plugins::Calibration;
+use crate::progress::{Reporter, Task};
 use cv::{PolicyReport, Sample};
 use questions::QuestionSet;
 use store::{Key, QuestionCounts, Saved};
@@ -120,12 +121,13 @@ pub struct Settings<'a> {
 }
 
 /// Runs startup calibration and returns the state answers get. Never fails: every problem
-/// ends in T = 1.0 with source `default` and a warning naming the cause. `progress` receives
-/// "calibrating (n/N)" steps. The report lines are logged; the saved result is returned too.
+/// ends in T = 1.0 with source `default` and a warning naming the cause. Its progress is the
+/// task `calibrating` (questions read, then the policies fitted). The report lines are
+/// logged; the saved result is returned too.
 pub fn startup(
     engine: &Engine,
     settings: &Settings,
-    progress: &dyn Fn(String),
+    progress: &Reporter,
 ) -> (CalibrationState, Option<Saved>) {
     let (_, policy_name) = engine.plugin_names();
     let fallback = CalibrationState::default_for(policy_name);
@@ -168,11 +170,7 @@ fn state_of(saved: &Saved) -> CalibrationState {
 }
 
 /// Reads the questions (or reuses a saved result), fits, saves, logs. Errors name the cause.
-pub fn run(
-    engine: &Engine,
-    settings: &Settings,
-    progress: &dyn Fn(String),
-) -> Result<Saved, String> {
+pub fn run(engine: &Engine, settings: &Settings, progress: &Reporter) -> Result<Saved, String> {
     let started = Instant::now();
     let choice = engine.calibration_choice();
     let auto = choice == AUTO;
@@ -252,7 +250,8 @@ pub fn run(
     let neutral = policies
         .iter()
         .find_map(|p| p.neutral_states().map(<[String]>::to_vec));
-    let (samples, counts) = collect(engine, &set, neutral.as_deref(), progress);
+    let task = progress.start("calibrating", "questions", set.questions.len() as u64);
+    let (samples, counts) = collect(engine, &set, neutral.as_deref(), &task);
     if samples.len() < MIN_ANSWERED {
         return Err(format!(
             "only {} of {} questions from {} were answered, at least {MIN_ANSWERED} are needed{}",
@@ -266,7 +265,8 @@ pub fn run(
                 .unwrap_or_default()
         ));
     }
-    let reports = compare_policies(&policies, &samples, auto, progress);
+    let reports = compare_policies(&policies, &samples, auto, &|step| task.set_detail(step));
+    task.finish();
     let served = policies
         .iter()
         .find(|p| p.name() == reports[0].policy)
@@ -300,7 +300,7 @@ pub fn compare_policies(
 ) -> Vec<cv::PolicyReport> {
     let mut reports = Vec::with_capacity(policies.len());
     for plugin in policies {
-        progress(format!("calibrating (fitting {})", plugin.name()));
+        progress(format!("fitting {}", plugin.name()));
         reports.push(cv::evaluate(plugin, samples));
     }
     if auto {
@@ -424,14 +424,17 @@ fn collect(
     engine: &Engine,
     set: &QuestionSet,
     neutral: Option<&[String]>,
-    progress: &dyn Fn(String),
+    task: &Task,
 ) -> (Vec<Sample>, QuestionCounts) {
     collect_in(
         engine,
         &RequestScope::default(),
         set,
         neutral,
-        &|done, total| progress(format!("calibrating ({done}/{total})")),
+        &|done, total| {
+            task.set_total(total as u64);
+            task.set_done(done as u64)
+        },
     )
 }
 

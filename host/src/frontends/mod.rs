@@ -6,6 +6,7 @@
 //! shedding it when the model worker's queue is full, failing a request whose every question
 //! failed) lives here.
 
+pub mod audit;
 pub mod batch;
 pub mod body;
 pub mod classify;
@@ -54,23 +55,37 @@ where
     F: FnOnce(Caller) -> Fut,
     Fut: std::future::Future<Output = Result<axum::response::Response, ApiError>>,
 {
-    let caller = match state.directory.authenticate(headers) {
-        Ok(caller) => caller,
-        Err(error) => {
-            state.metrics.record_rejected();
-            return Err(error);
-        }
-    };
-    let usage = state.usage.of(caller.label());
+    let caller = caller_of(state, headers)?;
     let limiter = state.limits.of(&caller);
-    let mut result = run(caller).await;
-    match &mut result {
-        Err(error) => {
-            state.metrics.record_rejected();
-            usage.record_error(error);
-        }
-        // OpenAI sends its rate-limit headers on every response, not only on a 429.
-        Ok(response) => add_headers(response, &limiter.headers()),
+    let mut result = for_caller(state, caller, run).await;
+    // OpenAI sends its rate-limit headers on every response, not only on a 429.
+    if let Ok(response) = &mut result {
+        add_headers(response, &limiter.headers());
+    }
+    result
+}
+
+/// The caller of a request, from its `Authorization: Bearer` key (401 when the key is missing
+/// or not valid, counted as a rejected request).
+pub fn caller_of(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    state.directory.authenticate(headers).inspect_err(|_| {
+        state.metrics.record_rejected();
+    })
+}
+
+/// Runs `run` for an authenticated caller and counts a failure against its usage: what every
+/// decision request does, whatever its transport (HTTP here, MCP in [`crate::mcp`]).
+pub async fn for_caller<T, F, Fut>(state: &AppState, caller: Caller, run: F) -> Result<T, ApiError>
+where
+    F: FnOnce(Caller) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ApiError>>,
+{
+    crate::telemetry::record(crate::telemetry::TENANT, caller.label());
+    let usage = state.usage.of(caller.label());
+    let result = run(caller).await;
+    if let Err(error) = &result {
+        state.metrics.record_rejected();
+        usage.record_error(error);
     }
     result
 }
@@ -358,7 +373,7 @@ async fn admit(
     questions: usize,
 ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
     let limiter = state.limits.of(caller);
-    limiter.check_request(questions)?;
+    state.limits.check_request(&limiter, questions).await?;
     if limiter.limits_tokens() {
         let limiter = limiter.clone();
         scope.admit_tokens = Some(Arc::new(move |tokens| limiter.admit_tokens(tokens)));
@@ -373,9 +388,11 @@ async fn off_runtime<R: Send + 'static>(
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
     work: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, ApiError> {
+    // The request's span goes along: the pipeline's spans are its children.
+    let span = tracing::Span::current();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        work()
+        span.in_scope(work)
     })
     .await
     .map_err(|error| ApiError::Internal(format!("the decision task failed: {error}")))
@@ -426,7 +443,10 @@ pub fn request_id(prefix: &str) -> String {
         .unwrap_or(0);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
     let digest = Sha256::digest(format!("{nanos}-{count}-{}", std::process::id()).as_bytes());
-    format!("{prefix}_{}", &hex::encode(digest)[..24])
+    let id = format!("{prefix}_{}", &hex::encode(digest)[..24]);
+    // The id the client sees is an attribute of the request's span.
+    crate::telemetry::record(crate::telemetry::REQUEST_ID, &id);
+    id
 }
 
 /// Seconds since the Unix epoch.

@@ -17,7 +17,7 @@ use super::json::{self as j, at};
 use crate::api::SharedState;
 use crate::error::{ApiError, Loc, Wire};
 use crate::loc;
-use crate::pipeline::{Answer, Decided, DecisionRequest, Outcome, Question};
+use crate::pipeline::{Decided, DecisionRequest, Outcome, Question};
 use crate::readout;
 use crate::tenancy::Caller;
 
@@ -622,30 +622,17 @@ fn respond(
                         object.insert(key.clone(), value.clone());
                     }
                     if detail != Detail::None {
-                        let mut audit = json!({
-                            "calibration_temperature": answer.temperature,
-                            "temperature_source": answer.temperature_source.as_str(),
-                            "option_mass": answer.option_mass,
-                            "min_option_mass": answer.min_option_mass,
-                            "input_tokens": answer.input_tokens,
-                            "cached_input_tokens": answer.cached_tokens,
-                            "readout": answer.readout.readout,
-                            "renderer": answer.rendering.renderer,
-                            "label_scheme": answer.rendering.labels.as_str(),
-                            "setup_source": answer.rendering.source.as_str(),
-                        });
-                        readout_audit(
-                            answer,
-                            detail,
-                            audit.as_object_mut().expect("audit is an object"),
-                        );
+                        let mut audit =
+                            Value::Object(super::audit::of_answer(answer, detail == Detail::Full));
                         let mut extra = Map::new();
                         if detail == Detail::Full {
                             let logits: Map<String, Value> = answer
                                 .option_keys
                                 .iter()
                                 .zip(&answer.logprobs)
-                                .map(|(key, logprob)| (option_id(key), json!(logprob)))
+                                .map(|(key, logprob)| {
+                                    (super::audit::option_id(key), json!(logprob))
+                                })
                                 .collect();
                             extra.insert(
                                 "backend".into(),
@@ -713,38 +700,6 @@ fn respond(
             "total_tokens": decided.input_tokens,
         },
     })
-}
-
-/// The readout's own audit fields: the two-stage shortlist (and, in full detail, every
-/// option's stage-1 yes-share), the permutation shifts and each shift's top option.
-fn readout_audit(answer: &Answer, detail: Detail, audit: &mut Map<String, Value>) {
-    let id = |i: usize| option_id(&answer.option_keys[i]);
-    let r = &answer.readout;
-    if let Some(shortlist) = &r.shortlist {
-        let ids: Vec<String> = shortlist.iter().map(|&i| id(i)).collect();
-        audit.insert("shortlist".into(), json!(ids));
-    }
-    if let (Some(stage1), Detail::Full) = (&r.stage1, detail) {
-        let scores: Map<String, Value> = stage1
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (id(i), json!(s)))
-            .collect();
-        audit.insert("stage1".into(), Value::Object(scores));
-    }
-    if let (Some(shifts), Some(tops)) = (&r.shifts, &r.shift_top) {
-        let tops: Vec<String> = tops.iter().map(|&i| id(i)).collect();
-        audit.insert("permutation_shifts".into(), json!(shifts));
-        audit.insert("permutation_top".into(), json!(tops));
-    }
-}
-
-/// An option key (JSON text) as an object key: strings unquoted, other values as written.
-fn option_id(key: &str) -> String {
-    match serde_json::from_str::<Value>(key) {
-        Ok(Value::String(text)) => text,
-        _ => key.to_string(),
-    }
 }
 
 #[cfg(test)]

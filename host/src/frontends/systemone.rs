@@ -81,20 +81,44 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let value = super::read_json(state, headers, body, true).await?;
-    let parsed = parse(&value, state.config.max_questions)?;
-    let model = super::check_model(state, Wire::SystemOne, requested_model(&value)?)?;
+    let answered = answer(state, &caller, engine, &value, &request_id).await?;
+    let mut response = axum::Json(answered.body).into_response();
+    super::add_step_times(&mut response, &answered.decided);
+    Ok(response)
+}
+
+/// What `/v1/systemone` answers for a body, and how it was decided.
+pub(crate) struct Answered {
+    /// The response body.
+    pub(crate) body: Value,
+    /// The pipeline's outcomes, in the order of `ids`.
+    pub(crate) decided: Decided,
+    /// The question ids, in the order sent.
+    pub(crate) ids: Vec<String>,
+}
+
+/// Answers a Jev body for `caller`: parses and validates it, checks the model it names, and
+/// runs its questions through the pipeline under the caller's limits. The one path from a
+/// `/v1/systemone` body to its answer, for the HTTP endpoint and the MCP `decide` tool.
+pub(crate) async fn answer(
+    state: &SharedState,
+    caller: &Caller,
+    engine: std::sync::Arc<crate::pipeline::Engine>,
+    value: &Value,
+    request_id: &str,
+) -> Result<Answered, ApiError> {
+    let parsed = parse(value, state.config.max_questions)?;
+    let model = super::check_model(state, Wire::SystemOne, requested_model(value)?)?;
     let Parsed {
         mut request,
         ids,
         types,
     } = parsed;
-    request.scope = super::request_scope(&caller);
+    request.scope = super::request_scope(caller);
     request.cache_salt = caller.cache_salt(None);
-    let (decided, _request) = super::decide(state, &caller, engine, request).await?;
-    let mut response =
-        axum::Json(respond(&model, &request_id, &decided, &ids, &types)).into_response();
-    super::add_step_times(&mut response, &decided);
-    Ok(response)
+    let (decided, _request) = super::decide(state, caller, engine, request).await?;
+    let body = respond(&model, request_id, &decided, &ids, &types);
+    Ok(Answered { body, decided, ids })
 }
 
 /// The body's `model`, when it names one.
@@ -136,7 +160,7 @@ pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiEr
 
 /// The `state` of a Jev body (or of a batch item at `loc`): text, or a JSON object or array
 /// shown to the model as compact JSON. `assets` are refused: there is no vision model.
-pub(super) fn parse_state(object: &Map<String, Value>, loc: &Loc) -> Result<String, ApiError> {
+pub(crate) fn parse_state(object: &Map<String, Value>, loc: &Loc) -> Result<String, ApiError> {
     if object.get("assets").is_some_and(|assets| !assets.is_null()) {
         return Err(j::invalid(
             &at(loc, "assets"),
@@ -176,7 +200,7 @@ pub(super) fn parse_questions(
 
 /// The pipeline's request for Jev questions about `state`; scope and salt are the caller's,
 /// set by the handler.
-pub(super) fn decision_request(state: String, questions: Vec<Question>) -> DecisionRequest {
+pub(crate) fn decision_request(state: String, questions: Vec<Question>) -> DecisionRequest {
     DecisionRequest {
         state,
         questions,
@@ -193,7 +217,7 @@ pub(super) fn decision_request(state: String, questions: Vec<Question>) -> Decis
 }
 
 /// How a 504 names the Jev formats' `timeout_ms` (our extension: the request's own deadline).
-pub(super) const TIMEOUT_FIELD: &str = "timeout_ms of the request";
+pub(crate) const TIMEOUT_FIELD: &str = "timeout_ms of the request";
 
 fn respond(
     model: &str,
@@ -252,7 +276,7 @@ pub(super) fn answered(decided: &Decided, ids: &[String], types: &[String]) -> M
 
 /// Jev's `usage` object. `cached_input_tokens` is ours (the SDK ignores unknown usage
 /// fields): input tokens whose KV came from a cache.
-pub(super) fn usage(input_tokens: usize, cached_tokens: usize) -> Value {
+pub(crate) fn usage(input_tokens: usize, cached_tokens: usize) -> Value {
     json!({"input_tokens": input_tokens, "output_tokens": 0, "cached_input_tokens": cached_tokens})
 }
 

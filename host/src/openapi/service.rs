@@ -89,6 +89,45 @@ pub struct Health {
     #[serde(default)]
     #[schema(required = false)]
     pub queue: Option<HealthQueue>,
+    /// The prefix cache's use: what affinity routing keeps reusing.
+    #[serde(default)]
+    #[schema(required = false)]
+    pub prefix_cache: Option<HealthPrefixCache>,
+    /// Long work running now: startup steps while loading, tenants' calibrations once ready.
+    pub progress: Vec<HealthTask>,
+}
+
+/// The prefix cache now: entries, KV bytes held against `budget_bytes` (`--prefix-cache-mib`),
+/// and lookups that hit or missed since the server started.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthPrefixCache {
+    pub entries: u64,
+    pub bytes: u64,
+    pub budget_bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// One piece of long work in progress (see `host/src/progress.rs`).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthTask {
+    /// What runs: `loading the model`, `answer-slot self-check`, `tuning`, `calibrating`,
+    /// `tenant calibration`.
+    pub task: String,
+    /// What `done` and `total` count (`MiB`, `questions`, `reads`, `checks`).
+    pub unit: String,
+    pub done: u64,
+    /// None while not known.
+    pub total: Option<u64>,
+    pub elapsed_s: f64,
+    /// Units per second so far; none before the first.
+    pub rate_per_s: Option<f64>,
+    /// Seconds left at that rate; none before the first unit or without a total.
+    pub eta_s: Option<f64>,
+    /// The phase or candidate it is on.
+    pub detail: Option<String>,
 }
 
 /// The model worker's queue now and its bounds (`--max-queued-requests`,

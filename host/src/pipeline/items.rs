@@ -136,7 +136,9 @@ impl Engine {
             return Err(error);
         }
         let asked = items.iter().any(|item| item.questions.is_none());
-        let mut shared = self.shared(request, asked)?;
+        let mut shared =
+            tracing::debug_span!(target: "decide::pipeline", "compile", decide.questions = request.questions.len())
+                .in_scope(|| self.shared(request, asked))?;
         // The request's own work (setup, shared compile and neutral reads), not any item's.
         let mut work = Decided::new();
         work.timings.compile = started.elapsed();
@@ -252,7 +254,12 @@ impl Engine {
         if let Some(error) = shared.request.scope.cancel.error() {
             return Err(error);
         }
-        let (questions, planned) = self.item_questions(shared, &item)?;
+        let (questions, planned) = match &item.questions {
+            // An item's own questions are compiled for it.
+            Some(own) => tracing::debug_span!(target: "decide::pipeline", "compile", decide.questions = own.len())
+                .in_scope(|| self.item_questions(shared, &item))?,
+            None => self.item_questions(shared, &item)?,
+        };
         let mut decided = Decided::new();
         let compiled_at = Instant::now();
         decided.timings.compile = compiled_at - started;
@@ -277,6 +284,9 @@ impl Engine {
         let read_at = Instant::now();
         decided.timings.prepare = (read_at - compiled_at).saturating_sub(decided.timings.model);
         let given = shared.given(content_free);
+        let _answer =
+            tracing::debug_span!(target: "decide::pipeline", "answer", decide.questions = reads.len())
+                .entered();
         for read in reads {
             decided.outcomes.push(match read {
                 Err(refusal) => Outcome::Refusal(refusal),
@@ -326,6 +336,9 @@ fn each_item<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<
     let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|i| Mutex::new(Some(i))).collect();
     let results: Vec<Mutex<Option<R>>> = slots.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
+    // Each thread works inside the request's span.
+    let span = tracing::Span::current();
+    let span = &span;
     // Only references are captured, so the closure is `Copy`: one per thread.
     let work = || loop {
         let index = next.fetch_add(1, Ordering::Relaxed);
@@ -334,7 +347,7 @@ fn each_item<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<
         };
         let taken = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(item) = taken {
-            let result = f(item);
+            let result = span.in_scope(|| f(item));
             *results[index].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
         }
     };

@@ -35,6 +35,7 @@ impl Engine {
         // Rendering and tokenizing a prompt with a long input costs milliseconds of CPU each
         // (64 questions over a 4k-token input: ~0.5 s on one core), so questions are prepared
         // on all cores.
+        let rendering = render_span(planned.len());
         let mut first: Vec<Result<(Planned, Vec<Prepared>), Refusal>> =
             parallel_map(planned, |planned| {
                 let planned = planned?;
@@ -42,6 +43,11 @@ impl Engine {
                 let prepared = prepare_all(&planned, &asks)?;
                 Ok((planned, prepared))
             });
+        record_prompts(
+            &rendering,
+            first.iter().flatten().map(|(_, p)| p.as_slice()),
+        );
+        drop(rendering);
         let groups: Vec<&mut [Prepared]> = first
             .iter_mut()
             .filter_map(|w| w.as_mut().ok().map(|(_, p)| p.as_mut_slice()))
@@ -58,7 +64,12 @@ impl Engine {
                         Stage::Done(planned, Read::new(combined, tokens, shown))
                     }
                     readout::Step::Again(pending) => {
-                        let second = prepare_all(&planned, std::slice::from_ref(pending.ask()))?;
+                        // A two-stage question's finalists, rendered for the second round.
+                        let rendering = render_span(1);
+                        let second = rendering.in_scope(|| {
+                            prepare_all(&planned, std::slice::from_ref(pending.ask()))
+                        })?;
+                        record_prompts(&rendering, std::iter::once(second.as_slice()));
                         Stage::Waiting(planned, pending, second, tokens, shown)
                     }
                 })
@@ -117,6 +128,32 @@ impl Engine {
             .map(|size| reads.by_ref().take(size).collect())
             .collect()
     }
+}
+
+/// The span of rendering and tokenizing a round's prompts (renderer plugin, chat template,
+/// tokenizer), for `questions` questions.
+fn render_span(questions: usize) -> tracing::Span {
+    tracing::debug_span!(
+        target: "decide::pipeline",
+        "render_tokenize",
+        decide.questions = questions,
+        decide.prompts = tracing::field::Empty,
+        decide.prompt_tokens = tracing::field::Empty,
+    )
+}
+
+/// Records how many prompts a round rendered and their tokens.
+fn record_prompts<'p>(span: &tracing::Span, groups: impl Iterator<Item = &'p [Prepared]>) {
+    if span.is_disabled() {
+        return;
+    }
+    let (mut prompts, mut tokens) = (0, 0);
+    for group in groups {
+        prompts += group.len();
+        tokens += group.iter().map(|p| p.tokens).sum::<usize>();
+    }
+    span.record("decide.prompts", prompts);
+    span.record("decide.prompt_tokens", tokens);
 }
 
 /// `items.map(f)` in order, spread over the available cores in contiguous chunks (inline

@@ -47,7 +47,9 @@ mod tests;
 use serde::Serialize;
 
 pub use plugin::{Calibration, LoadStats, Plugin, QuestionType, Renderer, SUPPORTED_VERSIONS};
-pub use registry::{Change, PluginRegistry, PluginSource, PluginSummary, MAX_COMPONENT_BYTES};
+pub use registry::{
+    stored_component, Change, PluginRegistry, PluginSource, PluginSummary, MAX_COMPONENT_BYTES,
+};
 pub use runtime::{
     default_cache_dir, CacheOutcome, CallLimits, PluginRuntime, RuntimeConfig, Session,
     SharedLimits,

@@ -30,7 +30,7 @@ use super::plugin::Plugin;
 use super::runtime::{sha256_hex, PluginRuntime, RuntimeConfig};
 use super::tenants::{tenant_call_limits, LimitsLookup, TenantEntry, TenantLayers};
 use super::{Calibration, PluginKind, QuestionType, Renderer};
-use crate::tenancy::{Store, TenantLimits};
+use crate::tenancy::{PluginVersion, Store, TenantLimits};
 
 /// Where a plugin came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -347,6 +347,20 @@ impl PluginRegistry {
         names
     }
 
+    /// Every tenant's served plugins: (tenant, name, store version), in no order.
+    pub fn tenant_plugin_versions(&self) -> Vec<(String, String, u32)> {
+        self.tenants.all_versions()
+    }
+
+    /// The store version of the tenant's plugin `name` being served, if any.
+    pub fn tenant_plugin_version(&self, tenant: &str, name: &str) -> Option<u32> {
+        self.tenants
+            .entries(tenant)
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, entry)| entry.version)
+    }
+
     /// The lock a change to `tenant`'s plugins (upload, rollback, removal) holds from its
     /// checks through the store writes to the swap.
     pub fn tenant_lock(&self, tenant: &str) -> Arc<Mutex<()>> {
@@ -434,23 +448,9 @@ impl PluginRegistry {
                 skipped += 1;
                 continue;
             };
-            let bytes = match store.blob(&record.sha256) {
-                Ok(Some(bytes)) if sha256_hex(&bytes) == record.sha256 => bytes,
-                Ok(Some(_)) => {
-                    tracing::error!(tenant, plugin = name, version = record.version, sha256 = %record.sha256, "a tenant plugin's blob does not match its digest; skipped");
-                    skipped += 1;
-                    continue;
-                }
-                Ok(None) => {
-                    tracing::error!(tenant, plugin = name, version = record.version, sha256 = %record.sha256, "a tenant plugin's blob is missing; skipped");
-                    skipped += 1;
-                    continue;
-                }
-                Err(error) => {
-                    tracing::error!(tenant, plugin = name, version = record.version, %error, "cannot read a tenant plugin's blob; skipped");
-                    skipped += 1;
-                    continue;
-                }
+            let Some(bytes) = stored_component(store, &record) else {
+                skipped += 1;
+                continue;
             };
             let call_limits = tenant_call_limits(self.runtime.config(), &limits);
             let options = CheckOptions {
@@ -667,6 +667,28 @@ impl PluginRegistry {
 }
 
 /// `NAME` for `<dir>/NAME.wasm`; other files (e.g. `NAME.wasm.tmp` while being written) are ignored.
+/// The component a version record names, read from the store and checked against its
+/// digest; `None` (logged, naming the tenant, plugin and version) when it is missing, corrupt
+/// or cannot be read.
+pub fn stored_component(store: &dyn Store, record: &PluginVersion) -> Option<Vec<u8>> {
+    let (tenant, name) = (record.tenant_id.as_str(), record.name.as_str());
+    match store.blob(&record.sha256) {
+        Ok(Some(bytes)) if sha256_hex(&bytes) == record.sha256 => Some(bytes),
+        Ok(Some(_)) => {
+            tracing::error!(tenant, plugin = name, version = record.version, sha256 = %record.sha256, "a tenant plugin's blob does not match its digest; skipped");
+            None
+        }
+        Ok(None) => {
+            tracing::error!(tenant, plugin = name, version = record.version, sha256 = %record.sha256, "a tenant plugin's blob is missing; skipped");
+            None
+        }
+        Err(error) => {
+            tracing::error!(tenant, plugin = name, version = record.version, %error, "cannot read a tenant plugin's blob; skipped");
+            None
+        }
+    }
+}
+
 fn plugin_name(path: &Path) -> Option<String> {
     if path.extension()? != "wasm" {
         return None;

@@ -110,6 +110,19 @@ impl TenantLayers {
             .unwrap_or_default()
     }
 
+    /// Every tenant's served plugins: (tenant, name, store version).
+    pub fn all_versions(&self) -> Vec<(String, String, u32)> {
+        self.read()
+            .iter()
+            .flat_map(|(tenant, layer)| {
+                layer
+                    .plugins
+                    .iter()
+                    .map(|(name, entry)| (tenant.clone(), name.clone(), entry.version))
+            })
+            .collect()
+    }
+
     /// The limits cell of `tenant` (made when it has none), set to `limits`.
     pub fn limits_cell(&self, tenant: &str, limits: CallLimits) -> Arc<SharedLimits> {
         if let Some(layer) = self.read().get(tenant) {

@@ -158,6 +158,7 @@ impl TenantCalibrations {
         tenant_id: String,
         scope: RequestScope,
         set: QuestionSet,
+        reporter: crate::progress::Reporter,
     ) -> Result<Progress, ApiError> {
         let progress = Progress {
             status: "running",
@@ -181,12 +182,22 @@ impl TenantCalibrations {
         let spawned = std::thread::Builder::new()
             .name("tenant-calibration".into())
             .spawn(move || {
+                // The log names the tenant; /health shows the task without it.
+                let task = reporter.start_for(
+                    "tenant calibration",
+                    Some(&tenant_id),
+                    "questions",
+                    set.questions.len() as u64,
+                );
                 let outcome = fit(&engine, &scope, &set, &|answered, total| {
+                    task.set_total(total as u64);
+                    task.set_done(answered as u64);
                     this.set_progress(&tenant_id, |p| {
                         p.answered = answered;
                         p.total = total;
                     })
                 });
+                task.finish();
                 let outcome = outcome.and_then(|fitted| {
                     let json = serde_json::to_string(&fitted).map_err(|e| e.to_string())?;
                     store
@@ -354,6 +365,7 @@ async fn start_upload(
         tenant_id,
         scope,
         set,
+        state.reporter(),
     )
 }
 

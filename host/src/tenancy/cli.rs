@@ -15,7 +15,6 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::admin;
-use super::sqlite::SqliteStore;
 use super::store::Store;
 use crate::config::{resolve_data_dir, KeysCommand, TenantsArgs, TenantsCommand};
 use crate::error::ApiError;
@@ -58,13 +57,8 @@ pub fn run(args: &TenantsArgs) -> i32 {
 
 fn execute(args: &TenantsArgs) -> Result<Value, Failure> {
     let dir = resolve_data_dir(args.data_dir.as_deref());
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir).map_err(|e| Failure {
-        code: 1,
-        message: format!(
-            "cannot open the tenant store in {} (setting --data-dir): {e}",
-            dir.display()
-        ),
-    })?);
+    let store: Arc<dyn Store> = super::open_store(args.store.as_deref(), &dir)
+        .map_err(|message| Failure { code: 1, message })?;
     let store = store.as_ref();
     match &args.command {
         TenantsCommand::Create {

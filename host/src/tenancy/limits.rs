@@ -36,6 +36,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::shared_rates::{SharedRates, Take};
 use super::{Caller, TenantLimits};
 use crate::error::ApiError;
 
@@ -194,39 +195,100 @@ impl Rate {
         };
         match self.bucket.check_n(cells) {
             Ok(Ok(snapshot)) => {
-                *self.last.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some((snapshot.remaining_burst_capacity(), Instant::now()));
+                self.record(snapshot.remaining_burst_capacity());
                 Ok(())
             }
-            Ok(Err(not_until)) => {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
-                let mut headers = limiter.headers();
-                // The refused bucket: what it lacks, and when this request would fit.
-                set_header(&mut headers, "remaining", self.kind, self.remaining().to_string());
-                set_header(&mut headers, "reset", self.kind, duration_text(wait));
-                Err(ApiError::RateLimited {
-                    message: format!(
-                        "tenant limit {} = {} reached: this request needs {n} {}; retry in {retry_after_s} s ({})",
-                        self.kind.setting(),
-                        self.limit.value,
-                        self.kind.unit(),
-                        limiter.how_to_change(self.limit, self.kind.flag()),
-                    ),
-                    retry_after_s,
-                    headers,
-                })
+            Ok(Err(not_until)) => Err(self.refused(
+                n,
+                not_until.wait_time_from(DefaultClock::default().now()),
+                limiter,
+            )),
+            Err(_) => Err(self.too_large(n, limiter)),
+        }
+    }
+
+    /// [`take`](Self::take) from the bucket the replicas share; the replica's own bucket
+    /// when the shared one cannot be reached.
+    async fn take_shared(
+        &self,
+        n: usize,
+        limiter: &TenantLimiter,
+        shared: &dyn SharedRates,
+    ) -> Result<(), ApiError> {
+        let Ok(cells) = u32::try_from(n) else {
+            return Err(self.too_large(n, limiter));
+        };
+        if cells == 0 {
+            return Ok(());
+        }
+        if cells > self.per_minute {
+            return Err(self.too_large(n, limiter));
+        }
+        // The limit is part of the name: a changed limit starts a full bucket, as a rebuilt
+        // local limiter does.
+        let bucket = format!(
+            "{}/{}/{}",
+            limiter.tenant.as_deref().unwrap_or("default"),
+            self.kind.setting(),
+            self.per_minute
+        );
+        match shared.take(bucket, cells, self.per_minute).await {
+            Ok(Take::Taken { remaining }) => {
+                self.record(remaining);
+                Ok(())
             }
-            Err(_) => Err(ApiError::TooLarge {
-                loc: vec![],
-                message: format!(
-                    "this request needs {n} {} but tenant limit {} = {} allows at most that many in a whole minute, so it can never pass; send a smaller request ({})",
-                    self.kind.unit(),
-                    self.kind.setting(),
-                    self.limit.value,
-                    limiter.how_to_change(self.limit, self.kind.flag()),
-                ),
-            }),
+            Ok(Take::Refused { wait }) => {
+                self.record(0);
+                Err(self.refused(n, wait, limiter))
+            }
+            Err(error) => {
+                tracing::warn!(%error, limit = self.kind.setting(), "the shared rate limit cannot be read; this replica's own bucket applies");
+                self.take(n, limiter)
+            }
+        }
+    }
+
+    /// Remembers what the bucket holds after a take, for the `x-ratelimit-*` headers.
+    fn record(&self, remaining: u32) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((remaining, Instant::now()));
+    }
+
+    /// The 429 of a take refused for `wait`.
+    fn refused(&self, n: usize, wait: Duration, limiter: &TenantLimiter) -> ApiError {
+        let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
+        let mut headers = limiter.headers();
+        // The refused bucket: what it lacks, and when this request would fit.
+        set_header(
+            &mut headers,
+            "remaining",
+            self.kind,
+            self.remaining().to_string(),
+        );
+        set_header(&mut headers, "reset", self.kind, duration_text(wait));
+        ApiError::RateLimited {
+            message: format!(
+                "tenant limit {} = {} reached: this request needs {n} {}; retry in {retry_after_s} s ({})",
+                self.kind.setting(),
+                self.limit.value,
+                self.kind.unit(),
+                limiter.how_to_change(self.limit, self.kind.flag()),
+            ),
+            retry_after_s,
+            headers,
+        }
+    }
+
+    /// The 413 of a take larger than the whole minute.
+    fn too_large(&self, n: usize, limiter: &TenantLimiter) -> ApiError {
+        ApiError::TooLarge {
+            loc: vec![],
+            message: format!(
+                "this request needs {n} {} but tenant limit {} = {} allows at most that many in a whole minute, so it can never pass; send a smaller request ({})",
+                self.kind.unit(),
+                self.kind.setting(),
+                self.limit.value,
+                limiter.how_to_change(self.limit, self.kind.flag()),
+            ),
         }
     }
 
@@ -342,6 +404,27 @@ impl TenantLimiter {
         Ok(())
     }
 
+    /// [`check_request`](Self::check_request) against the buckets the replicas share
+    /// ([`SharedRates`]), so the tenant's request and decision rates hold across replicas.
+    pub async fn check_request_shared(
+        &self,
+        questions: usize,
+        shared: &dyn SharedRates,
+    ) -> Result<(), ApiError> {
+        if let Some(decisions) = &self.decisions {
+            if questions > decisions.per_minute as usize {
+                return Err(decisions.too_large(questions, self));
+            }
+        }
+        if let Some(requests) = &self.requests {
+            requests.take_shared(1, self, shared).await?;
+        }
+        if let Some(decisions) = &self.decisions {
+            decisions.take_shared(questions, self, shared).await?;
+        }
+        Ok(())
+    }
+
     /// Takes `tokens` prompt tokens from the tenant's input-token rate (the pipeline calls
     /// it before each read on the model worker).
     pub fn admit_tokens(&self, tokens: usize) -> Result<(), ApiError> {
@@ -429,10 +512,21 @@ impl TenantLimiter {
 }
 
 /// Every tenant's limiter.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Limiters {
     defaults: Defaults,
     tenants: RwLock<HashMap<String, Arc<TenantLimiter>>>,
+    /// The request and decision buckets the replicas share (a Postgres store), if any.
+    shared: Option<Arc<dyn SharedRates>>,
+}
+
+impl std::fmt::Debug for Limiters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiters")
+            .field("defaults", &self.defaults)
+            .field("shared", &self.shared.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Limiters {
@@ -440,6 +534,32 @@ impl Limiters {
         Limiters {
             defaults,
             tenants: RwLock::new(HashMap::new()),
+            shared: None,
+        }
+    }
+
+    /// Limiters whose request and decision rates are taken from `shared` buckets.
+    pub fn with_shared(defaults: Defaults, shared: Option<Arc<dyn SharedRates>>) -> Limiters {
+        Limiters {
+            shared,
+            ..Limiters::new(defaults)
+        }
+    }
+
+    /// Takes one request and `questions` decisions from `limiter`'s rates: from the shared
+    /// buckets when the store has them, else from the limiter's own.
+    pub async fn check_request(
+        &self,
+        limiter: &TenantLimiter,
+        questions: usize,
+    ) -> Result<(), ApiError> {
+        match &self.shared {
+            Some(shared) => {
+                limiter
+                    .check_request_shared(questions, shared.as_ref())
+                    .await
+            }
+            None => limiter.check_request(questions),
         }
     }
 

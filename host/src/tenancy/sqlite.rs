@@ -370,7 +370,9 @@ impl Store for SqliteStore {
 
     fn add_plugin_version(&self, version: &PluginVersion) -> Result<u32, StoreError> {
         self.with(true, |c| {
-            let tx = c.transaction()?;
+            // Immediate: take the write lock first, so two connections numbering versions at
+            // once wait for each other instead of failing to upgrade a read lock (SQLITE_BUSY).
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let last: Option<i64> = tx.query_row(
                 "SELECT MAX(version) FROM plugin_versions WHERE tenant_id = ?1 AND name = ?2",
                 params![version.tenant_id, version.name],
@@ -422,7 +424,9 @@ impl Store for SqliteStore {
         version: u32,
     ) -> Result<bool, StoreError> {
         self.with(true, |c| {
-            let tx = c.transaction()?;
+            // Immediate: take the write lock first, so two connections numbering versions at
+            // once wait for each other instead of failing to upgrade a read lock (SQLITE_BUSY).
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let exists: Option<i64> = tx
                 .query_row(
                     "SELECT version FROM plugin_versions WHERE tenant_id = ?1 AND name = ?2 AND version = ?3",
@@ -487,119 +491,5 @@ impl Store for SqliteStore {
         self.with(true, |c| {
             Ok(c.execute("DELETE FROM calibrations WHERE tenant_id = ?1", [tenant_id])? > 0)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tenancy::store::{TenantLimits, TenantSettings};
-
-    fn scratch() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "decide-store-{}-{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        dir
-    }
-
-    fn tenant(id: &str, name: &str) -> Tenant {
-        Tenant {
-            id: id.into(),
-            name: name.into(),
-            limits: TenantLimits {
-                requests_per_minute: Some(60),
-                ..Default::default()
-            },
-            settings: TenantSettings::default(),
-            created_at: 1,
-        }
-    }
-
-    fn version(name: &str, sha256: &str) -> PluginVersion {
-        PluginVersion {
-            tenant_id: "tn_a".into(),
-            name: name.into(),
-            version: 0,
-            kind: "question-type".into(),
-            plugin_version: "1.0.0".into(),
-            sha256: sha256.into(),
-            size: 3,
-            created_at: 2,
-            active: true,
-        }
-    }
-
-    #[test]
-    fn tenants_keys_and_plugin_versions_survive_a_reopen() {
-        let dir = scratch();
-        {
-            let store = SqliteStore::open(&dir).unwrap();
-            store.create_tenant(&tenant("tn_a", "alpha")).unwrap();
-            assert!(matches!(
-                store.create_tenant(&tenant("tn_b", "alpha")),
-                Err(StoreError::Conflict(_))
-            ));
-            store
-                .add_key(&KeyRecord {
-                    id: "key_1".into(),
-                    tenant_id: "tn_a".into(),
-                    prefix: "dk_12345678".into(),
-                    hash: "ab".repeat(32),
-                    created_at: 1,
-                    revoked_at: None,
-                })
-                .unwrap();
-            let sha = store.put_blob(b"one").unwrap();
-            assert_eq!(
-                store
-                    .add_plugin_version(&version("openai-x", &sha))
-                    .unwrap(),
-                1
-            );
-            let sha2 = store.put_blob(b"two").unwrap();
-            assert_eq!(
-                store
-                    .add_plugin_version(&version("openai-x", &sha2))
-                    .unwrap(),
-                2
-            );
-        }
-        let store = SqliteStore::open(&dir).unwrap();
-        assert_eq!(
-            store.tenants().unwrap()[0].limits.requests_per_minute,
-            Some(60)
-        );
-        assert_eq!(store.active_keys().unwrap().len(), 1);
-        let active = store.active_plugins().unwrap();
-        assert_eq!(active.len(), 1);
-        assert_eq!(active[0].version, 2);
-        assert_eq!(store.blob(&active[0].sha256).unwrap().unwrap(), b"two");
-        assert!(store
-            .activate_plugin_version("tn_a", "openai-x", 1)
-            .unwrap());
-        assert_eq!(store.active_plugins().unwrap()[0].version, 1);
-        assert!(!store
-            .activate_plugin_version("tn_a", "openai-x", 9)
-            .unwrap());
-        assert!(store.revoke_key("tn_a", "key_1", 5).unwrap());
-        assert!(store.active_keys().unwrap().is_empty());
-        assert!(store.delete_tenant("tn_a").unwrap());
-        assert!(store.active_plugins().unwrap().is_empty());
-        assert!(store.keys("tn_a").unwrap().is_empty());
-        let _ = fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn another_connections_write_moves_the_generation() {
-        let dir = scratch();
-        let server = SqliteStore::open(&dir).unwrap();
-        let before = server.generation().unwrap();
-        let cli = SqliteStore::open(&dir).unwrap();
-        cli.create_tenant(&tenant("tn_c", "gamma")).unwrap();
-        assert_ne!(server.generation().unwrap(), before);
-        let _ = fs::remove_dir_all(&dir);
     }
 }

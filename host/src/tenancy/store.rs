@@ -155,6 +155,23 @@ pub trait Store: Send + Sync {
     /// another: the directory reloads when it moves.
     fn generation(&self) -> Result<u64, StoreError>;
 
+    /// Waits until the generation differs from `seen`, at most `timeout`, and returns it.
+    /// The default sleeps `timeout` and reads it (SQLite has no change notification);
+    /// Postgres wakes as soon as a change is notified.
+    fn wait_for_change(&self, seen: u64, timeout: std::time::Duration) -> Result<u64, StoreError> {
+        let _ = seen;
+        std::thread::sleep(timeout);
+        self.generation()
+    }
+
+    /// The rate buckets this store shares between replicas, if it does (Postgres); `None`
+    /// keeps every bucket in this process (the embedded store serves one node).
+    fn shared_rates(
+        self: std::sync::Arc<Self>,
+    ) -> Option<std::sync::Arc<dyn super::shared_rates::SharedRates>> {
+        None
+    }
+
     /// Adds a tenant; a duplicate id or name is a [`StoreError::Conflict`].
     fn create_tenant(&self, tenant: &Tenant) -> Result<(), StoreError>;
     /// Every tenant, oldest first.

@@ -74,7 +74,7 @@ pub fn evaluate(
     chosen: &Setup,
     chosen_policy: &str,
     permute: usize,
-    progress: &dyn Fn(String),
+    progress: &crate::progress::Reporter,
 ) -> Report {
     let policies: Vec<_> = engine
         .plugins()
@@ -86,13 +86,10 @@ pub fn evaluate(
     let neutral = policies.iter().find_map(|p| p.neutral_states());
     let mut rows = Vec::new();
     let mut flips = Vec::new();
+    let task = progress.start("held-out evaluation", "setups", measured.len() as u64);
     for (i, (setup, tuning)) in measured.iter().enumerate() {
-        progress(format!(
-            "held-out ({}/{}): {}",
-            i + 1,
-            measured.len(),
-            setup.label()
-        ));
+        task.set_done(i as u64);
+        task.set_detail(setup.label());
         let (answered, _) = read_set(engine, setup, heldout, neutral, &mut |_| {});
         for policy in &policies {
             let train: Result<Vec<LabelledScores>, String> = tuning

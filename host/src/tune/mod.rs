@@ -35,6 +35,7 @@ use crate::calibration::ece::{self, Interval, Top};
 use crate::calibration::questions::{self, QuestionSet};
 use crate::pipeline::{Engine, Question, RequestScope, Resolved, Setup, SetupSource};
 use crate::plugins::PluginKind;
+use crate::progress::{Reporter, Task};
 use crate::readout::{self, Choice, Scheme};
 use store::Saved;
 
@@ -50,9 +51,6 @@ pub const MIN_ANSWERED: usize = 50;
 
 /// Inputs read at once on a GPU (on CPU one: candle already uses every core).
 const GPU_WORKERS: usize = 16;
-
-/// Seconds between progress lines.
-const PROGRESS_EVERY_S: f64 = 5.0;
 
 /// Bump when the selection rule changes, so saved results made by another rule are not reused.
 pub const RULE: &str = "best-accuracy-kept-if-paired-gain-interval-above-zero/1";
@@ -121,7 +119,7 @@ pub struct CandidateReport {
 pub fn startup(
     engine: &Engine,
     settings: &Settings,
-    progress: &dyn Fn(String),
+    progress: &Reporter,
 ) -> (Setup, Option<Saved>) {
     if matches!(settings.questions, Questions::Skip) {
         tracing::info!(
@@ -163,11 +161,7 @@ pub fn candidates(renderers: &[String]) -> Vec<Setup> {
 }
 
 /// Measures (or reuses) and saves; errors name the cause.
-pub fn run(
-    engine: &Engine,
-    settings: &Settings,
-    progress: &dyn Fn(String),
-) -> Result<Saved, String> {
+pub fn run(engine: &Engine, settings: &Settings, progress: &Reporter) -> Result<Saved, String> {
     run_measured(engine, settings, progress).map(|(saved, _)| saved)
 }
 
@@ -178,7 +172,7 @@ pub type Measured = Vec<(Setup, Vec<Answered>)>;
 pub fn run_measured(
     engine: &Engine,
     settings: &Settings,
-    progress: &dyn Fn(String),
+    progress: &Reporter,
 ) -> Result<(Saved, Measured), String> {
     let started = Instant::now();
     let set = settings.questions.load_with(builtin_set)?;
@@ -195,37 +189,15 @@ pub fn run_measured(
             Err(cause) => tracing::warn!("{cause}; tuning again"),
         }
     }
+    // Renderer selection: every candidate reads every question (the permuted one four times).
     let expected_reads = (setups.len() + 4) * set.questions.len();
-    let mut done_reads = 0usize;
+    let task = progress.start("tuning", "reads", expected_reads as u64);
     let mut measured: Vec<(CandidateReport, Vec<Answered>)> = Vec::new();
-    // A progress line every few seconds (each is a log line in `decide tune`).
-    let last = std::cell::Cell::new(None::<Instant>);
-    let tick = |done: usize| {
-        if last
-            .get()
-            .is_some_and(|at| at.elapsed().as_secs_f64() < PROGRESS_EVERY_S)
-        {
-            return;
-        }
-        last.set(Some(Instant::now()));
-        let elapsed = started.elapsed().as_secs_f64();
-        let eta = if done > 0 {
-            format!(
-                ", ETA {:.0} s",
-                elapsed / done as f64 * expected_reads.saturating_sub(done) as f64
-            )
-        } else {
-            String::new()
-        };
-        progress(format!(
-            "tuning ({done}/{expected_reads} question reads, {elapsed:.0} s{eta})"
-        ));
-    };
     for setup in &setups {
+        task.set_detail(setup.label());
         let (report, answered) =
             measure(engine, setup, &set, settings.neutral.as_deref(), &mut |n| {
-                done_reads += n;
-                tick(done_reads)
+                task.advance(n as u64)
             });
         measured.push((report, answered));
     }
@@ -237,15 +209,13 @@ pub fn run_measured(
         if permuted.labels == Scheme::Words {
             permuted.labels = Scheme::Letters;
         }
+        task.set_detail(permuted.label());
         let (report, answered) = measure(
             engine,
             &permuted,
             &set,
             settings.neutral.as_deref(),
-            &mut |n| {
-                done_reads += n * 4;
-                tick(done_reads)
-            },
+            &mut |n| task.advance(n as u64 * 4),
         );
         setups.push(permuted);
         measured.push((report, answered));
@@ -256,7 +226,8 @@ pub fn run_measured(
         .zip(measured.iter().map(|(_, answered)| answered.clone()))
         .collect();
     let mut saved = store::decide(key, &set, measured, started.elapsed().as_secs_f64(), engine);
-    saved.policy = choose_policy(engine, &saved.setup(), &reads, &set, progress);
+    saved.policy = choose_policy(engine, &saved.setup(), &reads, &set, &task);
+    task.finish();
     saved.seconds = started.elapsed().as_secs_f64();
     match store::save(&settings.dir, &saved) {
         Ok(path) => log_lines(&saved, &format!("saved to {}", path.display())),
@@ -275,7 +246,7 @@ fn choose_policy(
     chosen: &Setup,
     reads: &Measured,
     set: &QuestionSet,
-    progress: &dyn Fn(String),
+    task: &Task,
 ) -> Option<store::PolicyChoice> {
     let policies = calibration::compared_policies(engine, calibration::AUTO_FALLBACK);
     let neutral = policies
@@ -286,7 +257,7 @@ fn choose_policy(
         .find(|(setup, _)| setup.label() == chosen.label())?;
     let mut samples: Vec<Sample> = answered.iter().map(|a| a.sample.clone()).collect();
     if neutral.is_some() && samples.iter().any(|s| s.content_free.is_none()) {
-        progress(format!("tuning (content-free reads of {})", chosen.label()));
+        task.set_detail(format!("content-free reads of {}", chosen.label()));
         let (answered, _) = read_set(engine, chosen, set, neutral.as_deref(), &mut |_| {});
         samples = answered.into_iter().map(|a| a.sample).collect();
     }

@@ -134,7 +134,26 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let value = super::read_json(state, headers, body, false).await?;
-    let parsed = parse(&value, &ClassifyLimits::of(state))?;
+    let (body, decided) = answer(state, &caller, engine, &value).await?;
+    let mut response = axum::Json(body).into_response();
+    if let Some(decided) = &decided {
+        super::add_step_times(&mut response, decided);
+    }
+    Ok(response)
+}
+
+/// Answers a classification body for `caller`: parses and compiles its schema, checks the
+/// model it names, reads every field the model decides in one shared-prefix pass under the
+/// caller's limits, and assembles the value. Returns the response body and how it was decided
+/// (none when the schema fixes every field). The one path from a `/v1/classify` body to its
+/// answer, for the HTTP endpoints and the MCP `classify` tool.
+pub(crate) async fn answer(
+    state: &SharedState,
+    caller: &Caller,
+    engine: std::sync::Arc<crate::pipeline::Engine>,
+    value: &Value,
+) -> Result<(Value, Option<Decided>), ApiError> {
+    let parsed = parse(value, &ClassifyLimits::of(state))?;
     let model = super::check_model(
         state,
         Wire::SystemOne,
@@ -157,22 +176,12 @@ async fn run(
             min_option_mass: None,
             timeout: parsed.timeout,
             return_prompt: parsed.return_prompt,
-            scope: super::request_scope(&caller),
+            scope: super::request_scope(caller),
         };
-        Some(super::decide(state, &caller, engine, request).await?.0)
+        Some(super::decide(state, caller, engine, request).await?.0)
     };
-    let mut response = axum::Json(respond(
-        &model,
-        &parsed,
-        &leaves,
-        decided.as_ref(),
-        &validator,
-    ))
-    .into_response();
-    if let Some(decided) = &decided {
-        super::add_step_times(&mut response, decided);
-    }
-    Ok(response)
+    let body = respond(&model, &parsed, &leaves, decided.as_ref(), &validator);
+    Ok((body, decided))
 }
 
 pub(crate) fn parse(value: &Value, limits: &ClassifyLimits) -> Result<Parsed, ApiError> {
