@@ -54,6 +54,17 @@ def check(condition, message):
     (passed if condition else failures).append(message)
 
 
+def in_threads(target, args_list):
+    """Runs target(*args) for each args in threads and waits for all; returns the seconds taken."""
+    threads = [threading.Thread(target=target, args=args) for args in args_list]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - started
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -260,11 +271,7 @@ def cache_run(replicas, base, key, inputs, repeats, with_header):
             with lock:
                 served.setdefault(text, set()).add(got.get("X-Decide-Replica"))
 
-    threads = [threading.Thread(target=client) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(client, [()] * 2)
     after = [r.metrics() for r in replicas]
     delta = {n: sum(a.get(n, 0) - b.get(n, 0) for a, b in zip(after, before)) for n in names}
     token_rate = delta[names[0]] / max(delta[names[1]], 1)
@@ -300,13 +307,7 @@ def rate_limit(replicas, proxy, report):
             with lock:
                 results.append(status)
 
-    threads = [threading.Thread(target=client, args=(limit // 2,)) for _ in range(6)]
-    started = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    took = time.monotonic() - started
+    took = in_threads(client, [(limit // 2,)] * 6)
     passed = results.count(200)
     # Within `took` seconds the bucket refills took/60 * limit requests.
     allowed = limit + limit * took / 60
