@@ -141,8 +141,10 @@ class Proxy:
                **{f"R{i + 1}_PORT": str(r.port) for i, r in enumerate(replicas)}}
         config = ROOT / "tests/replicas/haproxy.cfg"
         subprocess.run(["haproxy", "-c", "-q", "-f", str(config)], env=env, check=True)
-        self.process = subprocess.Popen(["haproxy", "-db", "-f", str(config)], env=env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.log = Path(tempfile.mkdtemp(prefix="decide-haproxy-")) / "log"
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(["haproxy", "-db", "-f", str(config)], env=env,
+                                            stdout=log, stderr=subprocess.STDOUT)
         self.affinity = f"http://127.0.0.1:{self.ports['AFFINITY_PORT']}"
         self.roundrobin = f"http://127.0.0.1:{self.ports['ROUNDROBIN_PORT']}"
 
@@ -362,6 +364,9 @@ def kill_under_load(replicas, proxy, key, report):
     print(f"      {len(log)} requests; {len(lost)} not answered; HAProxy retried or redispatched {retried}")
     for entry in lost[:5]:
         print(f"      lost: status {entry[2]} from {entry[3]}: {str(entry[4])[:200]}")
+    if lost:
+        failed = [line for line in proxy.log.read_text().splitlines() if " 502 " in line or " 503 " in line]
+        print("      HAProxy's log of them:\n        " + "\n        ".join(failed[:10]))
     check(not lost, f"no request lost when {victim.name} was killed under load ({len(lost)} of {len(log)})")
     check(answered_by(while_down) == ["r1", "r2"], f"while {victim.name} was down or loading, r1 and r2 answered everything ({answered_by(while_down)})")
     after = [e for e in log if e[0] > back_at + 1]
