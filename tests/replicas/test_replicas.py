@@ -54,6 +54,17 @@ def check(condition, message):
     (passed if condition else failures).append(message)
 
 
+def in_threads(target, args_list):
+    """Runs target(*args) for each args in threads and waits for all; returns the seconds taken."""
+    threads = [threading.Thread(target=target, args=args) for args in args_list]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - started
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -130,8 +141,10 @@ class Proxy:
                **{f"R{i + 1}_PORT": str(r.port) for i, r in enumerate(replicas)}}
         config = ROOT / "tests/replicas/haproxy.cfg"
         subprocess.run(["haproxy", "-c", "-q", "-f", str(config)], env=env, check=True)
-        self.process = subprocess.Popen(["haproxy", "-db", "-f", str(config)], env=env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.log = Path(tempfile.mkdtemp(prefix="decide-haproxy-")) / "log"
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(["haproxy", "-db", "-f", str(config)], env=env,
+                                            stdout=log, stderr=subprocess.STDOUT)
         self.affinity = f"http://127.0.0.1:{self.ports['AFFINITY_PORT']}"
         self.roundrobin = f"http://127.0.0.1:{self.ports['ROUNDROBIN_PORT']}"
 
@@ -260,11 +273,7 @@ def cache_run(replicas, base, key, inputs, repeats, with_header):
             with lock:
                 served.setdefault(text, set()).add(got.get("X-Decide-Replica"))
 
-    threads = [threading.Thread(target=client) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(client, [()] * 2)
     after = [r.metrics() for r in replicas]
     delta = {n: sum(a.get(n, 0) - b.get(n, 0) for a, b in zip(after, before)) for n in names}
     token_rate = delta[names[0]] / max(delta[names[1]], 1)
@@ -300,13 +309,7 @@ def rate_limit(replicas, proxy, report):
             with lock:
                 results.append(status)
 
-    threads = [threading.Thread(target=client, args=(limit // 2,)) for _ in range(6)]
-    started = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    took = time.monotonic() - started
+    took = in_threads(client, [(limit // 2,)] * 6)
     passed = results.count(200)
     # Within `took` seconds the bucket refills took/60 * limit requests.
     allowed = limit + limit * took / 60
@@ -361,6 +364,9 @@ def kill_under_load(replicas, proxy, key, report):
     print(f"      {len(log)} requests; {len(lost)} not answered; HAProxy retried or redispatched {retried}")
     for entry in lost[:5]:
         print(f"      lost: status {entry[2]} from {entry[3]}: {str(entry[4])[:200]}")
+    if lost:
+        failed = [line for line in proxy.log.read_text().splitlines() if " 502 " in line or " 503 " in line]
+        print("      HAProxy's log of them:\n        " + "\n        ".join(failed[:10]))
     check(not lost, f"no request lost when {victim.name} was killed under load ({len(lost)} of {len(log)})")
     check(answered_by(while_down) == ["r1", "r2"], f"while {victim.name} was down or loading, r1 and r2 answered everything ({answered_by(while_down)})")
     after = [e for e in log if e[0] > back_at + 1]

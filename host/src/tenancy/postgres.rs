@@ -30,7 +30,10 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use super::shared_rates::{remaining_cells, wait_for, SharedRates, Take, Taking};
-use super::store::{KeyRecord, PluginVersion, Store, StoreError, Tenant};
+use super::store::{
+    json, KeyRecord, PluginVersion, Store, StoreError, Tenant, KEY_COLUMNS, TENANT_COLUMNS,
+    VERSION_COLUMNS,
+};
 
 /// The channel every change is notified on.
 const CHANNEL: &str = "decide_store_changed";
@@ -95,11 +98,6 @@ CREATE OR REPLACE TRIGGER plugin_versions_changed AFTER INSERT OR UPDATE OR DELE
 CREATE OR REPLACE TRIGGER calibrations_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON calibrations
     FOR EACH STATEMENT EXECUTE FUNCTION decide_notify_change();
 ";
-
-const TENANT_COLUMNS: &str = "id, name, limits, settings, created_at";
-const KEY_COLUMNS: &str = "id, tenant_id, prefix, hash, created_at, revoked_at";
-const VERSION_COLUMNS: &str =
-    "tenant_id, name, version, kind, plugin_version, sha256, size, created_at, active";
 
 /// The generation and the condition its waiters sleep on.
 #[derive(Default)]
@@ -355,10 +353,6 @@ fn version_from_row(row: &Row) -> PluginVersion {
         created_at: row.get::<_, i64>(7) as u64,
         active: row.get(8),
     }
-}
-
-fn json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "{}".into())
 }
 
 /// A duplicate tenant name is a conflict; anything else a database error.

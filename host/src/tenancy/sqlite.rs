@@ -16,7 +16,10 @@ use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::store::{KeyRecord, PluginVersion, Store, StoreError, Tenant};
+use super::store::{
+    json, KeyRecord, PluginVersion, Store, StoreError, Tenant, KEY_COLUMNS, TENANT_COLUMNS,
+    VERSION_COLUMNS,
+};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tenants (
@@ -200,15 +203,6 @@ fn version_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PluginVersion> 
         created_at: row.get::<_, i64>(7)? as u64,
         active: row.get::<_, i64>(8)? != 0,
     })
-}
-
-const TENANT_COLUMNS: &str = "id, name, limits, settings, created_at";
-const KEY_COLUMNS: &str = "id, tenant_id, prefix, hash, created_at, revoked_at";
-const VERSION_COLUMNS: &str =
-    "tenant_id, name, version, kind, plugin_version, sha256, size, created_at, active";
-
-fn json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "{}".into())
 }
 
 fn is_unique_violation(error: &rusqlite::Error) -> bool {

@@ -122,6 +122,17 @@ pub struct PluginVersion {
     pub active: bool,
 }
 
+/// The columns of each table, in the order both stores read and write them.
+pub(super) const TENANT_COLUMNS: &str = "id, name, limits, settings, created_at";
+pub(super) const KEY_COLUMNS: &str = "id, tenant_id, prefix, hash, created_at, revoked_at";
+pub(super) const VERSION_COLUMNS: &str =
+    "tenant_id, name, version, kind, plugin_version, sha256, size, created_at, active";
+
+/// A record's limits or settings as the stores keep them (JSON text).
+pub(super) fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "{}".into())
+}
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
