@@ -3,8 +3,8 @@
 # test model SmolLM2-135M), then the guest plugins' shared-logic tests, the unit tests of every
 # crate, the end-to-end tests against the real binary (tests/e2e; traces go to an OTLP receiver
 # the test starts), the client SDKs, a short soak under faults (bench/soak.py), schemathesis
-# against /openapi.json, then every fuzz target for a short while (scripts/fuzz.sh, 30 s each; DECIDE_FUZZ_SECONDS to change it). Ends with
-# one summary line counting every test that ran.
+# against /openapi.json, then every fuzz target for a short while (scripts/fuzz.sh, 30 s each;
+# DECIDE_FUZZ_SECONDS to change it). Ends with one summary line counting every test that ran.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
