@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need (the wasm target, the small
 # test model SmolLM2-135M), then the guest plugins' shared-logic tests, the unit tests of every
-# crate, the end-to-end tests against the real binary (tests/e2e), the client SDKs and MCP client, a short
-# soak under faults (bench/soak.py), schemathesis against /openapi.json, three replicas on a
-# shared Postgres behind HAProxy (scripts/replicas-test.sh), the deployment manifests against
-# the Kubernetes schemas (deploy/validate.sh), then every fuzz target
-# for a short while (scripts/fuzz.sh, 30 s each; DECIDE_FUZZ_SECONDS to change it). Ends with
-# one summary line counting every test that ran.
+# crate, the end-to-end tests against the real binary (tests/e2e; traces go to an OTLP receiver
+# the test starts), the client SDKs and MCP client, a short soak under faults (bench/soak.py),
+# schemathesis against /openapi.json, three replicas on a shared Postgres behind HAProxy
+# (scripts/replicas-test.sh), the deployment manifests against the Kubernetes schemas
+# (deploy/validate.sh), then every fuzz target for a short while (scripts/fuzz.sh, 30 s each;
+# DECIDE_FUZZ_SECONDS to change it). Ends with one summary line counting every test that ran.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

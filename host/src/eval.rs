@@ -10,7 +10,6 @@
 //! `permutation` readout).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -18,7 +17,6 @@ use serde_json::{json, Value};
 
 use crate::calibration::questions::{expected_index, LabelledQuestion, QuestionSet};
 use crate::config::EvalArgs;
-use crate::metrics::Metrics;
 use crate::pipeline::{DecisionRequest, Engine, Outcome, Question};
 use crate::progress::Reporter;
 use crate::readout::{self, permutation::argmax, Choice, Detail};
@@ -30,12 +28,7 @@ type Asked = Result<(usize, f32, Detail), String>;
 /// Runs the evaluation, prints the figures and writes the JSON report when asked.
 pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let progress = crate::progress::Reporter::cli(config.progress_every_s);
-    let (mut engine, served) =
-        server::load_engine(config, Arc::new(Metrics::default()), &progress, &|s| {
-            tracing::info!("{s}")
-        })?;
-    server::check_answer_slot(&mut engine, config, &progress)?;
+    let (engine, served, progress) = server::load_for_cli(config)?;
     let mut set = QuestionSet::read(&args.questions).map_err(anyhow::Error::msg)?;
     if args.limit > 0 && args.limit < set.questions.len() {
         // An evenly spaced subset, so a short run still covers every part of the file.

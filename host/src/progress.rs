@@ -313,6 +313,10 @@ impl Shared {
             Some(subject) => format!("{} of {subject}", self.name),
             None => self.name.clone(),
         };
+        // A task whose size is not known yet starts with nothing to count.
+        if how == "started" && f.total == 0 && f.done == 0 {
+            return format!("progress: {who} started");
+        }
         let mut line = format!("progress: {who} {how}: {}", self.counts(&f));
         if f.total > 0 {
             line.push_str(&format!(

@@ -348,8 +348,8 @@ impl JobTrace {
             target: "decide::scheduler",
             parent: &request,
             "queue_wait",
-            decide.prompts = prompts.len(),
-            decide.tokens = work_tokens(prompts),
+            decide.prompts = prompts.len() as i64,
+            decide.tokens = work_tokens(prompts) as i64,
         );
         JobTrace {
             request,
@@ -371,10 +371,10 @@ fn model_pass_spans(batch: &mut [Job]) -> Vec<tracing::Span> {
                 target: "decide::scheduler",
                 parent: &job.trace.request,
                 "model_pass",
-                decide.batch.requests = requests,
-                decide.batch.tokens = batch_tokens,
-                decide.prompts = job.prompts.len(),
-                decide.tokens = job.tokens(),
+                decide.batch.requests = requests as i64,
+                decide.batch.tokens = batch_tokens as i64,
+                decide.prompts = job.prompts.len() as i64,
+                decide.tokens = job.tokens() as i64,
                 decide.cached_tokens = tracing::field::Empty,
                 decide.forward_passes = tracing::field::Empty,
             )
@@ -394,8 +394,8 @@ fn close_model_pass_spans(spans: Vec<tracing::Span>, results: &[JobResult]) {
             .flatten()
             .map(|(_, cached)| cached)
             .sum();
-        span.record("decide.cached_tokens", cached);
-        span.record("decide.forward_passes", result.forward_passes);
+        span.record("decide.cached_tokens", cached as i64);
+        span.record("decide.forward_passes", result.forward_passes as i64);
     }
 }
 

@@ -370,17 +370,24 @@ fn apply_tuned_correction(
     true
 }
 
-/// `decide tune`: loads plugins and model like `serve`, measures every candidate setup
-/// (always anew), prints the report lines and saves the result where `serve` reuses it; with
-/// `--heldout`, scores every setup x policy on the held-out file and prints the table.
-pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
-    let config = &args.config;
+/// What the CLI subcommands start with: plugins and model loaded like `serve` and the
+/// self-check passed, with the terminal's progress (bars on a terminal, lines otherwise).
+pub fn load_for_cli(config: &Config) -> anyhow::Result<(Engine, String, Reporter)> {
     let progress = Reporter::cli(config.progress_every_s);
     let (mut engine, served) =
         load_engine(config, Arc::new(Metrics::default()), &progress, &|step| {
             tracing::info!("{step}")
         })?;
     check_answer_slot(&mut engine, config, &progress)?;
+    Ok((engine, served, progress))
+}
+
+/// `decide tune`: loads plugins and model like `serve`, measures every candidate setup
+/// (always anew), prints the report lines and saves the result where `serve` reuses it; with
+/// `--heldout`, scores every setup x policy on the held-out file and prints the table.
+pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
+    let config = &args.config;
+    let (engine, served, progress) = load_for_cli(config)?;
     let settings = tune::Settings {
         questions: match &args.questions {
             Some(path) => tune::Questions::File(path.clone()),
@@ -453,12 +460,7 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
 /// re-fitting), prints the report lines and saves the result where `serve` reuses it.
 pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let progress = Reporter::cli(config.progress_every_s);
-    let (mut engine, served) =
-        load_engine(config, Arc::new(Metrics::default()), &progress, &|step| {
-            tracing::info!("{step}")
-        })?;
-    check_answer_slot(&mut engine, config, &progress)?;
+    let (mut engine, served, progress) = load_for_cli(config)?;
     // Calibrate the setup answers will get (a saved tuning result is reused).
     startup_tuning(&mut engine, config, &progress);
     let questions = match &args.questions {

@@ -22,6 +22,8 @@
 //! and the worker opens one `model_pass` span under each request it served, with the batch's
 //! size and tokens and the request's own. A W3C `traceparent` header on the request makes its
 //! span a child of the caller's (the global propagator is W3C trace context).
+//!
+//! Counts are recorded as `i64`: `tracing-opentelemetry` exports unsigned fields as text.
 
 use std::time::Duration;
 
@@ -163,7 +165,10 @@ pub async fn trace_requests(request: Request, next: Next) -> Response {
     // Without a remote parent the span starts a trace of its own.
     let _ = span.set_parent(parent);
     let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
-    span.record("http.response.status_code", response.status().as_u16());
+    span.record(
+        "http.response.status_code",
+        i64::from(response.status().as_u16()),
+    );
     response
 }
 

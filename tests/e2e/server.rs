@@ -3,6 +3,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -70,6 +71,8 @@ pub struct Server {
     child: Child,
     pub base: String,
     client: reqwest::blocking::Client,
+    /// Its stderr lines when started by [`Server::start_logged`].
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 pub struct Reply {
@@ -82,6 +85,20 @@ impl Server {
     /// Starts the binary with the test model and `extra` flags; returns once it listens
     /// (not necessarily ready: see [`Server::wait_ready`]).
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_with(extra, false)
+    }
+
+    /// [`Server::start`] with its `info` log kept (see [`Server::log`]) instead of shown.
+    pub fn start_logged(extra: &[&str]) -> Server {
+        Server::start_with(extra, true)
+    }
+
+    /// The stderr lines so far of a server started by [`Server::start_logged`].
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn start_with(extra: &[&str], logged: bool) -> Server {
         let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache");
         let mut command = Command::new(env!("CARGO_BIN_EXE_decide"));
         command.arg("serve");
@@ -111,11 +128,24 @@ impl Server {
             .arg("--cache-dir")
             .arg(&cache)
             .args(extra)
-            .env("DECIDE_LOG", "warn")
+            .env("DECIDE_LOG", if logged { "info" } else { "warn" })
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if logged {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .spawn()
             .expect("start decide");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        if let Some(stderr) = child.stderr.take() {
+            let lines = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(stdout)
@@ -134,6 +164,7 @@ impl Server {
             child,
             base,
             client,
+            log,
         }
     }
 

@@ -13,7 +13,7 @@ use crate::tenant_fixture::seed_tenant;
 /// (a billing team's queue), in groups of five so cross-validation has folds. SmolLM2 answers
 /// nearly every ticket `billing` with ~0.67, so its fit lands inside the policy's search
 /// range (on the built-in set it is near chance and its fit is rejected at the edge).
-fn labelled_questions(n: usize) -> String {
+pub fn labelled_questions(n: usize) -> String {
     let criteria: serde_json::Map<String, Value> = ["billing", "shipping", "login"]
         .iter()
         .map(|t| (t.to_string(), Value::Null))
@@ -59,7 +59,7 @@ fn temperature_source(server: &Server, key: &str) -> String {
         .to_string()
 }
 
-fn put_questions(server: &Server, key: &str, text: String) -> crate::server::Reply {
+pub fn put_questions(server: &Server, key: &str, text: String) -> crate::server::Reply {
     server.put_bytes_as(
         "/v1/calibration",
         key,

@@ -137,7 +137,7 @@ impl Engine {
         }
         let asked = items.iter().any(|item| item.questions.is_none());
         let mut shared =
-            tracing::debug_span!(target: "decide::pipeline", "compile", decide.questions = request.questions.len())
+            tracing::debug_span!(target: "decide::pipeline", "compile", decide.questions = request.questions.len() as i64)
                 .in_scope(|| self.shared(request, asked))?;
         // The request's own work (setup, shared compile and neutral reads), not any item's.
         let mut work = Decided::new();
@@ -256,7 +256,7 @@ impl Engine {
         }
         let (questions, planned) = match &item.questions {
             // An item's own questions are compiled for it.
-            Some(own) => tracing::debug_span!(target: "decide::pipeline", "compile", decide.questions = own.len())
+            Some(own) => tracing::debug_span!(target: "decide::pipeline", "compile", decide.questions = own.len() as i64)
                 .in_scope(|| self.item_questions(shared, &item))?,
             None => self.item_questions(shared, &item)?,
         };
@@ -285,7 +285,7 @@ impl Engine {
         decided.timings.prepare = (read_at - compiled_at).saturating_sub(decided.timings.model);
         let given = shared.given(content_free);
         let _answer =
-            tracing::debug_span!(target: "decide::pipeline", "answer", decide.questions = reads.len())
+            tracing::debug_span!(target: "decide::pipeline", "answer", decide.questions = reads.len() as i64)
                 .entered();
         for read in reads {
             decided.outcomes.push(match read {

@@ -136,7 +136,7 @@ fn render_span(questions: usize) -> tracing::Span {
     tracing::debug_span!(
         target: "decide::pipeline",
         "render_tokenize",
-        decide.questions = questions,
+        decide.questions = questions as i64,
         decide.prompts = tracing::field::Empty,
         decide.prompt_tokens = tracing::field::Empty,
     )
@@ -152,8 +152,8 @@ fn record_prompts<'p>(span: &tracing::Span, groups: impl Iterator<Item = &'p [Pr
         prompts += group.len();
         tokens += group.iter().map(|p| p.tokens).sum::<usize>();
     }
-    span.record("decide.prompts", prompts);
-    span.record("decide.prompt_tokens", tokens);
+    span.record("decide.prompts", prompts as i64);
+    span.record("decide.prompt_tokens", tokens as i64);
 }
 
 /// `items.map(f)` in order, spread over the available cores in contiguous chunks (inline
