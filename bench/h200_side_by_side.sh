@@ -11,7 +11,8 @@
 #   decide: starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
-#           bench/side_by_side.sh against it, stops it. decide.log, workloads.json, side/.
+#           bench/side_by_side.sh against it, then bench/saturation.py at 64 and 256 clients,
+#           stops it. decide.log, workloads.json, side/, saturation-c*.json.
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
@@ -63,6 +64,11 @@ decide)
   python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"
   cp "$W"/*.json "$OUT/" 2>/dev/null
   bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side"
+  # Where short-prompt throughput goes at saturation (worker busy time, pass efficiency).
+  for clients in 64 256; do
+    python3 bench/saturation.py --url "$url" --workload "$W/decide-short.jsonl" --clients $clients \
+      --seconds "$SECONDS_PER_RUN" --loadgen "$LOADGEN" --report "$OUT/saturation-c$clients.json"
+  done
   python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" >"$OUT/decide-metrics.txt" 2>&1
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory.txt" 2>&1
   stop $server

@@ -18,6 +18,9 @@ pub struct Metrics {
     input_tokens: AtomicU64,
     forward_passes: AtomicU64,
     decide_micros: AtomicU64,
+    /// Wall time the model worker spent reading batches (over the wall time of a run: how
+    /// busy the model was; at saturation, below 1 means the host side kept it waiting).
+    model_busy_micros: AtomicU64,
     batches: AtomicU64,
     batched_jobs: AtomicU64,
     /// Batch requests (`/v1/systemone/batch`) and their items.
@@ -95,6 +98,13 @@ impl Metrics {
         ] {
             counter.store(value, Ordering::Relaxed);
         }
+    }
+
+    /// Records the wall time of one batch read by the model worker (passes and prefills,
+    /// with the sparse jobs read between them).
+    pub fn record_model_busy(&self, elapsed: Duration) {
+        self.model_busy_micros
+            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// The prefix cache as last recorded: (entries, KV bytes, hits, misses), for `/health`.
@@ -306,11 +316,24 @@ impl Metrics {
                 value.load(Ordering::Relaxed)
             );
         }
-        let seconds = self.decide_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(
-            text,
-            "# HELP decide_pipeline_seconds_total Time spent in the decision pipeline.\n# TYPE decide_pipeline_seconds_total counter\ndecide_pipeline_seconds_total {seconds}"
-        );
+        for (name, help, micros) in [
+            (
+                "decide_pipeline_seconds_total",
+                "Time spent in the decision pipeline.",
+                &self.decide_micros,
+            ),
+            (
+                "decide_model_busy_seconds_total",
+                "Time the model worker spent reading batches; its rate is the worker's utilization.",
+                &self.model_busy_micros,
+            ),
+        ] {
+            let seconds = micros.load(Ordering::Relaxed) as f64 / 1e6;
+            let _ = writeln!(
+                text,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {seconds}"
+            );
+        }
         text
     }
 }

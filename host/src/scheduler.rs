@@ -614,6 +614,7 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
             ms = started.elapsed().as_secs_f64() * 1e3,
             "batch read"
         );
+        metrics.record_model_busy(started.elapsed());
         metrics.record_batch(batch.len(), &cache.stats());
         reply(batch, results);
         for flow in flows {

@@ -266,14 +266,36 @@ struct RowState {
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 };
 
+// How the output fragments must be rescaled after a softmax step: by alpha0 (row g) and
+// alpha1 (row g + 8), unless no row of the warp found a new maximum (`needed` false, the
+// usual case once a row has seen a few tiles).
+struct Rescale {
+    bool needed;
+    float alpha0, alpha1;
+};
+
+// Multiplies the output fragments o (OT tiles) by r's factors, if needed.
+template <int OT>
+__device__ __forceinline__ void rescale_output(float (&o)[OT][4], Rescale r) {
+    if (!r.needed) return;
+#pragma unroll
+    for (int n = 0; n < OT; ++n) {
+        o[n][0] *= r.alpha0;
+        o[n][1] *= r.alpha0;
+        o[n][2] *= r.alpha1;
+        o[n][3] *= r.alpha1;
+    }
+}
+
 // Masks a tile of scores s (NT 8-column tiles from col0; unless `whole`), updates the running
-// maxima and sums, rescales the output fragments o (OT tiles) and turns s into the
-// unnormalised probabilities, in base 2 with the scale folded into one FMA per score. b0, b1:
-// the bounds of the thread's two rows.
-template <int NT, int OT>
-__device__ __forceinline__ void softmax_update(float (&s)[NT][4], float (&o)[OT][4],
-                                               RowState& st, bool whole, int col0, int4 b0,
-                                               int4 b1, int tq, float scale_log2) {
+// maxima and sums, and turns s into the unnormalised probabilities, in base 2 with the scale
+// folded into one FMA per score. Returns how the output accumulated so far must be rescaled
+// before these probabilities are added to it (the Hopper kernel defers that until its previous
+// tile's O += P V has finished). b0, b1: the bounds of the thread's two rows.
+template <int NT>
+__device__ __forceinline__ Rescale softmax_scores(float (&s)[NT][4], RowState& st, bool whole,
+                                                  int col0, int4 b0, int4 b1, int tq,
+                                                  float scale_log2) {
     if (!whole) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
@@ -309,18 +331,12 @@ __device__ __forceinline__ void softmax_update(float (&s)[NT][4], float (&o)[OT]
     // exactly 1: computed, m * scale - n * scale may round to a tiny nonzero (contracted into
     // an FMA), which would make a row's result depend on whether another row of its warp
     // rescaled (on how rows were batched and padded).
-    if (!__all_sync(0xffffffff, n0 == st.m0 && n1 == st.m1)) {
-        const float alpha0 = n0 == st.m0 ? 1.f : exp2_ftz(st.m0 * scale_log2 - base0);
-        const float alpha1 = n1 == st.m1 ? 1.f : exp2_ftz(st.m1 * scale_log2 - base1);
-        st.l0 *= alpha0;
-        st.l1 *= alpha1;
-#pragma unroll
-        for (int n = 0; n < OT; ++n) {
-            o[n][0] *= alpha0;
-            o[n][1] *= alpha0;
-            o[n][2] *= alpha1;
-            o[n][3] *= alpha1;
-        }
+    Rescale r{!__all_sync(0xffffffff, n0 == st.m0 && n1 == st.m1), 1.f, 1.f};
+    if (r.needed) {
+        r.alpha0 = n0 == st.m0 ? 1.f : exp2_ftz(st.m0 * scale_log2 - base0);
+        r.alpha1 = n1 == st.m1 ? 1.f : exp2_ftz(st.m1 * scale_log2 - base1);
+        st.l0 *= r.alpha0;
+        st.l1 *= r.alpha1;
     }
     st.m0 = n0;
     st.m1 = n1;
@@ -333,6 +349,15 @@ __device__ __forceinline__ void softmax_update(float (&s)[NT][4], float (&o)[OT]
         st.l0 += s[j][0] + s[j][1];
         st.l1 += s[j][2] + s[j][3];
     }
+    return r;
+}
+
+// softmax_scores, then the rescale of the output fragments o (OT tiles) at once.
+template <int NT, int OT>
+__device__ __forceinline__ void softmax_update(float (&s)[NT][4], float (&o)[OT][4],
+                                               RowState& st, bool whole, int col0, int4 b0,
+                                               int4 b1, int tq, float scale_log2) {
+    rescale_output(o, softmax_scores(s, st, whole, col0, b0, b1, tq, scale_log2));
 }
 
 // The A fragment (16 keys) of P = s for k-step kk: the score layout is the A operand's.

@@ -263,6 +263,259 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
     write_rows(o, st, r0, r1, tq, h, M, H, z, n_splits, scale_log2, out, part_o, part_ml);
 }
 
+// ---- The warp-specialized kernel (FlashAttention-3's schedule, cp.async instead of TMA) ----
+//
+// Why a second kernel: in the one above every thread both stages tiles and multiplies, and
+// two block-wide barriers per tile hold the warpgroups in step, so the tensor cores wait for
+// the loads and for each softmax. Here a block is three warpgroups over the same 128 query
+// rows: a producer that only stages tiles (cp.async, each thread fencing its own copies
+// before it arrives on an mbarrier) and two consumers of 64 rows each that only multiply.
+// K and V tiles have their own two-slot pipelines (full and empty mbarriers per slot), so a
+// consumer releases a K tile as soon as its scores are computed. Each consumer overlaps
+// within itself: it issues S = Q K^T for tile i together with O += P V for tile i - 1, and
+// runs the softmax of tile i while the latter multiplies; the two consumers take turns at
+// issuing (named barriers 1 and 2), so one's softmax runs during the other's multiplies.
+// The producer gives up registers for the consumers (setmaxnreg: 128 x 72 + 256 x 216 is the
+// 64,512 the block starts with at 168 each; with less than 72 the producer spills, ptxas -v).
+// Results are those of the kernel above, operation for operation (the same rescales and sums
+// in the same order).
+
+#define WS_THREADS 384
+#define WS_SLOTS 2
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Waits until the phase of `bar` with this parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n}\n" ::"r"(smem_u32(bar)),
+        "r"(parity)
+        : "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Named barrier 1 + c of the two consumer warpgroups (256 threads); c is 0 or 1 (immediate
+// ids, so the compiler reserves two barriers, not all sixteen).
+__device__ __forceinline__ void consumers_sync(int c) {
+    if (c == 0) {
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    } else {
+        asm volatile("bar.sync 2, 256;\n" ::: "memory");
+    }
+}
+__device__ __forceinline__ void consumers_arrive(int c) {
+    if (c == 0) {
+        asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    } else {
+        asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS) {
+    constexpr int BM = WG_BM, BN = WG_BN;
+    constexpr int NT = BN / 8, OT = D / 8, PIECES = D / 8;
+    constexpr int ROWS_PER_PASS = 128 / PIECES;  // key rows the producer's 128 threads stage at once
+    constexpr uint32_t Q_BYTES = BM * D * 2, TILE_BYTES = BN * D * 2;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t raw_addr = smem_u32(smem_raw);
+    const uint32_t pad = (1024 - (raw_addr & 1023)) & 1023;
+    // Q, then the two K slots, then the two V slots.
+    unsigned char* const q_s = smem_raw + pad;
+    const uint32_t q_addr = raw_addr + pad;
+    const uint32_t k_base = q_addr + Q_BYTES, v_base = k_base + WS_SLOTS * TILE_BYTES;
+    __shared__ int range[4];
+    __shared__ __align__(16) int s_bounds[BM * 4];
+    __shared__ SharedPrefixTable s_table;
+    // full_k, full_v (the producer's 128 threads arrive), empty_k, empty_v (the consumers'
+    // eight warps arrive), per slot.
+    __shared__ __align__(8) uint64_t bars[4 * WS_SLOTS];
+    uint64_t* const full_k = bars;
+    uint64_t* const full_v = bars + WS_SLOTS;
+    uint64_t* const empty_k = bars + 2 * WS_SLOTS;
+    uint64_t* const empty_v = bars + 3 * WS_SLOTS;
+
+    const int tid = threadIdx.x, role = tid >> 7, warp = tid >> 5, lane = tid & 31;
+    const int h = blockIdx.y;
+    const int kvh = h / (H / KV);
+    const int row0 = (gridDim.x - 1 - blockIdx.x) * BM;  // last rows first, as in fused.cu
+    if (tid < WS_SLOTS) {
+        mbar_init(&full_k[tid], 128);
+        mbar_init(&full_v[tid], 128);
+        mbar_init(&empty_k[tid], 8);
+        mbar_init(&empty_v[tid], 8);
+    }
+    const KeyTable keys = stage_key_table(s_table, prefix_k, prefix_v, prefix_start, prefix_len,
+                                          n_prefix, k_own, v_own, own_start, M, kvh);
+    // Syncs the block (after the barriers' initialisation and the key table too).
+    const BlockTiles tiles = block_tiles<BM>(s_bounds, range, bounds, row0, M, BN);
+    int it_begin, it_end;
+    tiles.share(blockIdx.z, n_splits, it_begin, it_end);
+    const int n = it_end - it_begin;
+
+    if (role == 0) {
+        // The producer.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n");
+        if (n == 0) return;
+        const int part = tid % PIECES, first = tid / PIECES;
+        // Queries, in K tile 0's group.
+#pragma unroll
+        for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
+            const int j = first + i * ROWS_PER_PASS;
+            const bool valid = row0 + j < M;
+            const bf16* src = q + (long)(valid ? row0 + j : 0) * q_stride + h * D + part * 8;
+            cp_async16(q_s + swizzled(j, part, BM), src, valid);
+        }
+        // Stages the K (or V) rows of tile `it` into `slot_addr`, and commits the group.
+        auto stage = [&](int it, uint32_t slot_addr, bool values) {
+            unsigned char* const dst = smem_raw + (slot_addr - raw_addr);
+            for_key_rows<BN / ROWS_PER_PASS>(
+                keys, tiles.col0(it_begin + it, BN), BN, first, ROWS_PER_PASS, part, D,
+                [&](int j, const bf16* kp, const bf16* vp) {
+                    const bf16* src = values ? vp : kp;
+                    cp_async16(dst + swizzled(j, part, BN), src ? src : k_own, src != nullptr);
+                });
+            cp_async_commit();
+        };
+        // Each thread's copies have landed: make them visible to the consumers' wgmma (the
+        // async proxy), then arrive.
+        auto publish = [&](uint64_t* bar) {
+            fence_async_shared();
+            mbar_arrive(bar);
+        };
+        for (int i = 0; i < n; ++i) {
+            const int slot = i % WS_SLOTS, use = i / WS_SLOTS;
+            if (use > 0) mbar_wait(&empty_k[slot], (use - 1) & 1);
+            stage(i, k_base + slot * TILE_BYTES, false);
+            if (i > 0) {
+                cp_async_wait<1>();  // V of tile i - 1
+                publish(&full_v[(i - 1) % WS_SLOTS]);
+            }
+            if (use > 0) mbar_wait(&empty_v[slot], (use - 1) & 1);
+            stage(i, v_base + slot * TILE_BYTES, true);
+            cp_async_wait<1>();  // K of tile i
+            publish(&full_k[slot]);
+        }
+        cp_async_wait<0>();
+        publish(&full_v[(n - 1) % WS_SLOTS]);
+        return;
+    }
+
+    // A consumer: 64 query rows.
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n");
+    const int c = role - 1;
+    const int g = lane >> 2, tq = lane & 3;
+    const int wrow = (warp - 4) * 16;
+    const int r0 = row0 + wrow + g, r1 = r0 + 8;
+    const WarpBands bands = warp_bands(s_bounds, wrow, row0, M);
+    const int4 b0 = row_bounds(s_bounds, wrow + g), b1 = row_bounds(s_bounds, wrow + g + 8);
+
+    float o[OT][4];
+#pragma unroll
+    for (int t = 0; t < OT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
+    float(&of)[OT * 4] = reinterpret_cast<float(&)[OT * 4]>(o);
+    RowState st;
+    uint32_t p[BN / 16][4];
+    const uint32_t q_rows = q_addr + c * 64 * 128;
+    float s[NT][4];
+    float(&sf)[NT * 4] = reinterpret_cast<float(&)[NT * 4]>(s);
+    // Issues S = Q K^T for tile i (its K slot full), in turns with the other consumer.
+    auto scores = [&](int i) {
+        const int slot = i % WS_SLOTS;
+        mbar_wait(&full_k[slot], (i / WS_SLOTS) & 1);
+        consumers_sync(c);
+        wgmma_fence();
+        const uint32_t k_addr = k_base + slot * TILE_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const uint32_t step = (kk & 3) * 32;
+            wgmma_n128_ss(sf, descriptor(q_rows + (kk >> 2) * BM * 128 + step, 16, 1024),
+                          descriptor(k_addr + (kk >> 2) * BN * 128 + step, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+    };
+    // Issues O += P V for tile i (its V slot full), P from the registers p.
+    auto values = [&](int i) {
+        const int slot = i % WS_SLOTS;
+        mbar_wait(&full_v[slot], (i / WS_SLOTS) & 1);
+        const uint32_t v_addr = v_base + slot * TILE_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            wgmma_rs_tb(of, p[kk], descriptor(v_addr + kk * 16 * 128, BN * 128, 1024));
+        }
+        wgmma_commit();
+    };
+    // The softmax of tile i's scores (landed), K slot released; the output's rescale is
+    // left pending until the previous O += P V has finished.
+    Rescale pending{false, 1.f, 1.f};
+    auto softmax = [&](int i) {
+        fence_registers(sf);
+        if (lane == 0) mbar_arrive(&empty_k[i % WS_SLOTS]);
+        const int col0 = tiles.col0(it_begin + i, BN);
+        pending = softmax_scores(s, st, bands.whole(col0, col0 + BN), col0, b0, b1, tq,
+                                 scale_log2);
+    };
+    // Tile i's O += P V has finished: V slot released.
+    auto values_done = [&](int i) {
+        fence_registers(of);
+        if (lane == 0) mbar_arrive(&empty_v[i % WS_SLOTS]);
+    };
+    auto probabilities = [&] {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) p_fragment(p[kk], s, kk);
+    };
+    if (n > 0) {
+        // Consumer 0 issues first.
+        if (c == 1) consumers_arrive(0);
+        scores(0);
+        consumers_arrive(c ^ 1);
+        wgmma_wait<0>();
+        softmax(0);
+        probabilities();
+        for (int i = 1; i < n; ++i) {
+            // Tile i - 1's probabilities go into an output rescaled by its softmax first.
+            rescale_output(o, pending);
+            scores(i);
+            values(i - 1);
+            consumers_arrive(c ^ 1);
+            wgmma_wait<1>();  // the scores (O += P V may still run)
+            softmax(i);
+            wgmma_wait<0>();
+            values_done(i - 1);
+            probabilities();
+        }
+        rescale_output(o, pending);
+        wgmma_fence();
+        values(n - 1);
+        wgmma_wait<0>();
+        values_done(n - 1);
+        // Consumer 1's last arrive on barrier 1 has no issue of consumer 0 left to gate.
+        if (c == 0) consumers_sync(0);
+    }
+    write_rows(o, st, r0, r1, tq, h, M, H, blockIdx.z, n_splits, scale_log2, out, part_o,
+               part_ml);
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
+    attention_bf16_d128_wgmma_ws(ATTENTION_PARAMS) {
+    attention_wgmma_ws<128>(ATTENTION_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
+    attention_bf16_d64_wgmma_ws(ATTENTION_PARAMS) {
+    attention_wgmma_ws<64>(ATTENTION_ARGS);
+}
+
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
     attention_bf16_d128_wgmma(ATTENTION_PARAMS) {
     attention_wgmma<128>(ATTENTION_ARGS);

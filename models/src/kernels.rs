@@ -44,6 +44,13 @@ pub enum AttentionBlock {
     /// multiprocessor. Faster than both others on every shape measured (H200: 8k rows after
     /// 8k cached 342 TFLOP/s; 64 questions of 47 rows over 4.4k cached keys 0.43 ms).
     Wgmma,
+    /// Hopper only: the same 128 query rows and 128-key tiles as `Wgmma`, three warpgroups
+    /// in FlashAttention-3's schedule (a producer staging tiles through mbarrier pipelines,
+    /// two consumers overlapping their softmax with multiplies); attention_sm90.cu. H200,
+    /// TFLOP/s vs `Wgmma` in one run: causal 8k 402 vs 355, 8k after 8k 345 vs 308, 3.7k
+    /// after 24.6k 318 vs 298, 64 questions of 47 rows over 4.4k cached keys 186 vs 169;
+    /// causal 4k 233 vs 259.
+    WgmmaSpecialized,
 }
 
 /// PTX of the Hopper kernel; empty unless built for sm_90 (models/build.rs).
@@ -52,13 +59,18 @@ const SM90_MODULE: &str = "decide_attention_sm90";
 
 impl AttentionBlock {
     /// Every shape, for measuring them.
-    pub const ALL: [AttentionBlock; 3] = [Self::Keys64, Self::Keys32, Self::Wgmma];
+    pub const ALL: [AttentionBlock; 4] = [
+        Self::Keys64,
+        Self::Keys32,
+        Self::Wgmma,
+        Self::WgmmaSpecialized,
+    ];
 
     /// Query rows per block.
     fn rows(self) -> usize {
         match self {
             Self::Keys64 | Self::Keys32 => 64,
-            Self::Wgmma => 128,
+            Self::Wgmma | Self::WgmmaSpecialized => 128,
         }
     }
 
@@ -67,6 +79,7 @@ impl AttentionBlock {
         match self {
             Self::Keys64 | Self::Keys32 => 128,
             Self::Wgmma => 256,
+            Self::WgmmaSpecialized => 384,
         }
     }
 
@@ -74,7 +87,7 @@ impl AttentionBlock {
         match self {
             Self::Keys64 => 64,
             Self::Keys32 => 32,
-            Self::Wgmma => 128,
+            Self::Wgmma | Self::WgmmaSpecialized => 128,
         }
     }
 
@@ -83,7 +96,7 @@ impl AttentionBlock {
         match self {
             Self::Keys64 => 3,
             Self::Keys32 => 4,
-            Self::Wgmma => 1,
+            Self::Wgmma | Self::WgmmaSpecialized => 1,
         }
     }
 
@@ -96,7 +109,7 @@ impl AttentionBlock {
         match self {
             Self::Keys64 => tiles * (dim + 8) * 2,
             Self::Keys32 => (tiles + self.rows()) * (dim + 8) * 2,
-            Self::Wgmma => (tiles + self.rows()) * dim * 2 + 1024,
+            Self::Wgmma | Self::WgmmaSpecialized => (tiles + self.rows()) * dim * 2 + 1024,
         }
     }
 
@@ -107,11 +120,12 @@ impl AttentionBlock {
             (128, Self::Keys64) => "attention_bf16_d128",
             (64, Self::Keys32) => "attention_bf16_d64_k32",
             (128, Self::Keys32) => "attention_bf16_d128_k32",
-            (64 | 128, Self::Wgmma) if !SM90_PTX.is_empty() => {
-                let name = if dim == 64 {
-                    "attention_bf16_d64_wgmma"
-                } else {
-                    "attention_bf16_d128_wgmma"
+            (64 | 128, Self::Wgmma | Self::WgmmaSpecialized) if !SM90_PTX.is_empty() => {
+                let name = match (dim, self) {
+                    (64, Self::Wgmma) => "attention_bf16_d64_wgmma",
+                    (_, Self::Wgmma) => "attention_bf16_d128_wgmma",
+                    (64, _) => "attention_bf16_d64_wgmma_ws",
+                    _ => "attention_bf16_d128_wgmma_ws",
                 };
                 return Some((name, SM90_MODULE, SM90_PTX));
             }
@@ -127,7 +141,7 @@ impl AttentionBlock {
             return false;
         }
         match (self, device) {
-            (Self::Wgmma, Device::Cuda(d)) => is_sm90(d),
+            (Self::Wgmma | Self::WgmmaSpecialized, Device::Cuda(d)) => is_sm90(d),
             (_, Device::Cuda(_)) => true,
             _ => false,
         }

@@ -232,12 +232,12 @@ impl Transformer {
 }
 
 impl Transformer {
-    /// The attention block shape for a pass of `n` rows: wgmma where the GPU has it (the
-    /// fastest on every shape `kernel_check` times), else 64-key tiles for long causal passes
-    /// (prefill chunks) and 32-key tiles for the rest.
+    /// The attention block shape for a pass of `n` rows: the warp-specialized wgmma kernel
+    /// where the GPU has it (the fastest on the shapes passes run, `kernel_check`), else
+    /// 64-key tiles for long causal passes (prefill chunks) and 32-key tiles for the rest.
     pub(super) fn attention_block(&self, n: usize) -> AttentionBlock {
-        if AttentionBlock::Wgmma.runs_on(&self.device, self.dims.head_dim) {
-            AttentionBlock::Wgmma
+        if AttentionBlock::WgmmaSpecialized.runs_on(&self.device, self.dims.head_dim) {
+            AttentionBlock::WgmmaSpecialized
         } else if n > 1024 {
             AttentionBlock::Keys64
         } else {

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Where short-prompt throughput goes at saturation: decide's worker and passes against the roofline.
+
+    bench/saturation.py --url URL --workload decide-short.jsonl [--clients 64] [--seconds 8]
+        [--params 1.31e9] [--peak-tflops 790] [--loadgen PATH] [--report saturation.json]
+
+Runs decide-loadgen (closed loop, no ceiling run) against a running decide, reading /metrics
+before and after, and prints:
+- decisions/s and the compute roofline for the tokens the model computed per decision
+  (prompt tokens read minus those served from the prefix cache, x 2 x params / peak);
+- how busy the model worker was (decide_model_busy_seconds_total over the run's wall time):
+  below 1, the host side (HTTP, plugins, tokenization, batching) left the model waiting;
+- the passes' own efficiency (computed FLOPs over the worker's busy time, against the peak),
+  with batches per second, requests per batch and rows per pass: what the passes lose.
+Standard library only.
+"""
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+
+def scrape(url: str) -> dict:
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.partition(" ")
+            values[name] = float(value)
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--params", type=float, default=1.31e9, help="the model's parameters (q15: 1.31e9)")
+    parser.add_argument("--peak-tflops", type=float, default=790, help="bf16 matmul peak (H200: 790)")
+    parser.add_argument("--loadgen", default="target/release/decide-loadgen")
+    parser.add_argument("--report", default="saturation.json")
+    args = parser.parse_args()
+
+    before, started = scrape(args.url), time.monotonic()
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([args.loadgen, "closed", "--url", args.url, "--workload", args.workload,
+                        "--clients", str(args.clients), "--duration", str(args.seconds),
+                        "--warmup", "0", "--no-ceiling", "--report", out.name],
+                       check=True, stdout=subprocess.DEVNULL)
+        loadgen = json.loads(Path(out.name).read_text())
+    wall, after = time.monotonic() - started, scrape(args.url)
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    missing = [k for k in ("decide_model_busy_seconds_total", "decide_answers_total") if k not in delta]
+    if missing:
+        raise SystemExit(f"/metrics lacks {missing}: a decide older than this script?")
+
+    decisions = delta["decide_answers_total"]
+    computed = delta["decide_input_tokens_total"] - delta["decide_prefix_cache_hit_tokens_total"]
+    per_decision = computed / decisions if decisions else 0.0
+    busy = delta["decide_model_busy_seconds_total"]
+    batches = delta["decide_batches_total"]
+    flops = 2 * args.params * computed
+    roofline = args.peak_tflops * 1e12 / (2 * args.params * per_decision) if per_decision else 0.0
+    figures = {
+        "clients": args.clients,
+        "wall_s": round(wall, 3),
+        "decisions_per_s": round(decisions / wall, 1),
+        "loadgen_decisions_per_s": loadgen.get("decisions_per_s"),
+        "computed_tokens_per_decision": round(per_decision, 1),
+        "roofline_decisions_per_s": round(roofline),
+        "of_roofline": round(decisions / wall / roofline, 3) if roofline else None,
+        "worker_busy_fraction": round(busy / wall, 3),
+        "pass_tflops_while_busy": round(flops / busy / 1e12, 1) if busy else None,
+        "pass_efficiency": round(flops / busy / 1e12 / args.peak_tflops, 3) if busy else None,
+        "batches_per_s": round(batches / wall, 1),
+        "requests_per_batch": round(delta["decide_batched_jobs_total"] / batches, 1) if batches else None,
+        "forward_passes_per_batch": round(delta["decide_forward_passes_total"] / batches, 2) if batches else None,
+        "computed_tokens_per_batch": round(computed / batches) if batches else None,
+        "ms_per_batch": round(busy / batches * 1e3, 2) if batches else None,
+    }
+    Path(args.report).write_text(json.dumps(figures, indent=1))
+    for key, value in figures.items():
+        print(f"{key:32} {value}")
+
+
+if __name__ == "__main__":
+    main()
