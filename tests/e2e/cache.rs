@@ -103,6 +103,8 @@ fn concurrent_requests_share_forward_passes_and_answer_like_lone_requests() {
         .collect();
     let batches_before = metric(&server, "decide_batches_total");
     let jobs_before = metric(&server, "decide_batched_jobs_total");
+    let busy_before = metric(&server, "decide_model_busy_seconds_total");
+    let started = std::time::Instant::now();
     let together: Vec<Value> = std::thread::scope(|scope| {
         let handles: Vec<_> = questions
             .iter()
@@ -124,6 +126,13 @@ fn concurrent_requests_share_forward_passes_and_answer_like_lone_requests() {
     let batches = metric(&server, "decide_batches_total") - batches_before;
     let jobs = metric(&server, "decide_batched_jobs_total") - jobs_before;
     assert_eq!(jobs, questions.len() as f64);
+    // One worker reads the batches: its busy time is some of this phase's wall time, not more.
+    let busy = metric(&server, "decide_model_busy_seconds_total") - busy_before;
+    let wall = started.elapsed().as_secs_f64();
+    assert!(
+        busy > 0.0 && busy <= wall,
+        "model busy {busy:.3} s in a {wall:.3} s phase"
+    );
     assert!(
         batches < jobs,
         "{jobs} concurrent requests ran in {batches} batches"
