@@ -132,6 +132,31 @@ __device__ __forceinline__ void wgmma_wait_all() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 
+// Issues S = Q K^T for one warpgroup's 64 query rows (q_rows) and a 128-key tile (k_addr),
+// both in the 128-byte swizzle: D / 16 k-steps of 16 over the head (4 steps of 32 bytes in
+// each 64-column block), 8-row groups 1024 bytes apart. The caller fences and commits.
+template <int D, int BM, int BN>
+__device__ __forceinline__ void issue_scores(float (&sf)[BN / 2], uint32_t q_rows,
+                                             uint32_t k_addr) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t step = (kk & 3) * 32;
+        wgmma_n128_ss(sf, descriptor(q_rows + (kk >> 2) * BM * 128 + step, 16, 1024),
+                      descriptor(k_addr + (kk >> 2) * BN * 128 + step, 16, 1024), kk > 0);
+    }
+}
+
+// Issues O += P V for a 128-key V tile (v_addr, read N-major: 8 k-steps of 16 keys, its
+// 64-column blocks BN * 128 bytes apart), P from registers. The caller fences and commits.
+template <int BN, int N>
+__device__ __forceinline__ void issue_values(float (&of)[N], const uint32_t (&p)[BN / 16][4],
+                                             uint32_t v_addr) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+        wgmma_rs_tb(of, p[kk], descriptor(v_addr + kk * 16 * 128, BN * 128, 1024));
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
     constexpr int BM = WG_BM, BN = WG_BN;
@@ -227,12 +252,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
         // softmax runs while the tensor cores work for 1 (and 1's softmax during 0's
         // O += P V): without this both did their softmax at once, the tensor cores idle.
         if (wg == 1) turn_wait();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const uint32_t step = (kk & 3) * 32;
-            wgmma_n128_ss(sf, descriptor(q_rows + (kk >> 2) * BM * 128 + step, 16, 1024),
-                          descriptor(k_addr + (kk >> 2) * BN * 128 + step, 16, 1024), kk > 0);
-        }
+        issue_scores<D, BM, BN>(sf, q_rows, k_addr);
         wgmma_commit();
         if (wg == 0) turn_arrive();
         // While the tensor cores work: stage the next tile into the other buffer (the
@@ -249,10 +269,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) p_fragment(p[kk], s, kk);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            wgmma_rs_tb(of, p[kk], descriptor(v_addr + kk * 16 * 128, BN * 128, 1024));
-        }
+        issue_values<BN>(of, p, v_addr);
         wgmma_commit();
         wgmma_wait_all();
         fence_registers(of);
@@ -437,12 +454,7 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS) {
         consumers_sync(c);
         wgmma_fence();
         const uint32_t k_addr = k_base + slot * TILE_BYTES;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const uint32_t step = (kk & 3) * 32;
-            wgmma_n128_ss(sf, descriptor(q_rows + (kk >> 2) * BM * 128 + step, 16, 1024),
-                          descriptor(k_addr + (kk >> 2) * BN * 128 + step, 16, 1024), kk > 0);
-        }
+        issue_scores<D, BM, BN>(sf, q_rows, k_addr);
         wgmma_commit();
     };
     // Issues O += P V for tile i (its V slot full), P from the registers p.
@@ -450,10 +462,7 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS) {
         const int slot = i % WS_SLOTS;
         mbar_wait(&full_v[slot], (i / WS_SLOTS) & 1);
         const uint32_t v_addr = v_base + slot * TILE_BYTES;
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            wgmma_rs_tb(of, p[kk], descriptor(v_addr + kk * 16 * 128, BN * 128, 1024));
-        }
+        issue_values<BN>(of, p, v_addr);
         wgmma_commit();
     };
     // The softmax of tile i's scores (landed), K slot released; the output's rescale is
