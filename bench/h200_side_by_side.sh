@@ -63,6 +63,9 @@ decide)
   echo "decide ready after $SECONDS s"
   python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"
   cp "$W"/*.json "$OUT/" 2>/dev/null
+  # The workload files too, so a vLLM phase in a later lease can run on them (unpack decide.tgz's
+  # w/ into /tmp/gpu/w there): a lease ends 30 s after a call, and with it /tmp/gpu/w.
+  mkdir -p "$OUT/w" && cp "$W"/*.jsonl "$OUT/w/"
   bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side"
   # Where short-prompt throughput goes at saturation (worker busy time, pass efficiency).
   for clients in 64 256; do
