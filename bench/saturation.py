@@ -11,7 +11,9 @@ before and after, and prints:
 - how busy the model worker was (decide_model_busy_seconds_total over the run's wall time):
   below 1, the host side (HTTP, plugins, tokenization, batching) left the model waiting;
 - the passes' own efficiency (computed FLOPs over the worker's busy time, against the peak),
-  with batches per second, requests per batch and rows per pass: what the passes lose.
+  with batches per second, requests and computed tokens per batch, and ms per batch read.
+  (decide_forward_passes_total is not used: it sums each request's passes, so a pass shared
+  by a batch counts once per request in it.)
 Standard library only.
 """
 import argparse
@@ -78,7 +80,6 @@ def main() -> None:
         "pass_efficiency": round(flops / busy / 1e12 / args.peak_tflops, 3) if busy else None,
         "batches_per_s": round(batches / wall, 1),
         "requests_per_batch": round(delta["decide_batched_jobs_total"] / batches, 1) if batches else None,
-        "forward_passes_per_batch": round(delta["decide_forward_passes_total"] / batches, 2) if batches else None,
         "computed_tokens_per_batch": round(computed / batches) if batches else None,
         "ms_per_batch": round(busy / batches * 1e3, 2) if batches else None,
     }
