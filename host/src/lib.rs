@@ -37,6 +37,7 @@ pub mod plugins;
 pub mod prefix_cache;
 pub mod progress;
 pub mod readout;
+pub mod recent_starts;
 pub mod scheduler;
 pub mod selfcheck;
 pub mod server;

@@ -23,8 +23,13 @@ use std::hash::{Hash, Hasher};
 
 use decide_models::KvCache;
 
+use crate::recent_starts::RecentStarts;
+
 /// Tokens per block: prefixes are stored and matched at multiples of this.
-pub const BLOCK_TOKENS: usize = 32;
+///
+/// 16, as vLLM's blocks: the common beginning of short prompts (a chat-template header of
+/// ~50 tokens) is stored to within 15 tokens ([`crate::recent_starts`]).
+pub const BLOCK_TOKENS: usize = 16;
 
 /// What the cache stores per prefix: the KV of that many positions, of a known size. Generic
 /// so that the LRU and budget rules can be tested without a model.
@@ -74,6 +79,7 @@ pub struct PrefixCache<C = KvCache> {
     entries: HashMap<u64, Entry<C>>,
     clock: u64,
     stats: CacheStats,
+    recent: RecentStarts,
 }
 
 impl<C: CachedPrefix> PrefixCache<C> {
@@ -84,6 +90,7 @@ impl<C: CachedPrefix> PrefixCache<C> {
             entries: HashMap::new(),
             clock: 0,
             stats: CacheStats::default(),
+            recent: RecentStarts::default(),
         }
     }
 
@@ -115,6 +122,15 @@ impl<C: CachedPrefix> PrefixCache<C> {
         }
         self.stats.misses += 1;
         None
+    }
+
+    /// How many leading tokens a short prompt shares with the previous short prompt of the
+    /// same salt (0 with the cache off): what is worth storing once ([`RecentStarts`]).
+    pub fn common_start(&mut self, salt: u64, tokens: &[u32]) -> usize {
+        if self.budget_bytes == 0 {
+            return 0;
+        }
+        self.recent.common_start(salt, tokens)
     }
 
     /// Stores the KV of `tokens` (whose length must be a multiple of [`BLOCK_TOKENS`] and
@@ -188,10 +204,10 @@ mod tests {
 
     #[test]
     fn keys_chain_over_blocks_and_depend_on_the_salt() {
-        let tokens: Vec<u32> = (0..100).collect();
+        let tokens: Vec<u32> = (0..(6 * BLOCK_TOKENS + 4) as u32).collect();
         let a = block_keys(1, &tokens);
-        assert_eq!(a.len(), 3, "only full blocks are keyed");
-        assert_eq!(block_keys(1, &tokens[..64]), a[..2]);
+        assert_eq!(a.len(), 6, "only full blocks are keyed");
+        assert_eq!(block_keys(1, &tokens[..4 * BLOCK_TOKENS]), a[..4]);
         assert_ne!(block_keys(2, &tokens), a, "another tenant, other keys");
         let mut other = tokens.clone();
         other[0] = 999;

@@ -7,7 +7,8 @@
 //!
 //! 1. per job, finds the longest cached prefix of its prompts in the [`PrefixCache`] (per
 //!    tenant), prefills what the job's prompts share beyond it once, and stores the result
-//!    at a block boundary for later requests;
+//!    at a block boundary for later requests; a short one-question prompt instead stores
+//!    the beginning it shares with its tenant's previous one ([`crate::recent_starts`]);
 //! 2. reads every prompt's remaining tokens in packed passes of at most
 //!    [`MAX_PASS_TOKENS`] rows, segments of different jobs side by side, each attending only
 //!    to its own prefix and itself (`Model::read_packed`).
@@ -952,6 +953,9 @@ fn job_prefix(
         // short one joins the packed passes; storing it would not pay. With passes bounded
         // (several flows active) a long one is prefilled in chunks below instead.
         if shared - hit < STORE_MIN_TOKENS {
+            if shared < STORE_MIN_TOKENS {
+                return shared_start(worker, cache, job, result, found, hit, shared, step);
+            }
             return Ok(Prefixed::Prefix(JobPrefix {
                 cache: found,
                 len: hit,
@@ -1001,6 +1005,46 @@ fn job_prefix(
         }));
     }
     chunked_prefix(worker, cache, job, result, found, hit, shared, rows, step)
+}
+
+/// A short lone prompt's prefix: the cached one, or, when it shares more than that with the
+/// tenant's previous short prompt (the chat-template header, a system message, an input
+/// asked about again), that common beginning to a block boundary, prefilled once here and
+/// stored, so the next prompts that start alike find it in the cache ([`RecentStarts`]).
+///
+/// [`RecentStarts`]: crate::recent_starts::RecentStarts
+#[allow(clippy::too_many_arguments)]
+fn shared_start(
+    worker: &Worker<'_>,
+    cache: &mut PrefixCache,
+    job: &Job,
+    result: &mut JobResult,
+    found: Option<KvCache>,
+    hit: usize,
+    shared: usize,
+    step: &mut dyn FnMut(&mut PrefixCache) -> usize,
+) -> Result<Prefixed, Stop> {
+    let tokens = &job.prompts[0].tokens[..shared];
+    let store = cache.common_start(job.salt, tokens) / BLOCK_TOKENS * BLOCK_TOKENS;
+    if store <= hit {
+        return Ok(Prefixed::Prefix(JobPrefix {
+            cache: found,
+            len: hit,
+            hit,
+        }));
+    }
+    step(cache);
+    if job.cancel.is_cancelled() {
+        return Err(Stop::Cancelled);
+    }
+    let filled = worker.call(|model| model.prefill(&tokens[hit..store], found.as_ref()))?;
+    result.forward_passes += 1;
+    cache.insert(job.salt, &tokens[..store], filled.clone());
+    Ok(Prefixed::Prefix(JobPrefix {
+        cache: Some(filled),
+        len: store,
+        hit,
+    }))
 }
 
 /// Rows of one prefill call once the keys reach `keys`: the model's own chunk, at most

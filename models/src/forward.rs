@@ -288,6 +288,19 @@ impl KvCache {
         self.len == 0
     }
 
+    /// Whether `other` is this cache or a clone of it (the same tensors, so the same keys
+    /// and values): a packed pass holds such prefixes once, as the prefix cache hands every
+    /// job that hits one entry its own clone.
+    pub fn same_as(&self, other: &KvCache) -> bool {
+        self.len == other.len
+            && self.layers.len() == other.layers.len()
+            && self
+                .layers
+                .iter()
+                .zip(&other.layers)
+                .all(|((k, v), (ok, ov))| k.id() == ok.id() && v.id() == ov.id())
+    }
+
     /// The cache of the first `len` positions, as a copy (so the longer cache's memory can
     /// be freed): what a prefix cache keeps at a block boundary.
     pub fn prefix(&self, len: usize) -> Result<KvCache> {
@@ -704,14 +717,15 @@ impl Transformer {
         if segments.iter().any(|s| s.tokens.is_empty()) {
             return Err(ModelError::EmptyPrompt);
         }
-        // The distinct prefixes (by identity), and which one each segment continues.
+        // The distinct prefixes (by identity: a clone of a cache is the same prefix), and which
+        // one each segment continues.
         let mut prefixes: Vec<&KvCache> = Vec::new();
         let mut shape = Vec::with_capacity(segments.len());
         for s in segments {
             let index = s.prefix.map(|c| {
                 prefixes
                     .iter()
-                    .position(|p| std::ptr::eq(*p, c))
+                    .position(|p| p.same_as(c))
                     .unwrap_or_else(|| {
                         prefixes.push(c);
                         prefixes.len() - 1

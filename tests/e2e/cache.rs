@@ -40,7 +40,7 @@ fn a_repeated_input_is_served_from_the_prefix_cache_of_its_tenant_only() {
     assert_eq!(other.status, 200, "{}", other.body);
 
     // First request: question 2 reuses the prefix question 1 paid for. The repeat also serves
-    // question 1's prefix from the cache (at a 32-token block boundary). Another tenant
+    // question 1's prefix from the cache (at a 16-token block boundary). Another tenant
     // with the same text starts cold.
     let (c1, c2, c3) = (
         cached(&first.body),
@@ -61,6 +61,49 @@ fn a_repeated_input_is_served_from_the_prefix_cache_of_its_tenant_only() {
         assert_eq!(pa.len(), pb.len());
         for (x, y) in pa.iter().zip(&pb) {
             assert!((x - y).abs() < 1e-4, "question {i}: {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn short_questions_of_one_tenant_share_their_common_beginning_through_the_cache() {
+    let server = Server::ready(&[]);
+    let questions = [
+        "The customer wants a refund.",
+        "The parcel was sent by express.",
+        "The customer paid by card.",
+        "The customer lives in Oslo.",
+    ];
+    let ask = |key: &str, q: &str| {
+        let reply = server.post(
+            "/v1/decisions",
+            &request(key, json!([{"type": "predicate", "instructions": q}])),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.body
+    };
+    let replies: Vec<Value> = questions.iter().map(|q| ask("tenant-a", q)).collect();
+    let hits: Vec<u64> = replies.iter().map(cached).collect();
+    // The first is read whole; the second shares the template header and the input with the
+    // first, which is then prefilled once and stored (the second paid for it); the rest
+    // continue from it.
+    assert_eq!(hits[..2], [0, 0], "{hits:?}");
+    assert!(
+        hits[2] >= 16 && hits[3] == hits[2],
+        "later questions start from the stored beginning: {hits:?}"
+    );
+    assert!(metric(&server, "decide_prefix_cache_hits_total") >= 2.0);
+    // Another tenant asking the same starts cold, and reads the same answers.
+    for (q, reply) in questions.iter().zip(&replies).skip(2) {
+        let cold = ask(&format!("cold-{q}"), q);
+        assert_eq!(cached(&cold), 0);
+        let (a, b) = (
+            crate::endpoints::numbers(&reply["answers"][0]),
+            crate::endpoints::numbers(&cold["answers"][0]),
+        );
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() < 1e-4, "{q}: {reply} vs {cold}");
         }
     }
 }
