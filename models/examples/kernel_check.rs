@@ -357,10 +357,12 @@ fn main() -> Res<()> {
             flops(q15, (count * rows * prefix) as f64),
         )
     });
-    // Later chunks of a long prefill: causal rows after the chunks before them; the last
-    // with heads 64 wide too (q05, SmolLM2).
+    // Later chunks of a long prefill: causal rows after the chunks before them (with causal
+    // 8192, the four chunks of the 28,259-token prefill of issue 17's benchmark, so their sum
+    // x 28 layers is its attention time); the last with heads 64 wide too (q05, SmolLM2).
     let chunks = [
         (8192usize, 8192usize, q15),
+        (8192, 16_384, q15),
         (3683, 24_576, q15),
         (8192, 8192, q05),
     ]
