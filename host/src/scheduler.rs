@@ -950,9 +950,14 @@ fn job_prefix(
     if job.prompts.len() == 1 {
         // A lone prompt with a long uncached stretch: read it in a pass of its own that also
         // returns its KV, and keep its prefix (to a block boundary) for the next request. A
-        // short one joins the packed passes; storing it would not pay. With passes bounded
-        // (several flows active) a long one is prefilled in chunks below instead.
+        // short one joins the packed passes; storing it whole would not pay, but a short
+        // prompt stores what it has in common with its tenant's previous one (the beginning
+        // every question repeats), and a short stretch after a long cached prefix is read
+        // over it. With passes bounded (several flows active) a long one is prefilled in
+        // chunks below instead.
         if shared - hit < STORE_MIN_TOKENS {
+            // Only short prompts: a common start after a long cached input would store
+            // another copy of that whole input's KV.
             if shared < STORE_MIN_TOKENS {
                 return shared_start(worker, cache, job, result, found, hit, shared, step);
             }
