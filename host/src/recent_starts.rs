@@ -67,7 +67,11 @@ mod tests {
     fn the_common_start_is_with_the_same_salts_last_prompt() {
         let mut recent = RecentStarts::default();
         assert_eq!(recent.common_start(1, &[1, 2, 3, 4]), 0, "nothing seen yet");
-        assert_eq!(recent.common_start(2, &[1, 2, 3, 4]), 0, "another salt's prompt is not compared");
+        assert_eq!(
+            recent.common_start(2, &[1, 2, 3, 4]),
+            0,
+            "another salt's prompt is not compared"
+        );
         assert_eq!(recent.common_start(1, &[1, 2, 9]), 2);
         // The last prompt is now [1, 2, 9].
         assert_eq!(recent.common_start(1, &[1, 2, 9, 7]), 3);
