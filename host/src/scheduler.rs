@@ -744,6 +744,17 @@ struct JobPrefix {
     hit: usize,
 }
 
+impl JobPrefix {
+    /// Just what the prefix cache held (`hit` tokens, or none).
+    fn cached(found: Option<KvCache>, hit: usize) -> Self {
+        JobPrefix {
+            cache: found,
+            len: hit,
+            hit,
+        }
+    }
+}
+
 /// Why a job's prefix was not made.
 enum Stop {
     /// Its request was cancelled between two chunks.
@@ -961,11 +972,7 @@ fn job_prefix(
             if shared < STORE_MIN_TOKENS {
                 return shared_start(worker, cache, job, result, found, hit, shared, step);
             }
-            return Ok(Prefixed::Prefix(JobPrefix {
-                cache: found,
-                len: hit,
-                hit,
-            }));
+            return Ok(Prefixed::Prefix(JobPrefix::cached(found, hit)));
         }
         if rows < shared - hit {
             return chunked_prefix(worker, cache, job, result, found, hit, shared, rows, step);
@@ -1003,11 +1010,7 @@ fn job_prefix(
     }
     // Several prompts: everything they share is prefilled once.
     if shared <= hit {
-        return Ok(Prefixed::Prefix(JobPrefix {
-            cache: found,
-            len: hit,
-            hit,
-        }));
+        return Ok(Prefixed::Prefix(JobPrefix::cached(found, hit)));
     }
     chunked_prefix(worker, cache, job, result, found, hit, shared, rows, step)
 }
@@ -1032,11 +1035,7 @@ fn shared_start(
     let tokens = &job.prompts[0].tokens[..shared];
     let store = cache.common_start(job.salt, tokens) / BLOCK_TOKENS * BLOCK_TOKENS;
     if store <= hit {
-        return Ok(Prefixed::Prefix(JobPrefix {
-            cache: found,
-            len: hit,
-            hit,
-        }));
+        return Ok(Prefixed::Prefix(JobPrefix::cached(found, hit)));
     }
     step(cache);
     if job.cancel.is_cancelled() {
