@@ -1,7 +1,7 @@
 //! Measures the model path on one device and weight format, to choose the format per device
 //! by measurement (issue #3) and to check that batched reads agree with lone reads there.
 //!
-//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare]`, DEVICE `cpu` or `cuda`,
+//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare] [long]`, DEVICE `cpu` or `cuda`,
 //! WEIGHTS `quantized|f32|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights with candle's
 //! ops instead of the fused CUDA kernels), `tf32` to let f32 matmuls (attention) use TF32 on
 //! CUDA, `compare` to also load the model with candle's ops and report the largest
@@ -25,6 +25,7 @@
 //!   the same full prompt (4 checked);
 //! - `prefill_long_ms`, `prefill_long_tokens`: a long state (`DECIDE_BENCH_LONG`, default
 //!   30000 tokens, capped by the context) prefilled in chunks: tokens/s against the roofline.
+//!   With `long`, only this: one warm-up and five timed runs (`prefill_long_ms`, sorted).
 use std::path::Path;
 use std::time::Instant;
 
@@ -175,6 +176,18 @@ fn graph_memory(
     Ok(None)
 }
 
+/// The long state's tokens: `DECIDE_BENCH_LONG` (default 30,000), capped by the context.
+fn long_prefill_tokens(model: &Model) -> Result<Vec<u32>, Box<dyn std::error::Error>> {
+    let want: usize = std::env::var("DECIDE_BENCH_LONG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30_000)
+        .min(model.info().context_length - 200);
+    let mut tokens = model.tokenize(&state(model, want)?)?;
+    tokens.truncate(want);
+    Ok(tokens)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [path, device, weights, rest @ ..] = args.as_slice() else {
@@ -211,6 +224,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let step = |what: &str| eprintln!("forward_bench: {what}");
+    // `long` as the fourth argument: only the long prefill, one warm-up and five timed runs
+    // (what a GPU lease with little time left can still measure).
+    if rest.iter().any(|a| a == "long") {
+        let tokens = long_prefill_tokens(&model)?;
+        let mut runs = Vec::new();
+        for i in 0..6 {
+            sync(&device)?;
+            let t = Instant::now();
+            drop(model.prefill(&tokens, None)?);
+            sync(&device)?;
+            if i > 0 {
+                runs.push(ms(t));
+            }
+        }
+        runs.sort_by(f64::total_cmp);
+        println!(
+            "{}",
+            serde_json::json!({"prefill_long_tokens": tokens.len(), "prefill_long_ms": runs,
+                               "prefill_long_ms_p50": runs[runs.len() / 2]})
+        );
+        return Ok(());
+    }
     // Single: one ~150-token prompt, read alone.
     step("single read");
     let short = state(&model, 90)?;
@@ -289,15 +324,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Long prefill, chunked.
-    let want: usize = std::env::var("DECIDE_BENCH_LONG")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30_000)
-        .min(model.info().context_length - 200);
     step("long prefill");
-    let text = state(&model, want)?;
-    let mut long_tokens = model.tokenize(&text)?;
-    long_tokens.truncate(want);
+    let long_tokens = long_prefill_tokens(&model)?;
     sync(&device)?;
     let t = Instant::now();
     let cache = model.prefill(&long_tokens, None)?;
