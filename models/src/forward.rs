@@ -1078,3 +1078,28 @@ fn rope_tables(
         .matmul(&theta.reshape((1, theta.elem_count()))?)?;
     Ok((idx_theta.cos()?, idx_theta.sin()?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(len: usize) -> KvCache {
+        let layer = || Tensor::zeros((1, 2, len, 4), DType::F32, &Device::Cpu).unwrap();
+        KvCache {
+            layers: vec![(layer(), layer()), (layer(), layer())],
+            len,
+        }
+    }
+
+    #[test]
+    fn a_clone_is_the_same_prefix_and_a_copy_or_a_shorter_view_is_not() {
+        let a = cache(8);
+        assert!(a.same_as(&a.clone()));
+        assert!(!a.same_as(&cache(8)), "equal contents, other tensors");
+        assert!(!a.same_as(&a.prefix(4).unwrap()), "a shorter copy");
+        assert!(
+            a.same_as(&a.prefix(8).unwrap()),
+            "the whole length is a clone"
+        );
+    }
+}
