@@ -8,7 +8,10 @@
 # `.peer/land.sh` (the copy of ../shared/tools/vllm-peer: wheels in /tmp/peer/site) and
 # `.peer/make_hf.py` (the bf16 checkpoint /tmp/peer/q15-hf). Writes $OUT/PHASE.tgz of:
 #
-#   decide: starts decide on q15 (CUDA, bf16 weights, one read per question:
+#   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
+#           (models/examples/kernel_check: kernel-check.txt/json) and /tmp/gpu/bin/fb
+#           (models/examples/forward_bench, `long`: the 28k prefill alone, forward-long.json);
+#           then starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
 #           bench/side_by_side.sh against it, then bench/saturation.py at 64 and 256 clients,
@@ -17,6 +20,11 @@
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
 # Then, here: bench/side_by_side.py DIR on the two side/ folders copied into one DIR.
+#
+# Build and pack every binary (decide, decide-loadgen, kc, fb) before the first call, and land
+# the pieces while this machine is otherwise idle: the GPU machine is given back 30 s after a
+# call ends, and with it everything landed (issue 17's notes: ~230 s lost that way once, and
+# uploads slow to 60-80 s a piece while the test suite runs here).
 # Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh.
 set -uo pipefail
 phase=${1:?decide or vllm}
@@ -54,6 +62,16 @@ stop() {  # stop PID: TERM, then KILL the process and whatever it started
 case $phase in
 decide)
   export CUDA_CACHE_PATH=/tmp/gpu/nvcache
+  # Before the server: they must not share the GPU with it, and one call saves a lease's idle gap.
+  if [ -x /tmp/gpu/bin/kc ]; then
+    /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
+    echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
+  fi
+  if [ -x /tmp/gpu/bin/fb ]; then
+    DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16 long \
+      >"$OUT/forward-long.json" 2>"$OUT/forward-long.err"
+    echo "forward_bench long rc=$?: $(cat "$OUT/forward-long.json")"
+  fi
   url=http://127.0.0.1:8125
   /tmp/gpu/bin/decide serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
     --port 8125 --tune-questions none --prefix-cache-mib 16384 --max-queued-requests 4096 \
