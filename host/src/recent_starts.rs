@@ -38,20 +38,18 @@ impl RecentStarts {
     /// How many leading tokens `tokens` shares with the last prompt remembered for `salt`
     /// (0 if none), and remembers `tokens` as that salt's last prompt.
     pub fn common_start(&mut self, salt: u64, tokens: &[u32]) -> usize {
-        let common = self
-            .last
-            .get(&salt)
-            .map_or(0, |last| common_prefix_len(last, tokens));
         match self.last.get_mut(&salt) {
             Some(last) => {
+                let common = common_prefix_len(last, tokens);
                 last.clear();
                 last.extend_from_slice(tokens);
+                common
             }
             None => {
                 self.last.insert(salt, tokens.to_vec());
+                0
             }
         }
-        common
     }
 }
 

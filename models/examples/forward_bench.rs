@@ -224,7 +224,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let step = |what: &str| eprintln!("forward_bench: {what}");
-    // `long` as the fourth argument: only the long prefill, one warm-up and five timed runs
+    // With `long` among the options: only the long prefill, one warm-up and five timed runs
     // (what a GPU lease with little time left can still measure).
     if rest.iter().any(|a| a == "long") {
         let tokens = long_prefill_tokens(&model)?;
