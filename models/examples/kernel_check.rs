@@ -173,7 +173,13 @@ fn main() -> Res<()> {
     };
 
     // qkv_rope against split + bias + candle's rope.
-    for (interleaved, hq, hkv, d) in [(false, 12, 2, 128), (true, 9, 3, 64)] {
+    // d = 6 runs the one-pair-per-thread kernel (the others two pairs per thread).
+    for (interleaved, hq, hkv, d) in [
+        (false, 12, 2, 128),
+        (true, 9, 3, 64),
+        (false, 3, 1, 6),
+        (true, 3, 1, 6),
+    ] {
         let m = 37;
         let width = (hq + 2 * hkv) * d;
         let qkv = Tensor::randn(0f32, 1f32, (m, width), &dev)?.to_dtype(DType::BF16)?;
@@ -230,29 +236,46 @@ fn main() -> Res<()> {
         );
     }
 
-    // add_rms_norm against an add and candle's rms_norm (f32).
-    {
-        let x = Tensor::randn(0f32, 3f32, (23, 1536), &dev)?;
-        let delta = Tensor::randn(0f32, 1f32, (23, 1536), &dev)?.to_dtype(DType::BF16)?;
-        let w = Tensor::randn(1f32, 0.2f32, 1536, &dev)?;
+    // add_rms_norm against an add and candle's rms_norm (f32). 1536 and 4100 run the
+    // vectorized kernel; 1538 (not a multiple of 4) and 16400 (too wide for its block) the
+    // scalar one.
+    for hidden in [1536, 4100, 1538, 16400] {
+        let x = Tensor::randn(0f32, 3f32, (23, hidden), &dev)?;
+        let delta = Tensor::randn(0f32, 1f32, (23, hidden), &dev)?.to_dtype(DType::BF16)?;
+        let w = Tensor::randn(1f32, 0.2f32, hidden, &dev)?;
         let (sum, h) = kernels::add_rms_norm(&x, Some(&delta), Some(&w), 1e-6)?;
         let want_sum = (&x + delta.to_dtype(DType::F32)?)?;
         let want_h = candle_nn::ops::rms_norm(&want_sum, &w, 1e-6)?;
-        check("add_rms_norm sum".into(), diff(&sum, &want_sum)?, 1e-6);
         check(
-            "add_rms_norm norm".into(),
+            format!("add_rms_norm sum ({hidden})"),
+            diff(&sum, &want_sum)?,
+            1e-6,
+        );
+        check(
+            format!("add_rms_norm norm ({hidden})"),
             diff(&h.expect("norm"), &want_h)?,
             0.01,
         );
         let (plain, none) = kernels::add_rms_norm(&x, None, None, 1e-6)?;
         check(
-            "add_rms_norm without delta or weight".into(),
+            format!("add_rms_norm without delta or weight ({hidden})"),
             diff(&plain, &x)?,
             0.0,
         );
         if none.is_some() {
             return Err("add_rms_norm without a weight returned a norm".into());
         }
+    }
+
+    // silu_mul against candle's silu times up (f32): 8960 runs the eight-per-thread
+    // kernel, 18 the pair kernel.
+    for i in [8960, 18] {
+        let gu = Tensor::randn(0f32, 2f32, (29, 2 * i), &dev)?.to_dtype(DType::BF16)?;
+        let got = kernels::silu_mul(&gu)?;
+        let g = gu.narrow(1, 0, i)?.to_dtype(DType::F32)?;
+        let u = gu.narrow(1, i, i)?.to_dtype(DType::F32)?;
+        let want = (candle_nn::ops::silu(&g)? * u)?;
+        check(format!("silu_mul ({i})"), diff(&got, &want)?, 0.01);
     }
 
     // matmul_f32_out against the f32 matmul of the same bf16 values.

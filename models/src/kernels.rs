@@ -187,7 +187,7 @@ pub fn load_attention(device: &Device, dim: usize) -> Result<()> {
 const MULTIPROCESSORS: usize = 132;
 
 /// The CUDA device of a tensor.
-fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
+pub(crate) fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
     match t.device() {
         Device::Cuda(d) => Ok(d.clone()),
         other => bail!("fused kernels run on CUDA, got a tensor on {other:?}"),
@@ -230,7 +230,7 @@ fn module_function(
 }
 
 /// Device address of a contiguous tensor's first element, checking its dtype.
-fn address(t: &Tensor, dtype: DType) -> Result<u64> {
+pub(crate) fn address(t: &Tensor, dtype: DType) -> Result<u64> {
     if t.dtype() != dtype {
         bail!("fused kernel input is {:?}, expected {dtype:?}", t.dtype());
     }
@@ -252,7 +252,7 @@ fn address(t: &Tensor, dtype: DType) -> Result<u64> {
 }
 
 /// Wraps a freshly written device buffer as a tensor.
-fn tensor<T>(slice: CudaSlice<T>, dev: &CudaDevice, shape: impl Into<Shape>) -> Tensor
+pub(crate) fn tensor<T>(slice: CudaSlice<T>, dev: &CudaDevice, shape: impl Into<Shape>) -> Tensor
 where
     T: candle_core::cuda_backend::CudaDType + DeviceRepr,
 {
@@ -298,7 +298,6 @@ pub fn qkv_rope(
             positions.dims1()?
         );
     }
-    let func = function(&dev, "qkv_rope_bf16", 0)?;
     let stream = dev.cuda_stream();
     let q_out = unsafe { dev.alloc::<bf16>(m * h * d)? };
     let k_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
@@ -319,6 +318,21 @@ pub fn qkv_rope(
         d as i32,
         i32::from(interleaved),
     );
+    // Two rotary pairs per thread where the widths and addresses allow 4- and 8-byte
+    // accesses (every model here), else one.
+    let vectored = d % 4 == 0 && inputs.0 % 8 == 0;
+    let (func, cfg) = if vectored {
+        let per_row = (h + 2 * kv) * d / 4;
+        let cfg = LaunchConfig {
+            grid_dim: (per_row.div_ceil(128) as u32, m.clamp(1, 65_535) as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        (function(&dev, "qkv_rope_bf16x2", 0)?, cfg)
+    } else {
+        let cfg = elementwise(m * (h + 2 * kv) * d / 2);
+        (function(&dev, "qkv_rope_bf16", 0)?, cfg)
+    };
     let mut b = stream.launch_builder(&func);
     b.arg(&inputs.0)
         .arg(&inputs.1)
@@ -331,7 +345,7 @@ pub fn qkv_rope(
         .arg(&dims.2)
         .arg(&dims.3)
         .arg(&dims.4);
-    unsafe { b.launch(elementwise(m * (h + 2 * kv) * d / 2)) }.w()?;
+    unsafe { b.launch(cfg) }.w()?;
     Ok((
         tensor(q_out, &dev, (m, h, d)),
         tensor(k_out, &dev, (1, kv, m, d)),
@@ -350,7 +364,6 @@ pub fn add_rms_norm(
 ) -> Result<(Tensor, Option<Tensor>)> {
     let dev = cuda_device(x)?;
     let (m, hidden) = x.dims2()?;
-    let func = function(&dev, "add_rms_norm", 0)?;
     let stream = dev.cuda_stream();
     let x_out = unsafe { dev.alloc::<f32>(m * hidden)? };
     let h_out = unsafe { dev.alloc::<bf16>(if weight.is_some() { m * hidden } else { 1 })? };
@@ -370,7 +383,25 @@ pub fn add_rms_norm(
     } else {
         0
     };
-    let hidden32 = hidden as i32;
+    // The row in registers with 16-byte accesses where the width and addresses allow it
+    // (NORM_VECS float4 per thread in fused.cu), else the scalar kernel.
+    const NORM_VECS: usize = 4;
+    let threads_v4 = (hidden / 4).div_ceil(NORM_VECS).next_multiple_of(32);
+    let vectored = hidden % 4 == 0
+        && threads_v4 <= 1024
+        && ptrs.0 % 16 == 0
+        && ptrs.1 % 8 == 0
+        && ptrs.2 % 16 == 0;
+    let (func, threads, width) = if vectored {
+        (
+            function(&dev, "add_rms_norm_v4", 0)?,
+            threads_v4 as u32,
+            hidden / 4,
+        )
+    } else {
+        (function(&dev, "add_rms_norm", 0)?, THREADS, hidden)
+    };
+    let hidden32 = width as i32;
     let mut b = stream.launch_builder(&func);
     b.arg(&ptrs.0)
         .arg(&ptrs.1)
@@ -381,7 +412,7 @@ pub fn add_rms_norm(
         .arg(&eps);
     let cfg = LaunchConfig {
         grid_dim: (m as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
+        block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
     unsafe { b.launch(cfg) }.w()?;
@@ -446,14 +477,25 @@ pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
         bail!("silu_mul: {width} columns is not a multiple of 4");
     }
     let i = width / 2;
-    let func = function(&dev, "silu_mul_bf16", 0)?;
     let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * i)? };
     let input = address(gu, DType::BF16)?;
+    // Eight outputs per thread with 16-byte accesses where the width and address allow it
+    // (every model here), else pairs.
+    let (func, cfg) = if i % 8 == 0 && input % 16 == 0 {
+        let cfg = LaunchConfig {
+            grid_dim: ((i / 8).div_ceil(128) as u32, m.clamp(1, 65_535) as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        (function(&dev, "silu_mul_bf16x8", 0)?, cfg)
+    } else {
+        (function(&dev, "silu_mul_bf16", 0)?, elementwise(m * i / 2))
+    };
     let (m32, i32_) = (m as i32, i as i32);
     let mut b = stream.launch_builder(&func);
     b.arg(&input).arg(&out).arg(&m32).arg(&i32_);
-    unsafe { b.launch(elementwise(m * i / 2)) }.w()?;
+    unsafe { b.launch(cfg) }.w()?;
     Ok(tensor(out, &dev, (m, i)))
 }
 

@@ -70,6 +70,10 @@ mod gguf;
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
 pub mod kernels;
+/// bf16 matmuls through cuBLASLt; public for `examples/layer_bench.rs`.
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+pub mod lt_gemm;
 pub mod prompter;
 mod readout;
 pub mod template;
