@@ -22,6 +22,15 @@
 //   q (M, H, D), k (KV, M, D), v (KV, M, D), all bf16.
 // interleaved: rotary pairs (2i, 2i+1) (GGUF llama); else (i, i + D/2) (qwen2, NEOX).
 // The formulas are candle's rope / rope_i kernels.
+// Where row r's head `slot` of the fused projection goes: q (M, H, D), else k or v
+// (KV, M, D).
+__device__ __forceinline__ bf16* qkv_destination(bf16* q, bf16* k, bf16* v, long r, int slot,
+                                                 int M, int H, int KV, int D) {
+    if (slot < H) return q + (r * H + slot) * D;
+    if (slot < H + KV) return k + ((long)(slot - H) * M + r) * D;
+    return v + ((long)(slot - H - KV) * M + r) * D;
+}
+
 extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
                                          const float* __restrict__ bias,
                                          const float* __restrict__ cos_table,
@@ -48,14 +57,7 @@ extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
             x0 += bias[slot * D + i0];
             x1 += bias[slot * D + i1];
         }
-        bf16* dst;
-        if (slot < H) {
-            dst = q + ((long)r * H + slot) * D;
-        } else if (slot < H + KV) {
-            dst = k + ((long)(slot - H) * M + r) * D;
-        } else {
-            dst = v + ((long)(slot - H - KV) * M + r) * D;
-        }
+        bf16* dst = qkv_destination(q, k, v, r, slot, M, H, KV, D);
         if (slot < H + KV) {
             const long at = (long)positions[r] * half + p;
             const float c = cos_table[at], s = sin_table[at];
@@ -111,14 +113,7 @@ extern "C" __global__ void qkv_rope_bf16x2(const bf16* __restrict__ qkv,
             x0.y += bs[b0];
             x1.y += bs[b1];
         }
-        bf16* dst;
-        if (slot < H) {
-            dst = q + ((long)r * H + slot) * D;
-        } else if (slot < H + KV) {
-            dst = k + ((long)(slot - H) * M + r) * D;
-        } else {
-            dst = v + ((long)(slot - H - KV) * M + r) * D;
-        }
+        bf16* dst = qkv_destination(q, k, v, r, slot, M, H, KV, D);
         if (slot < H + KV) {
             const long at = (long)positions[r] * half + p;
             const float2 c = *reinterpret_cast<const float2*>(cos_table + at);

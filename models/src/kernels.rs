@@ -270,6 +270,20 @@ fn elementwise(n: usize) -> LaunchConfig {
     }
 }
 
+/// One grid row per matrix row (rows beyond the grid's 65,535 in steps of it, in the
+/// kernel) and blocks of 128 threads across its `per_row` work items.
+fn per_row(per_row: usize, rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (
+            per_row.div_ceil(128) as u32,
+            rows.clamp(1, 65_535) as u32,
+            1,
+        ),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Head counts and width of an attention layer.
 #[derive(Clone, Copy, Debug)]
 pub struct Heads {
@@ -322,12 +336,7 @@ pub fn qkv_rope(
     // accesses (every model here), else one.
     let vectored = d % 4 == 0 && inputs.0 % 8 == 0;
     let (func, cfg) = if vectored {
-        let per_row = (h + 2 * kv) * d / 4;
-        let cfg = LaunchConfig {
-            grid_dim: (per_row.div_ceil(128) as u32, m.clamp(1, 65_535) as u32, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = per_row((h + 2 * kv) * d / 4, m);
         (function(&dev, "qkv_rope_bf16x2", 0)?, cfg)
     } else {
         let cfg = elementwise(m * (h + 2 * kv) * d / 2);
@@ -483,12 +492,7 @@ pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
     // Eight outputs per thread with 16-byte accesses where the width and address allow it
     // (every model here), else pairs.
     let (func, cfg) = if i % 8 == 0 && input % 16 == 0 {
-        let cfg = LaunchConfig {
-            grid_dim: ((i / 8).div_ceil(128) as u32, m.clamp(1, 65_535) as u32, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        (function(&dev, "silu_mul_bf16x8", 0)?, cfg)
+        (function(&dev, "silu_mul_bf16x8", 0)?, per_row(i / 8, m))
     } else {
         (function(&dev, "silu_mul_bf16", 0)?, elementwise(m * i / 2))
     };
