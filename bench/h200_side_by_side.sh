@@ -85,6 +85,23 @@ decide)
   # w/ into /tmp/gpu/w there): a lease ends 30 s after a call, and with it /tmp/gpu/w.
   mkdir -p "$OUT/w" && cp "$W"/*.jsonl "$OUT/w/"
   bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side"
+  # Where the server's time over the model's goes on the 28k first read: the Server-Timing
+  # header (compile, prepare, model, answer) of three more cold reads, each with a new key.
+  python3 - "$url" "$W/decide-long-first.jsonl" >"$OUT/long-server-timing.txt" 2>&1 <<'PY'
+import json, sys, time, urllib.request
+url, path = sys.argv[1], sys.argv[2]
+body = json.loads(open(path).readline())["body"]
+for i in range(3):
+    body["prompt_cache_key"] = f"server-timing-{i}"
+    req = urllib.request.Request(url + "/v1/decisions", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    t = time.perf_counter()
+    with urllib.request.urlopen(req) as r:
+        r.read()
+        wall = (time.perf_counter() - t) * 1e3
+        print(f"wall {wall:.1f} ms; x-decide-server-ms {r.headers.get('x-decide-server-ms')}; "
+              f"server-timing {r.headers.get('server-timing')}")
+PY
   # Where short-prompt throughput goes at saturation (worker busy time, pass efficiency).
   for clients in 64 256; do
     python3 bench/saturation.py --url "$url" --workload "$W/decide-short.jsonl" --clients $clients \

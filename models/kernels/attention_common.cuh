@@ -23,6 +23,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
                  "r"(bytes));
 }
 
+// 16 bytes global -> shared (a shared-space address), every byte from the source.
+__device__ __forceinline__ void cp_async16_shared(uint32_t smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 
 template <int N>

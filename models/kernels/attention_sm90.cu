@@ -404,15 +404,32 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS) {
             const bf16* src = q + (long)(valid ? row0 + j : 0) * q_stride + h * D + part * 8;
             cp_async16(q_s + swizzled(j, part, BM), src, valid);
         }
-        // Stages the K (or V) rows of tile `it` into `slot_addr`, and commits the group.
-        auto stage = [&](int it, uint32_t slot_addr, bool values) {
-            unsigned char* const dst = smem_raw + (slot_addr - raw_addr);
-            for_key_rows<BN / ROWS_PER_PASS>(
-                keys, tiles.col0(it_begin + it, BN), BN, first, ROWS_PER_PASS, part, D,
-                [&](int j, const bf16* kp, const bf16* vp) {
-                    const bf16* src = values ? vp : kp;
-                    cp_async16(dst + swizzled(j, part, BN), src ? src : k_own, src != nullptr);
-                });
+        // Stages the K (or V) rows of a tile into `slot_addr`, and commits the group. When
+        // the tile lies in one source (`whole`: src is piece `part` of its first row), this
+        // thread's rows first + i * ROWS_PER_PASS are i * ROWS_PER_PASS rows apart in global
+        // memory and, ROWS_PER_PASS being a multiple of 8, i * ROWS_PER_PASS * 128 bytes apart
+        // in the swizzled layout with the same piece permutation: one copy instruction per
+        // row at constant offsets. Else row by row along the sources.
+        auto stage = [&](int col0, bool whole, const bf16* src, uint32_t slot_addr,
+                         bool values) {
+            if (whole) {
+                const uint32_t dst = slot_addr + swizzled(first, part, BN);
+                const bf16* from = src + (long)first * D;
+#pragma unroll
+                for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
+                    cp_async16_shared(dst + i * ROWS_PER_PASS * 128,
+                                      from + (long)i * ROWS_PER_PASS * D);
+                }
+            } else {
+                unsigned char* const dst = smem_raw + (slot_addr - raw_addr);
+                for_key_rows<BN / ROWS_PER_PASS>(
+                    keys, col0, BN, first, ROWS_PER_PASS, part, D,
+                    [&](int j, const bf16* kp, const bf16* vp) {
+                        const bf16* from = values ? vp : kp;
+                        cp_async16(dst + swizzled(j, part, BN), from ? from : k_own,
+                                   from != nullptr);
+                    });
+            }
             cp_async_commit();
         };
         // Each slot's barrier completes when the copies of its 128 threads have landed; the
@@ -422,11 +439,14 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS) {
         // thread that could fence them.)
         for (int i = 0; i < n; ++i) {
             const int slot = i % WS_SLOTS, use = i / WS_SLOTS;
+            const int col0 = tiles.col0(it_begin + i, BN);
+            const bf16 *k, *v;
+            const bool whole = keys.span(col0, BN, part, k, v, D);
             if (use > 0) mbar_wait(&empty_k[slot], (use - 1) & 1);
-            stage(i, k_base + slot * TILE_BYTES, false);
+            stage(col0, whole, k, k_base + slot * TILE_BYTES, false);
             mbar_arrive_on_copies(&full_k[slot]);
             if (use > 0) mbar_wait(&empty_v[slot], (use - 1) & 1);
-            stage(i, v_base + slot * TILE_BYTES, true);
+            stage(col0, whole, v, v_base + slot * TILE_BYTES, true);
             mbar_arrive_on_copies(&full_v[slot]);
         }
         cp_async_wait<0>();

@@ -71,10 +71,18 @@ extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
     }
 }
 
+// Rows a thread of the row-grid kernels below (qkv_rope_bf16x2, silu_mul_bf16x8) handles
+// per step, its loads for all of them issued before any result is computed: with one row per
+// thread, each thread had one or two small loads in flight and a block's life was mostly
+// its launch and one memory round trip (layer_bench: silu_mul at 2.9 TB/s, qkv_rope at
+// 1.3 TB/s on 8192 rows). The launcher's grid rows are ceil(M / ROW_GROUP).
+#define ROW_GROUP 4
+
 // qkv_rope_bf16x2: qkv_rope for D % 4 == 0, two rotary pairs per thread with 4- and 8-byte
-// accesses, one grid row per token row (rows beyond the grid's height in steps of it). The
-// scalar kernel above spends its time on 64-bit index division and 2-byte accesses: 0.077 ms
-// for 8192 rows of q15 on an H200, ~870 GB/s (layer_bench). Same formulas, same results.
+// accesses, ROW_GROUP token rows per grid row (rows beyond the grid's height in steps of
+// it). The scalar kernel above spends its time on 64-bit index division and 2-byte
+// accesses: 0.077 ms for 8192 rows of q15 on an H200, ~870 GB/s (layer_bench). Same
+// formulas, same results.
 extern "C" __global__ void qkv_rope_bf16x2(const bf16* __restrict__ qkv,
                                            const float* __restrict__ bias,
                                            const float* __restrict__ cos_table,
@@ -90,49 +98,73 @@ extern "C" __global__ void qkv_rope_bf16x2(const bf16* __restrict__ qkv,
     if (j >= slots * quarter) return;
     const int slot = j / quarter;
     const int p = (j % quarter) * 2;  // this thread's rotary pairs: p and p + 1
+    const bool rotate = slot < H + KV;
     // Element indices of pair p's two values (a) and pair p + 1's (b).
     const int a0 = interleaved ? 2 * p : p, a1 = interleaved ? 2 * p + 1 : p + half;
     const int b0 = interleaved ? 2 * p + 2 : p + 1, b1 = interleaved ? 2 * p + 3 : p + 1 + half;
-    for (long r = blockIdx.y; r < M; r += gridDim.y) {
-        const bf16* src = qkv + ((long)r * slots + slot) * D;
-        float2 x0, x1;  // .x: pair p, .y: pair p + 1; x0 the first value of each pair
-        if (interleaved) {
-            const uint2 raw = *reinterpret_cast<const uint2*>(src + 2 * p);
-            const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-            const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-            x0 = make_float2(lo.x, hi.x);
-            x1 = make_float2(lo.y, hi.y);
-        } else {
-            x0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + p));
-            x1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + p + half));
+    float4 bs = make_float4(0.f, 0.f, 0.f, 0.f);  // the bias at a0, a1, b0, b1
+    if (bias) {
+        const float* b = bias + slot * D;
+        bs = make_float4(b[a0], b[a1], b[b0], b[b1]);
+    }
+    for (long r0 = (long)blockIdx.y * ROW_GROUP; r0 < M; r0 += (long)gridDim.y * ROW_GROUP) {
+        // .x: pair p, .y: pair p + 1; x0 the first value of each pair. Rows past M load row
+        // r0 again and write nothing.
+        float2 x0[ROW_GROUP], x1[ROW_GROUP], c[ROW_GROUP], sn[ROW_GROUP];
+#pragma unroll
+        for (int g = 0; g < ROW_GROUP; ++g) {
+            const long r = r0 + g < M ? r0 + g : r0;
+            const bf16* src = qkv + (r * slots + slot) * D;
+            if (interleaved) {
+                const uint2 raw = *reinterpret_cast<const uint2*>(src + 2 * p);
+                const float2 lo =
+                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+                const float2 hi =
+                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+                x0[g] = make_float2(lo.x, hi.x);
+                x1[g] = make_float2(lo.y, hi.y);
+            } else {
+                x0[g] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src + p));
+                x1[g] = __bfloat1622float2(
+                    *reinterpret_cast<const __nv_bfloat162*>(src + p + half));
+            }
+            if (rotate) {
+                const long at = (long)positions[r] * half + p;
+                c[g] = *reinterpret_cast<const float2*>(cos_table + at);
+                sn[g] = *reinterpret_cast<const float2*>(sin_table + at);
+            }
         }
-        if (bias) {
-            const float* bs = bias + slot * D;
-            x0.x += bs[a0];
-            x1.x += bs[a1];
-            x0.y += bs[b0];
-            x1.y += bs[b1];
-        }
-        bf16* dst = qkv_destination(q, k, v, r, slot, M, H, KV, D);
-        if (slot < H + KV) {
-            const long at = (long)positions[r] * half + p;
-            const float2 c = *reinterpret_cast<const float2*>(cos_table + at);
-            const float2 s = *reinterpret_cast<const float2*>(sin_table + at);
-            const float2 y0 = make_float2(x0.x * c.x - x1.x * s.x, x0.y * c.y - x1.y * s.y);
-            const float2 y1 = make_float2(x0.x * s.x + x1.x * c.x, x0.y * s.y + x1.y * c.y);
-            x0 = y0;
-            x1 = y1;
-        }
-        if (interleaved) {
-            __nv_bfloat162 lo = __floats2bfloat162_rn(x0.x, x1.x);
-            __nv_bfloat162 hi = __floats2bfloat162_rn(x0.y, x1.y);
-            uint2 raw;
-            raw.x = *reinterpret_cast<uint32_t*>(&lo);
-            raw.y = *reinterpret_cast<uint32_t*>(&hi);
-            *reinterpret_cast<uint2*>(dst + 2 * p) = raw;
-        } else {
-            *reinterpret_cast<__nv_bfloat162*>(dst + p) = __floats2bfloat162_rn(x0.x, x0.y);
-            *reinterpret_cast<__nv_bfloat162*>(dst + p + half) = __floats2bfloat162_rn(x1.x, x1.y);
+#pragma unroll
+        for (int g = 0; g < ROW_GROUP; ++g) {
+            const long r = r0 + g;
+            if (r >= M) break;
+            float2 y0 = x0[g], y1 = x1[g];
+            if (bias) {
+                y0.x += bs.x;
+                y1.x += bs.y;
+                y0.y += bs.z;
+                y1.y += bs.w;
+            }
+            if (rotate) {
+                const float2 cc = c[g], ss = sn[g];
+                const float2 z0 = make_float2(y0.x * cc.x - y1.x * ss.x, y0.y * cc.y - y1.y * ss.y);
+                const float2 z1 = make_float2(y0.x * ss.x + y1.x * cc.x, y0.y * ss.y + y1.y * cc.y);
+                y0 = z0;
+                y1 = z1;
+            }
+            bf16* dst = qkv_destination(q, k, v, r, slot, M, H, KV, D);
+            if (interleaved) {
+                __nv_bfloat162 lo = __floats2bfloat162_rn(y0.x, y1.x);
+                __nv_bfloat162 hi = __floats2bfloat162_rn(y0.y, y1.y);
+                uint2 raw;
+                raw.x = *reinterpret_cast<uint32_t*>(&lo);
+                raw.y = *reinterpret_cast<uint32_t*>(&hi);
+                *reinterpret_cast<uint2*>(dst + 2 * p) = raw;
+            } else {
+                *reinterpret_cast<__nv_bfloat162*>(dst + p) = __floats2bfloat162_rn(y0.x, y0.y);
+                *reinterpret_cast<__nv_bfloat162*>(dst + p + half) =
+                    __floats2bfloat162_rn(y1.x, y1.y);
+            }
         }
     }
 }
@@ -182,15 +214,26 @@ extern "C" __global__ void add_rms_norm_v4(const float4* __restrict__ x, const u
                                            uint2* __restrict__ h, int hidden4, float eps) {
     __shared__ float warp_sums[32];
     const long row = blockIdx.x;
+    // Every load first (x and delta, NORM_VECS of each in flight per thread), then the sums
+    // and stores.
     float4 vals[NORM_VECS];
+    uint2 raws[NORM_VECS];
+#pragma unroll
+    for (int n = 0; n < NORM_VECS; ++n) {
+        const int i = threadIdx.x + n * blockDim.x;
+        if (i < hidden4) {
+            vals[n] = x[row * hidden4 + i];
+            raws[n] = delta ? delta[row * hidden4 + i] : make_uint2(0u, 0u);
+        }
+    }
     float ss = 0.f;
 #pragma unroll
     for (int n = 0; n < NORM_VECS; ++n) {
         const int i = threadIdx.x + n * blockDim.x;
         if (i >= hidden4) break;
-        float4 a = x[row * hidden4 + i];
+        float4 a = vals[n];
         if (delta) {
-            const uint2 raw = delta[row * hidden4 + i];
+            const uint2 raw = raws[n];
             const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
             const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
             a.x += lo.x;
@@ -248,29 +291,40 @@ extern "C" __global__ void silu_mul_bf16(const __nv_bfloat162* __restrict__ gu,
 }
 
 // silu_mul_bf16x8: silu_mul for I % 8 == 0, eight outputs per thread with 16-byte accesses,
-// one grid row per token row (rows beyond the grid's height in steps of it). The pair kernel
-// above runs at ~2.2 TB/s on an H200, bound by its 64-bit index division (layer_bench).
+// ROW_GROUP token rows per grid row (rows beyond the grid's height in steps of it). The pair
+// kernel above runs at ~2.2 TB/s on an H200, bound by its 64-bit index division
+// (layer_bench).
 extern "C" __global__ void silu_mul_bf16x8(const uint4* __restrict__ gu, uint4* __restrict__ out,
                                            int M, int I) {
     const int vecs = I / 8;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= vecs) return;
-    for (long r = blockIdx.y; r < M; r += gridDim.y) {
-        const uint4 g = gu[r * 2 * vecs + j];
-        const uint4 u = gu[r * 2 * vecs + vecs + j];
-        const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
-        const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
-        uint4 o;
-        __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
+    for (long r0 = (long)blockIdx.y * ROW_GROUP; r0 < M; r0 += (long)gridDim.y * ROW_GROUP) {
+        // Rows past M load row r0 again and write nothing.
+        uint4 g[ROW_GROUP], u[ROW_GROUP];
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
-            const float2 gf = __bfloat1622float2(g2[n]);
-            const float2 uf = __bfloat1622float2(u2[n]);
-            const float a = gf.x / (1.f + __expf(-gf.x)) * uf.x;
-            const float b = gf.y / (1.f + __expf(-gf.y)) * uf.y;
-            o2[n] = __floats2bfloat162_rn(a, b);
+        for (int k = 0; k < ROW_GROUP; ++k) {
+            const long r = r0 + k < M ? r0 + k : r0;
+            g[k] = gu[r * 2 * vecs + j];
+            u[k] = gu[r * 2 * vecs + vecs + j];
         }
-        out[r * vecs + j] = o;
+#pragma unroll
+        for (int k = 0; k < ROW_GROUP; ++k) {
+            if (r0 + k >= M) break;
+            const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g[k]);
+            const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&u[k]);
+            uint4 o;
+            __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                const float2 gf = __bfloat1622float2(g2[n]);
+                const float2 uf = __bfloat1622float2(u2[n]);
+                const float a = gf.x / (1.f + __expf(-gf.x)) * uf.x;
+                const float b = gf.y / (1.f + __expf(-gf.y)) * uf.y;
+                o2[n] = __floats2bfloat162_rn(a, b);
+            }
+            out[(r0 + k) * vecs + j] = o;
+        }
     }
 }
 

@@ -270,8 +270,12 @@ fn elementwise(n: usize) -> LaunchConfig {
     }
 }
 
-/// One grid row per matrix row (rows beyond the grid's 65,535 in steps of it, in the
-/// kernel) and blocks of 128 threads across its `per_row` work items.
+/// Token rows per grid row of the row-grid kernels (`ROW_GROUP` in fused.cu): each thread
+/// loads that many rows before computing any.
+const ROW_GROUP: usize = 4;
+
+/// One grid row per `rows` (rows beyond the grid's 65,535 in steps of it, in the kernel) and
+/// blocks of 128 threads across its `per_row` work items.
 fn per_row(per_row: usize, rows: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (
@@ -336,7 +340,7 @@ pub fn qkv_rope(
     // accesses (every model here), else one.
     let vectored = d % 4 == 0 && inputs.0 % 8 == 0;
     let (func, cfg) = if vectored {
-        let cfg = per_row((h + 2 * kv) * d / 4, m);
+        let cfg = per_row((h + 2 * kv) * d / 4, m.div_ceil(ROW_GROUP));
         (function(&dev, "qkv_rope_bf16x2", 0)?, cfg)
     } else {
         let cfg = elementwise(m * (h + 2 * kv) * d / 2);
@@ -492,7 +496,10 @@ pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
     // Eight outputs per thread with 16-byte accesses where the width and address allow it
     // (every model here), else pairs.
     let (func, cfg) = if i % 8 == 0 && input % 16 == 0 {
-        (function(&dev, "silu_mul_bf16x8", 0)?, per_row(i / 8, m))
+        (
+            function(&dev, "silu_mul_bf16x8", 0)?,
+            per_row(i / 8, m.div_ceil(ROW_GROUP)),
+        )
     } else {
         (function(&dev, "silu_mul_bf16", 0)?, elementwise(m * i / 2))
     };
