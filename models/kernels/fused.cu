@@ -71,11 +71,12 @@ extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
     }
 }
 
-// Rows a thread of the row-grid kernels below (qkv_rope_bf16x2, silu_mul_bf16x8) handles
-// per step, its loads for all of them issued before any result is computed: with one row per
-// thread, each thread had one or two small loads in flight and a block's life was mostly
-// its launch and one memory round trip (layer_bench: silu_mul at 2.9 TB/s, qkv_rope at
-// 1.3 TB/s on 8192 rows). The launcher's grid rows are ceil(M / ROW_GROUP).
+// Token rows a thread of qkv_rope_bf16x2 handles per step, its loads for all of them issued
+// before any result is computed: with one row per thread each thread had two 4-byte loads
+// in flight (layer_bench on 8192 rows, one run: 0.0485 -> 0.0417 ms; 2624 rows 0.0254 ->
+// 0.0170). The same for silu_mul_bf16x8 and loads-first in add_rms_norm_v4 measured no
+// gain in that run and were left as they were. The launcher's grid rows are
+// ceil(M / ROW_GROUP).
 #define ROW_GROUP 4
 
 // qkv_rope_bf16x2: qkv_rope for D % 4 == 0, two rotary pairs per thread with 4- and 8-byte
@@ -214,26 +215,15 @@ extern "C" __global__ void add_rms_norm_v4(const float4* __restrict__ x, const u
                                            uint2* __restrict__ h, int hidden4, float eps) {
     __shared__ float warp_sums[32];
     const long row = blockIdx.x;
-    // Every load first (x and delta, NORM_VECS of each in flight per thread), then the sums
-    // and stores.
     float4 vals[NORM_VECS];
-    uint2 raws[NORM_VECS];
-#pragma unroll
-    for (int n = 0; n < NORM_VECS; ++n) {
-        const int i = threadIdx.x + n * blockDim.x;
-        if (i < hidden4) {
-            vals[n] = x[row * hidden4 + i];
-            raws[n] = delta ? delta[row * hidden4 + i] : make_uint2(0u, 0u);
-        }
-    }
     float ss = 0.f;
 #pragma unroll
     for (int n = 0; n < NORM_VECS; ++n) {
         const int i = threadIdx.x + n * blockDim.x;
         if (i >= hidden4) break;
-        float4 a = vals[n];
+        float4 a = x[row * hidden4 + i];
         if (delta) {
-            const uint2 raw = raws[n];
+            const uint2 raw = delta[row * hidden4 + i];
             const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
             const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
             a.x += lo.x;
@@ -291,40 +281,29 @@ extern "C" __global__ void silu_mul_bf16(const __nv_bfloat162* __restrict__ gu,
 }
 
 // silu_mul_bf16x8: silu_mul for I % 8 == 0, eight outputs per thread with 16-byte accesses,
-// ROW_GROUP token rows per grid row (rows beyond the grid's height in steps of it). The pair
-// kernel above runs at ~2.2 TB/s on an H200, bound by its 64-bit index division
-// (layer_bench).
+// one grid row per token row (rows beyond the grid's height in steps of it). The pair kernel
+// above runs at ~2.2 TB/s on an H200, bound by its 64-bit index division (layer_bench).
 extern "C" __global__ void silu_mul_bf16x8(const uint4* __restrict__ gu, uint4* __restrict__ out,
                                            int M, int I) {
     const int vecs = I / 8;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= vecs) return;
-    for (long r0 = (long)blockIdx.y * ROW_GROUP; r0 < M; r0 += (long)gridDim.y * ROW_GROUP) {
-        // Rows past M load row r0 again and write nothing.
-        uint4 g[ROW_GROUP], u[ROW_GROUP];
+    for (long r = blockIdx.y; r < M; r += gridDim.y) {
+        const uint4 g = gu[r * 2 * vecs + j];
+        const uint4 u = gu[r * 2 * vecs + vecs + j];
+        const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
+        const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
+        uint4 o;
+        __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
 #pragma unroll
-        for (int k = 0; k < ROW_GROUP; ++k) {
-            const long r = r0 + k < M ? r0 + k : r0;
-            g[k] = gu[r * 2 * vecs + j];
-            u[k] = gu[r * 2 * vecs + vecs + j];
+        for (int n = 0; n < 4; ++n) {
+            const float2 gf = __bfloat1622float2(g2[n]);
+            const float2 uf = __bfloat1622float2(u2[n]);
+            const float a = gf.x / (1.f + __expf(-gf.x)) * uf.x;
+            const float b = gf.y / (1.f + __expf(-gf.y)) * uf.y;
+            o2[n] = __floats2bfloat162_rn(a, b);
         }
-#pragma unroll
-        for (int k = 0; k < ROW_GROUP; ++k) {
-            if (r0 + k >= M) break;
-            const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g[k]);
-            const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&u[k]);
-            uint4 o;
-            __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-            for (int n = 0; n < 4; ++n) {
-                const float2 gf = __bfloat1622float2(g2[n]);
-                const float2 uf = __bfloat1622float2(u2[n]);
-                const float a = gf.x / (1.f + __expf(-gf.x)) * uf.x;
-                const float b = gf.y / (1.f + __expf(-gf.y)) * uf.y;
-                o2[n] = __floats2bfloat162_rn(a, b);
-            }
-            out[(r0 + k) * vecs + j] = o;
-        }
+        out[r * vecs + j] = o;
     }
 }
 

@@ -270,8 +270,8 @@ fn elementwise(n: usize) -> LaunchConfig {
     }
 }
 
-/// Token rows per grid row of the row-grid kernels (`ROW_GROUP` in fused.cu): each thread
-/// loads that many rows before computing any.
+/// Token rows per grid row of `qkv_rope_bf16x2` (`ROW_GROUP` in fused.cu): each thread loads
+/// that many rows before computing any.
 const ROW_GROUP: usize = 4;
 
 /// One grid row per `rows` (rows beyond the grid's 65,535 in steps of it, in the kernel) and
@@ -496,10 +496,7 @@ pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
     // Eight outputs per thread with 16-byte accesses where the width and address allow it
     // (every model here), else pairs.
     let (func, cfg) = if i % 8 == 0 && input % 16 == 0 {
-        (
-            function(&dev, "silu_mul_bf16x8", 0)?,
-            per_row(i / 8, m.div_ceil(ROW_GROUP)),
-        )
+        (function(&dev, "silu_mul_bf16x8", 0)?, per_row(i / 8, m))
     } else {
         (function(&dev, "silu_mul_bf16", 0)?, elementwise(m * i / 2))
     };
