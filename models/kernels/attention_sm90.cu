@@ -289,7 +289,12 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 // multiply. The producer's copies arrive on a slot's mbarrier by themselves once they land
 // (cp.async.mbarrier.arrive), so it never waits for its own loads, only for free slots:
 // 5-9% faster on long prefills than when each thread waited for its copies, fenced them and
-// arrived (kernel_check, bench/reports/h200-side-by-side-3/kernel-check-producer.txt).
+// arrived (kernel_check, bench/reports/h200-side-by-side-3/kernel-check-producer.txt). A tile
+// inside one source is staged with one copy instruction per row at constant offsets (stage()
+// below): with the general per-row walk the producer issued 31% of the kernel's instructions
+// (~15 per copy), the consumers' most sampled stall was the wait for a K tile, and the 28k
+// prefill's attention took 153.6 ms against 129.2 with this path (one run; an ablation with
+// no copies at all took 100 ms: bench/reports/h200-side-by-side-5/attention-probe.txt).
 // K and V tiles have their own two-slot pipelines (full and empty mbarriers per slot), so a
 // consumer releases a K tile as soon as its scores are computed. Each consumer overlaps
 // within itself: it issues S = Q K^T for tile i together with O += P V for tile i - 1, and

@@ -49,7 +49,9 @@ pub enum AttentionBlock {
     /// two consumers overlapping their softmax with multiplies); attention_sm90.cu. H200,
     /// TFLOP/s vs `Wgmma` in one run: causal 8k 402 vs 355, 8k after 8k 345 vs 308, 3.7k
     /// after 24.6k 318 vs 298, 64 questions of 47 rows over 4.4k cached keys 186 vs 169;
-    /// causal 4k 233 vs 259.
+    /// causal 4k 233 vs 259. Since its producer's one-copy-per-row path (kernel_check,
+    /// bench/reports/h200-side-by-side-5): causal 8k 523, 8k after 8k 556, 8k after 16k 573,
+    /// 3.7k after 24.6k 519, 64 x 47 rows over 4.4k 254.
     WgmmaSpecialized,
 }
 
