@@ -276,8 +276,8 @@ fn elementwise(n: usize) -> LaunchConfig {
 /// that many rows before computing any.
 const ROW_GROUP: usize = 4;
 
-/// One grid row per `rows` (rows beyond the grid's 65,535 in steps of it, in the kernel) and
-/// blocks of 128 threads across its `per_row` work items.
+/// `rows` grid rows (at most 65,535: the kernel steps through the rest) of 128-thread blocks
+/// across `per_row` work items each.
 fn per_row(per_row: usize, rows: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (
