@@ -15,7 +15,8 @@
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
 #           bench/side_by_side.sh against it, then bench/saturation.py at 64 and 256 clients,
-#           stops it. decide.log, workloads.json, side/, saturation-c*.json.
+#           records the Server-Timing header of three cold 28k reads, stops it. decide.log,
+#           workloads.json, side/, long-server-timing.txt, saturation-c*.json.
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
