@@ -14,8 +14,8 @@
 #           then starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
-#           bench/side_by_side.sh against it, then bench/saturation.py at 64 and 256 clients,
-#           records the Server-Timing header of three cold 28k reads, stops it. decide.log,
+#           bench/side_by_side.sh against it, records the Server-Timing header of three cold
+#           28k reads, runs bench/saturation.py at 64 and 256 clients, stops it. decide.log,
 #           workloads.json, side/, long-server-timing.txt, saturation-c*.json.
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
