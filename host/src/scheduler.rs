@@ -3,14 +3,16 @@
 //!
 //! A request hands its rendered prompts over as one job and blocks until they are read.
 //! The worker takes every job waiting when it becomes free (and, with `--batch-wait-us`, those
-//! arriving shortly after the first), then for the whole batch:
+//! arriving shortly after the first; after a batch read alone for one tenant, its clients'
+//! next requests for a short window, [`rejoin`], so that closed-loop clients make one batch
+//! per round instead of alternating cohorts), then for the whole batch:
 //!
 //! 1. per job, finds the longest cached prefix of its prompts in the [`PrefixCache`] (per
 //!    tenant), prefills what the job's prompts share beyond it once, and stores the result
 //!    at a block boundary for later requests; a short one-question prompt instead stores
 //!    the beginning it shares with its tenant's previous one ([`crate::recent_starts`]);
 //! 2. reads every prompt's remaining tokens in packed passes of at most
-//!    [`MAX_PASS_TOKENS`] rows, segments of different jobs side by side, each attending only
+//!    [`MAX_PASS_TOKENS`] rows (`--max-pass-tokens`), segments of different jobs side by side, each attending only
 //!    to its own prefix and itself (`Model::read_packed`).
 //!
 //! So with many clients the model runs few large passes instead of many small ones, and a
@@ -56,16 +58,19 @@ use crate::metrics::Metrics;
 use crate::prefix_cache::{PrefixCache, BLOCK_TOKENS};
 
 mod fair;
+mod rejoin;
 use fair::{FairQueue, Mode};
+use rejoin::Rejoin;
 
 /// Most rows (tokens) in one packed pass. Bounds activations and attention scores of a pass;
 /// more is read in several passes.
 pub const MAX_PASS_TOKENS: usize = 2048;
 
 /// [`MAX_PASS_TOKENS`] for a model on decide's fused CUDA kernels, which materialise no
-/// attention scores: every pass costs ~250 kernel launches whatever its size, so 64 questions
-/// over one input (~3k rows) read in one pass instead of two.
-pub const MAX_FUSED_PASS_TOKENS: usize = 4096;
+/// attention scores: every pass costs ~250 kernel launches and their tails whatever its size
+/// (~2 ms of a pass on an H200 with q15), so a batch of short prompts is read in one pass,
+/// as is the model's own prefill chunk (8,192 rows).
+pub const MAX_FUSED_PASS_TOKENS: usize = 8192;
 
 /// A lone prompt is read in a pass of its own, which also yields its KV for the prefix
 /// cache, only when at least this many of its tokens are not cached yet; shorter ones join
@@ -305,8 +310,14 @@ pub struct SchedulerConfig {
     /// How long the worker waits for more jobs after the first of a batch. 0: it takes what
     /// is waiting and starts at once (jobs that arrive during a pass join the next one).
     pub batch_wait: Duration,
+    /// After a batch is answered, how long at most the worker waits for its clients' next
+    /// requests to join the next batch ([`rejoin`]; zero: it does not).
+    pub batch_rejoin: Duration,
     /// Stop adding jobs to a batch once their prompt tokens reach this.
     pub max_batch_tokens: usize,
+    /// Most rows of one packed pass (0: the model's default, [`MAX_PASS_TOKENS`] or
+    /// [`MAX_FUSED_PASS_TOKENS`]).
+    pub max_pass_tokens: usize,
     /// Fair share: a backlogged flow's prompt tokens per round (times its weight).
     pub fair_share_tokens: usize,
     /// Fair share: most rows of one pass (and of one prefill chunk) while several flows
@@ -504,11 +515,13 @@ fn failed(count: usize, reason: &str) -> JobResult {
     }
 }
 
-/// What every step of the worker needs: the model, the counters, the fault schedule.
+/// What every step of the worker needs: the model, the counters, the fault schedule, the
+/// pass size (`--max-pass-tokens`, 0: the model's default).
 struct Worker<'a> {
     model: &'a Model,
     metrics: &'a Metrics,
     faults: &'a Faults,
+    max_pass_tokens: usize,
 }
 
 impl Worker<'_> {
@@ -537,6 +550,7 @@ fn supervise(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: 
         model,
         metrics,
         faults: &faults,
+        max_pass_tokens: config.max_pass_tokens,
     };
     loop {
         match std::panic::catch_unwind(AssertUnwindSafe(|| work(&worker, config, queue))) {
@@ -567,6 +581,7 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
     let metrics = worker.metrics;
     let mut cache = PrefixCache::new(config.prefix_cache_bytes);
     let mut fair = FairQueue::new(config.fair_share_tokens);
+    let mut rejoin = Rejoin::none();
     loop {
         if fair.is_empty() {
             match queue.recv() {
@@ -574,7 +589,7 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
                 Err(_) => return,
             }
         }
-        gather(queue, &mut fair, config);
+        gather(queue, &mut fair, config, rejoin);
         drop_cancelled(worker, &mut fair);
         let (mut batch, mode) = fair.next_batch(config.max_batch_tokens, Instant::now());
         if batch.is_empty() {
@@ -615,12 +630,28 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
             ms = started.elapsed().as_secs_f64() * 1e3,
             "batch read"
         );
-        metrics.record_model_busy(started.elapsed());
+        let read = started.elapsed();
+        metrics.record_model_busy(read);
         metrics.record_batch(batch.len(), &cache.stats());
+        let answered = batch.len();
         reply(batch, results);
         for flow in flows {
             fair.done(flow);
         }
+        // Only one tenant's clients are waited for: while several share the worker, a
+        // sparse tenant's request must not wait for a busy one's clients. The jobs that
+        // arrived during the read are counted as waiting (they are the other cohort).
+        drain(queue, &mut fair);
+        rejoin = match mode {
+            Mode::Alone => Rejoin::after(
+                answered,
+                fair.waiting_jobs(),
+                read,
+                Instant::now(),
+                config.batch_rejoin,
+            ),
+            Mode::Shared | Mode::Sparse => Rejoin::none(),
+        };
     }
 }
 
@@ -652,12 +683,17 @@ fn drain(queue: &Receiver<Job>, fair: &mut FairQueue) {
     }
 }
 
-/// Takes what is waiting, and with `--batch-wait-us` what arrives shortly after, until the
-/// waiting prompt tokens reach `--max-batch-tokens`.
-fn gather(queue: &Receiver<Job>, fair: &mut FairQueue, config: &SchedulerConfig) {
+/// Takes what is waiting, and what arrives shortly after, until the waiting prompt tokens
+/// reach `--max-batch-tokens`: for `--batch-wait-us` after the first job, and while the last
+/// batch's clients are not back yet, until its window ends ([`Rejoin`]).
+fn gather(queue: &Receiver<Job>, fair: &mut FairQueue, config: &SchedulerConfig, rejoin: Rejoin) {
     drain(queue, fair);
-    let deadline = Instant::now() + config.batch_wait;
+    let fixed = Instant::now() + config.batch_wait;
     while fair.waiting_tokens() < config.max_batch_tokens {
+        let deadline = match rejoin.deadline(fair.waiting_jobs()) {
+            Some(until) => until.max(fixed),
+            None => fixed,
+        };
         match queue.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(job) => {
                 fair.push(job, Instant::now());
@@ -862,7 +898,7 @@ fn read_batch(
         .filter(|(_, (_, prefix))| prefix.is_some())
         .flat_map(|(j, (job, _))| (0..job.prompts.len()).map(move |p| (j, p)))
         .collect();
-    let bounds = PassBounds::of(worker.model);
+    let bounds = PassBounds::of(worker.model, worker.max_pass_tokens);
     // Passes are grouped one at a time, so a cap set by `between` applies to the next one,
     // and a job cancelled meanwhile leaves the rest before it.
     while !rest.is_empty() {
@@ -1172,18 +1208,20 @@ impl PassBounds {
     /// key column of the pass (masked), so a pass of k jobs costs ~k times the attention of
     /// k lone reads; once several jobs share a pass its key columns are bounded where every
     /// row's attention costs about a quarter of its matmuls ([`candle_key_columns`]).
-    fn of(model: &Model) -> PassBounds {
+    /// `max_rows` (`--max-pass-tokens`) replaces the default row bound unless it is 0.
+    fn of(model: &Model, max_rows: usize) -> PassBounds {
         let transformer = model.transformer();
+        let rows = |default: usize| if max_rows == 0 { default } else { max_rows };
         if transformer.is_fused() {
             PassBounds {
-                rows: MAX_FUSED_PASS_TOKENS,
+                rows: rows(MAX_FUSED_PASS_TOKENS),
                 heads: 0,
                 key_columns: usize::MAX,
             }
         } else {
             let dims = transformer.dims();
             PassBounds {
-                rows: MAX_PASS_TOKENS,
+                rows: rows(MAX_PASS_TOKENS),
                 heads: dims.n_head,
                 key_columns: candle_key_columns(dims),
             }

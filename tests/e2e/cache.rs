@@ -191,3 +191,56 @@ fn concurrent_requests_share_forward_passes_and_answer_like_lone_requests() {
         );
     }
 }
+
+/// Batches per job while `clients` threads each send `rounds` one-question requests one
+/// after another (each its next as soon as it has its answer), all starting together.
+fn closed_loop_batches_per_job(server: &Server, clients: usize, rounds: usize) -> f64 {
+    let batches_before = metric(server, "decide_batches_total");
+    let jobs_before = metric(server, "decide_batched_jobs_total");
+    let start = std::sync::Barrier::new(clients);
+    std::thread::scope(|scope| {
+        for client in 0..clients {
+            let start = &start;
+            scope.spawn(move || {
+                start.wait();
+                for round in 0..rounds {
+                    let question = format!("Ticket {round} of client {client} is about a refund.");
+                    let body = request(
+                        &format!("client-{client}"),
+                        json!([{"type": "predicate", "instructions": question}]),
+                    );
+                    let reply = server.post("/v1/decisions", &body);
+                    assert_eq!(reply.status, 200, "{}", reply.body);
+                }
+            });
+        }
+    });
+    let jobs = metric(server, "decide_batched_jobs_total") - jobs_before;
+    assert_eq!(jobs, (clients * rounds) as f64);
+    (metric(server, "decide_batches_total") - batches_before) / jobs
+}
+
+#[test]
+fn clients_sending_one_request_after_another_share_one_batch_per_round() {
+    // Four closed-loop clients. The first arrival is read alone while the other three wait;
+    // without a window the worker then reads those three while the first client's next
+    // request is on its way, and the two cohorts alternate for good (a batch per two jobs).
+    // With `--batch-rejoin-us` the worker waits for the answered client, and from the
+    // second round on every round is one batch of four. The window is long here so that a
+    // slow CI machine's turnaround fits it; its bound is then a quarter of the read.
+    let (clients, rounds) = (4, 12);
+    let split = Server::ready(&["--batch-rejoin-us", "0"]);
+    let alternating = closed_loop_batches_per_job(&split, clients, rounds);
+    drop(split);
+    let merged = Server::ready(&["--batch-rejoin-us", "100000"]);
+    let together = closed_loop_batches_per_job(&merged, clients, rounds);
+    eprintln!("batches per job: {alternating:.3} without the window, {together:.3} with it");
+    assert!(
+        alternating >= 0.4,
+        "without the window {alternating:.2} batches per job: the cohorts did not alternate"
+    );
+    assert!(
+        together <= 0.35,
+        "with the window {together:.2} batches per job (one batch per round: ~0.27)"
+    );
+}
