@@ -15,8 +15,10 @@
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
 #           bench/side_by_side.sh against it, records the Server-Timing header of three cold
-#           28k reads, runs bench/saturation.py at 64 and 256 clients, stops it. decide.log,
-#           workloads.json, side/, long-server-timing.txt, saturation-c*.json.
+#           28k reads, runs bench/saturation.py at 8, 64 and 256 clients, stops it. decide.log,
+#           workloads.json, side/, long-server-timing.txt, saturation-c*.json. With
+#           BASELINE_FLAGS, then the same saturation runs on decide started with those flags
+#           added: decide-baseline.log, saturation-baseline-c*.json.
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
@@ -26,7 +28,8 @@
 # the pieces while this machine is otherwise idle: the GPU machine is given back 30 s after a
 # call ends, and with it everything landed (issue 17's notes: ~230 s lost that way once, and
 # uploads slow to 60-80 s a piece while the test suite runs here).
-# Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh.
+# Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh;
+# BASELINE_FLAGS (none) for the decide phase.
 set -uo pipefail
 phase=${1:?decide or vllm}
 # The device call brings back only a few files: everything goes into /tmp/gpu/out-PHASE, packed
@@ -74,11 +77,15 @@ decide)
     echo "forward_bench long rc=$?: $(cat "$OUT/forward-long.json")"
   fi
   url=http://127.0.0.1:8125
-  /tmp/gpu/bin/decide serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
-    --port 8125 --tune-questions none --prefix-cache-mib 16384 --max-queued-requests 4096 \
-    --calibration-dir /tmp/gpu/calibration --cache-dir /tmp/gpu/wasm >"$OUT/decide.out" 2>"$OUT/decide.log" &
-  server=$!
-  wait_ready "$url/health" $server 300 || { tail -30 "$OUT/decide.log"; stop $server; exit 3; }
+  start_decide() {  # start_decide LOG [FLAGS...]: decide on q15 as measured, with FLAGS added
+    local log=$1; shift
+    /tmp/gpu/bin/decide serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
+      --port 8125 --tune-questions none --prefix-cache-mib 16384 --max-queued-requests 4096 \
+      --calibration-dir /tmp/gpu/calibration --cache-dir /tmp/gpu/wasm "$@" >/dev/null 2>"$log" &
+    server=$!
+    wait_ready "$url/health" $server 300 || { tail -30 "$log"; stop $server; exit 3; }
+  }
+  start_decide "$OUT/decide.log"
   echo "decide ready after $SECONDS s"
   python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"
   cp "$W"/*.json "$OUT/" 2>/dev/null
@@ -104,13 +111,25 @@ for i in range(3):
               f"server-timing {r.headers.get('server-timing')}")
 PY
   # Where short-prompt throughput goes at saturation (worker busy time, pass efficiency).
-  for clients in 64 256; do
-    python3 bench/saturation.py --url "$url" --workload "$W/decide-short.jsonl" --clients $clients \
-      --seconds "$SECONDS_PER_RUN" --loadgen "$LOADGEN" --report "$OUT/saturation-c$clients.json"
-  done
+  saturation() {  # saturation NAME: bench/saturation.py at 8, 64 and 256 clients
+    for clients in 8 64 256; do
+      python3 bench/saturation.py --url "$url" --workload "$W/decide-short.jsonl" --clients $clients \
+        --seconds "$SECONDS_PER_RUN" --loadgen "$LOADGEN" --report "$OUT/$1-c$clients.json"
+    done
+  }
+  saturation saturation
   python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" >"$OUT/decide-metrics.txt" 2>&1
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory.txt" 2>&1
   stop $server
+  # The same saturation runs on a server with BASELINE_FLAGS (say, an earlier default) added: an
+  # A/B of a scheduler setting in the same lease.
+  if [ -n "${BASELINE_FLAGS:-}" ]; then
+    echo "baseline: $BASELINE_FLAGS" | tee "$OUT/baseline-flags.txt"
+    # shellcheck disable=SC2086 # the flags are split on purpose
+    start_decide "$OUT/decide-baseline.log" $BASELINE_FLAGS
+    saturation saturation-baseline
+    stop $server
+  fi
   tail -c 2000000 "$OUT/decide.log" >"$OUT/decide.log.tail" && mv "$OUT/decide.log.tail" "$OUT/decide.log"
   ;;
 vllm)
