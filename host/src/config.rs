@@ -473,18 +473,19 @@ pub struct Config {
     /// After a batch is answered, how long at most (microseconds) the model worker waits for
     /// its clients' next requests, so that clients sending one request after another join
     /// one batch instead of alternating in two: the wait ends once they are all back, once a
-    /// batch is full, and at the latest after a quarter of the batch's read time. 0: no wait.
-    #[arg(long, env = "DECIDE_BATCH_REJOIN_US", default_value_t = 2000)]
+    /// batch is full, and at the latest after a quarter of the batch's read time. 0 (the
+    /// default): no wait. On an H200 the clients' turnaround outlasted the window: at 8 and
+    /// 64 closed-loop clients it left the worker idle and cost 21% and 5% of the throughput
+    /// (bench/reports/h200-side-by-side-6/).
+    #[arg(long, env = "DECIDE_BATCH_REJOIN_US", default_value_t = 0)]
     pub batch_rejoin_us: u64,
 
-    /// Stop adding requests to a batch once their prompt tokens reach this. 0 (auto): 8192 on
-    /// CPU; 16384 with decide's CUDA kernels, where a pass's fixed cost (~2 ms on an H200
-    /// with q15) is better spread over ~180 short questions than ~90.
-    #[arg(long, env = "DECIDE_MAX_BATCH_TOKENS", default_value_t = 0)]
+    /// Stop adding requests to a batch once their prompt tokens reach this.
+    #[arg(long, env = "DECIDE_MAX_BATCH_TOKENS", default_value_t = 8192)]
     pub max_batch_tokens: usize,
 
     /// Most rows (uncached prompt tokens) of one forward pass; a batch with more is read in
-    /// several. 0 (auto): 2048 on CPU, 8192 with decide's CUDA kernels.
+    /// several. 0 (auto): 2048 on CPU, 4096 with decide's CUDA kernels.
     #[arg(long, env = "DECIDE_MAX_PASS_TOKENS", default_value_t = 0)]
     pub max_pass_tokens: usize,
 

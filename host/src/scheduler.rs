@@ -3,9 +3,10 @@
 //!
 //! A request hands its rendered prompts over as one job and blocks until they are read.
 //! The worker takes every job waiting when it becomes free (and, with `--batch-wait-us`, those
-//! arriving shortly after the first; after a batch read alone for one tenant, its clients'
-//! next requests for a short window, [`rejoin`], so that closed-loop clients make one batch
-//! per round instead of alternating cohorts), then for the whole batch:
+//! arriving shortly after the first; with `--batch-rejoin-us`, after a batch read alone for
+//! one tenant, its clients' next requests for a short window, [`rejoin`], so that
+//! closed-loop clients make one batch per round instead of alternating cohorts), then for
+//! the whole batch:
 //!
 //! 1. per job, finds the longest cached prefix of its prompts in the [`PrefixCache`] (per
 //!    tenant), prefills what the job's prompts share beyond it once, and stores the result
@@ -67,10 +68,12 @@ use rejoin::Rejoin;
 pub const MAX_PASS_TOKENS: usize = 2048;
 
 /// [`MAX_PASS_TOKENS`] for a model on decide's fused CUDA kernels, which materialise no
-/// attention scores: every pass costs ~250 kernel launches and their tails whatever its size
-/// (~2 ms of a pass on an H200 with q15), so a batch of short prompts is read in one pass,
-/// as is the model's own prefill chunk (8,192 rows).
-pub const MAX_FUSED_PASS_TOKENS: usize = 8192;
+/// attention scores: every pass costs ~250 kernel launches whatever its size, so 64 questions
+/// over one input (~3k rows) read in one pass instead of two. 8192, with 16384-token
+/// batches, measured no better at 256 closed-loop clients on an H200 (4,057 decisions/s,
+/// with the rejoin window, against 4,114 in the same lease; 4,009 without the window on
+/// another machine: bench/reports/h200-side-by-side-6/).
+pub const MAX_FUSED_PASS_TOKENS: usize = 4096;
 
 /// A lone prompt is read in a pass of its own, which also yields its KV for the prefix
 /// cache, only when at least this many of its tokens are not cached yet; shorter ones join

@@ -246,11 +246,7 @@ pub fn load_engine(
             prefix_cache_bytes: config.prefix_cache_mib.saturating_mul(1 << 20),
             batch_wait: Duration::from_micros(config.batch_wait_us),
             batch_rejoin: Duration::from_micros(config.batch_rejoin_us),
-            max_batch_tokens: match config.max_batch_tokens {
-                0 if model.transformer().is_fused() => FUSED_MAX_BATCH_TOKENS,
-                0 => CPU_MAX_BATCH_TOKENS,
-                tokens => tokens,
-            },
+            max_batch_tokens: config.max_batch_tokens,
             max_pass_tokens: config.max_pass_tokens,
             fair_share_tokens: config.fair_share_tokens,
             fair_share_pass_tokens: match config.fair_share_pass_tokens {
@@ -292,14 +288,6 @@ fn load_model(
     drop(task);
     model
 }
-
-/// `--max-batch-tokens` auto on the candle (CPU) path: four passes of 2,048 rows.
-pub const CPU_MAX_BATCH_TOKENS: usize = 8192;
-
-/// `--max-batch-tokens` auto with decide's fused CUDA kernels: ~180 short questions (~89
-/// prompt tokens each, ~41 of them computed) make one pass of ~7.5k rows, within
-/// [`crate::scheduler::MAX_FUSED_PASS_TOKENS`].
-pub const FUSED_MAX_BATCH_TOKENS: usize = 16384;
 
 /// `--fair-share-pass-tokens` auto on the candle (CPU) path: a pass costs about its rows, so
 /// small passes keep a sequential tenant's wait short at little cost (bench/reports/tenancy-cpu/).
