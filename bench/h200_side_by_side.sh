@@ -17,8 +17,9 @@
 #           bench/side_by_side.sh against it, records the Server-Timing header of three cold
 #           28k reads, runs bench/saturation.py at 8, 64 and 256 clients, stops it. decide.log,
 #           workloads.json, side/, long-server-timing.txt, saturation-c*.json. With
-#           BASELINE_FLAGS, then the same saturation runs on decide started with those flags
-#           added: decide-baseline.log, saturation-baseline-c*.json.
+#           BASELINE_FLAGS and/or BASELINE_BIN, then the same saturation runs on decide
+#           started with those flags added, or from that binary, and its short-c1 and
+#           short-c64 runs: decide-baseline.log, saturation-baseline-c*.json, side-baseline/.
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
@@ -29,7 +30,9 @@
 # call ends, and with it everything landed (issue 17's notes: ~230 s lost that way once, and
 # uploads slow to 60-80 s a piece while the test suite runs here).
 # Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh;
-# BASELINE_FLAGS (none) for the decide phase.
+# BASELINE_FLAGS (none) and BASELINE_BIN (none) for the decide phase; DECIDE_* variables
+# reach decide's settings (e.g. DECIDE_BATCH_REJOIN_US=0), RUNS selects scenarios
+# (bench/side_by_side.sh).
 set -uo pipefail
 phase=${1:?decide or vllm}
 # The device call brings back only a few files: everything goes into /tmp/gpu/out-PHASE, packed
@@ -77,15 +80,15 @@ decide)
     echo "forward_bench long rc=$?: $(cat "$OUT/forward-long.json")"
   fi
   url=http://127.0.0.1:8125
-  start_decide() {  # start_decide LOG [FLAGS...]: decide on q15 as measured, with FLAGS added
-    local log=$1; shift
-    /tmp/gpu/bin/decide serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
+  start_decide() {  # start_decide LOG BINARY [FLAGS...]: decide on q15 as measured, FLAGS added
+    local log=$1 bin=$2; shift 2
+    "$bin" serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
       --port 8125 --tune-questions none --prefix-cache-mib 16384 --max-queued-requests 4096 \
       --calibration-dir /tmp/gpu/calibration --cache-dir /tmp/gpu/wasm "$@" >/dev/null 2>"$log" &
     server=$!
     wait_ready "$url/health" $server 300 || { tail -30 "$log"; stop $server; exit 3; }
   }
-  start_decide "$OUT/decide.log"
+  start_decide "$OUT/decide.log" /tmp/gpu/bin/decide
   echo "decide ready after $SECONDS s"
   python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"
   cp "$W"/*.json "$OUT/" 2>/dev/null
@@ -121,13 +124,16 @@ PY
   python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" >"$OUT/decide-metrics.txt" 2>&1
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory.txt" 2>&1
   stop $server
-  # The same saturation runs on a server with BASELINE_FLAGS (say, an earlier default) added: an
-  # A/B of a scheduler setting in the same lease.
-  if [ -n "${BASELINE_FLAGS:-}" ]; then
-    echo "baseline: $BASELINE_FLAGS" | tee "$OUT/baseline-flags.txt"
+  # The same saturation runs on a server with BASELINE_FLAGS (say, an earlier default) added,
+  # and/or another binary, BASELINE_BIN (say, an earlier commit's): an A/B in the same lease.
+  if [ -n "${BASELINE_FLAGS:-}${BASELINE_BIN:-}" ]; then
+    baseline_bin=${BASELINE_BIN:-/tmp/gpu/bin/decide}
+    echo "baseline: $baseline_bin ${BASELINE_FLAGS:-}" | tee "$OUT/baseline-flags.txt"
     # shellcheck disable=SC2086 # the flags are split on purpose
-    start_decide "$OUT/decide-baseline.log" $BASELINE_FLAGS
+    start_decide "$OUT/decide-baseline.log" "$baseline_bin" ${BASELINE_FLAGS:-}
     saturation saturation-baseline
+    # and latency percentiles for the p99 goal (one client, 64 clients)
+    RUNS="short-c1 short-c64" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-baseline"
     stop $server
   fi
   tail -c 2000000 "$OUT/decide.log" >"$OUT/decide.log.tail" && mv "$OUT/decide.log.tail" "$OUT/decide.log"
