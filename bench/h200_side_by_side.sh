@@ -15,11 +15,13 @@
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
 #           bench/side_by_side.sh against it, records the Server-Timing header of three cold
-#           28k reads, runs bench/saturation.py at 8, 64 and 256 clients, stops it. decide.log,
-#           workloads.json, side/, long-server-timing.txt, saturation-c*.json. With
+#           28k reads, runs bench/saturation.py at 8, 64, 256 and 1,024 clients, stops it.
+#           decide.log, workloads.json, side/, long-server-timing.txt, saturation-c*.json. With
 #           BASELINE_FLAGS and/or BASELINE_BIN, then the same saturation runs on decide
 #           started with those flags added, or from that binary, and its short-c1 and
 #           short-c64 runs: decide-baseline.log, saturation-baseline-c*.json, side-baseline/.
+#           BASELINE_FLAGS may hold several sets of flags separated by ';': each is run in
+#           turn, named baseline-1, baseline-2, ... (baseline-flags.txt says which is which).
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
@@ -30,6 +32,7 @@
 # call ends, and with it everything landed (issue 17's notes: ~230 s lost that way once, and
 # uploads slow to 60-80 s a piece while the test suite runs here).
 # Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh;
+# SATURATION_CLIENTS ("8 64 256 1024");
 # BASELINE_FLAGS (none) and BASELINE_BIN (none) for the decide phase; DECIDE_* variables
 # reach decide's settings (e.g. DECIDE_BATCH_REJOIN_US=0), RUNS selects scenarios
 # (bench/side_by_side.sh).
@@ -114,8 +117,8 @@ for i in range(3):
               f"server-timing {r.headers.get('server-timing')}")
 PY
   # Where short-prompt throughput goes at saturation (worker busy time, pass efficiency).
-  saturation() {  # saturation NAME: bench/saturation.py at 8, 64 and 256 clients
-    for clients in 8 64 256; do
+  saturation() {  # saturation NAME: bench/saturation.py at each of SATURATION_CLIENTS
+    for clients in ${SATURATION_CLIENTS:-8 64 256 1024}; do
       python3 bench/saturation.py --url "$url" --workload "$W/decide-short.jsonl" --clients $clients \
         --seconds "$SECONDS_PER_RUN" --loadgen "$LOADGEN" --report "$OUT/$1-c$clients.json"
     done
@@ -128,13 +131,19 @@ PY
   # and/or another binary, BASELINE_BIN (say, an earlier commit's): an A/B in the same lease.
   if [ -n "${BASELINE_FLAGS:-}${BASELINE_BIN:-}" ]; then
     baseline_bin=${BASELINE_BIN:-/tmp/gpu/bin/decide}
-    echo "baseline: $baseline_bin ${BASELINE_FLAGS:-}" | tee "$OUT/baseline-flags.txt"
-    # shellcheck disable=SC2086 # the flags are split on purpose
-    start_decide "$OUT/decide-baseline.log" "$baseline_bin" ${BASELINE_FLAGS:-}
-    saturation saturation-baseline
-    # and latency percentiles for the p99 goal (one client, 64 clients)
-    RUNS="short-c1 short-c64" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-baseline"
-    stop $server
+    IFS=';' read -ra flag_sets <<<"${BASELINE_FLAGS:- }"
+    : >"$OUT/baseline-flags.txt"
+    for i in "${!flag_sets[@]}"; do
+      name=baseline
+      [ ${#flag_sets[@]} -gt 1 ] && name=baseline-$((i + 1))
+      echo "$name: $baseline_bin ${flag_sets[$i]}" | tee -a "$OUT/baseline-flags.txt"
+      # shellcheck disable=SC2086 # the flags are split on purpose
+      start_decide "$OUT/decide-$name.log" "$baseline_bin" ${flag_sets[$i]}
+      saturation "saturation-$name"
+      # and latency percentiles for the p99 goal (one client, 64 clients)
+      RUNS="short-c1 short-c64" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-$name"
+      stop $server
+    done
   fi
   tail -c 2000000 "$OUT/decide.log" >"$OUT/decide.log.tail" && mv "$OUT/decide.log.tail" "$OUT/decide.log"
   ;;

@@ -470,15 +470,22 @@ pub struct Config {
     #[arg(long, env = "DECIDE_BATCH_WAIT_US", default_value_t = 0)]
     pub batch_wait_us: u64,
 
-    /// After a batch is answered, how long at most (microseconds) the model worker waits for
-    /// its clients' next requests, so that clients sending one request after another join
-    /// one batch instead of alternating in two: the wait ends once they are all back, once a
-    /// batch is full, and at the latest after a quarter of the batch's read time. 0 (the
-    /// default): no wait. On an H200 the clients' turnaround outlasted the window: at 8 and
-    /// 64 closed-loop clients it left the worker idle and cost 21% and 5% of the throughput
-    /// (bench/reports/h200-side-by-side-6/).
-    #[arg(long, env = "DECIDE_BATCH_REJOIN_US", default_value_t = 0)]
+    /// After a batch read for one tenant is answered, how long at most (microseconds) the
+    /// model worker waits for its clients' next requests, so that clients sending one request
+    /// after another join one batch instead of alternating in two. It waits only while each
+    /// of the last 4 batches' clients were all back within this (so an open-loop stream or
+    /// slow clients are not waited for), and the wait ends once they are all back or a batch
+    /// is full. 0: no wait. The default is about one pass's fixed cost on an H200 with q15,
+    /// past which the merge costs more than the extra pass it saves.
+    #[arg(long, env = "DECIDE_BATCH_REJOIN_US", default_value_t = 2000)]
     pub batch_rejoin_us: u64,
+
+    /// Nice value of the threads that prepare and answer requests (rendering, plugins,
+    /// tokenizing, calibration), above the model worker's 0 (`crate::priority`): a batch's
+    /// answer wakes all of its requests at once, and the worker must not wait behind them
+    /// for a core while the GPU waits for its next pass. 0: the same priority as the worker.
+    #[arg(long, env = "DECIDE_REQUEST_THREAD_NICE", default_value_t = 5, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub request_thread_nice: i32,
 
     /// Stop adding requests to a batch once their prompt tokens reach this.
     #[arg(long, env = "DECIDE_MAX_BATCH_TOKENS", default_value_t = 8192)]

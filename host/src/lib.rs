@@ -35,6 +35,7 @@ pub mod plugin_api;
 pub mod plugin_check;
 pub mod plugins;
 pub mod prefix_cache;
+pub mod priority;
 pub mod progress;
 pub mod readout;
 pub mod recent_starts;

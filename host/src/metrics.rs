@@ -23,6 +23,12 @@ pub struct Metrics {
     model_busy_micros: AtomicU64,
     batches: AtomicU64,
     batched_jobs: AtomicU64,
+    /// The rejoin window (`--batch-rejoin-us`): answered batches whose clients were all back
+    /// within it and those that were not (copied from the worker), and the time the worker
+    /// waited for them.
+    rejoin_back: AtomicU64,
+    rejoin_late: AtomicU64,
+    rejoin_wait_micros: AtomicU64,
     /// Batch requests (`/v1/systemone/batch`) and their items.
     item_batches: AtomicU64,
     batch_items: AtomicU64,
@@ -98,6 +104,14 @@ impl Metrics {
         ] {
             counter.store(value, Ordering::Relaxed);
         }
+    }
+
+    /// Records the rejoin window's rounds back and late so far, and a wait of `waited`.
+    pub fn record_rejoin(&self, (back, late): (u64, u64), waited: Duration) {
+        self.rejoin_back.store(back, Ordering::Relaxed);
+        self.rejoin_late.store(late, Ordering::Relaxed);
+        self.rejoin_wait_micros
+            .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Records the wall time of one batch read by the model worker (passes and prefills,
@@ -208,6 +222,16 @@ impl Metrics {
                 "decide_batched_jobs_total",
                 "Read jobs (requests, calibration runs) in those batches; over batches: jobs per batch.",
                 &self.batched_jobs,
+            ),
+            (
+                "decide_rejoin_rounds_back_total",
+                "Answered batches whose clients' next requests all came within --batch-rejoin-us.",
+                &self.rejoin_back,
+            ),
+            (
+                "decide_rejoin_rounds_late_total",
+                "Answered batches whose clients' next requests did not all come within --batch-rejoin-us.",
+                &self.rejoin_late,
             ),
             (
                 "decide_batch_requests_total",
@@ -326,6 +350,11 @@ impl Metrics {
                 "decide_model_busy_seconds_total",
                 "Time the model worker spent reading batches; its rate is the worker's utilization.",
                 &self.model_busy_micros,
+            ),
+            (
+                "decide_rejoin_wait_seconds_total",
+                "Time the model worker waited for answered clients' next requests (--batch-rejoin-us).",
+                &self.rejoin_wait_micros,
             ),
         ] {
             let seconds = micros.load(Ordering::Relaxed) as f64 / 1e6;

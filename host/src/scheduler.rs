@@ -345,6 +345,8 @@ struct Job {
     reply: Sender<JobResult>,
     /// Where the job sits in its request's trace.
     trace: JobTrace,
+    /// When its request handed it over (the rejoin window learns its clients' turnaround).
+    sent: Instant,
 }
 
 /// A job's place in its request's trace (spans are disabled, and free, without
@@ -500,6 +502,7 @@ impl Scheduler {
             ticket,
             reply,
             trace,
+            sent: Instant::now(),
         });
         match sent.ok().and_then(|()| result.recv().ok()) {
             Some(result) => result,
@@ -545,6 +548,14 @@ impl Worker<'_> {
 /// dropped: "the model worker stopped"), and the prefix cache starts empty; the server keeps
 /// serving.
 fn supervise(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: &Receiver<Job>) {
+    // Request threads run at `--request-thread-nice` so that they do not keep this one off
+    // a core; a worker started from such a thread would share their priority.
+    if let Some(nice) = crate::priority::this_thread().filter(|&nice| nice > 0) {
+        tracing::warn!(
+            nice,
+            "the model worker runs below the default priority (started from a lowered thread)"
+        );
+    }
     let faults = Faults {
         fault: config.fault,
         batches: AtomicU64::new(0),
@@ -584,15 +595,16 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
     let metrics = worker.metrics;
     let mut cache = PrefixCache::new(config.prefix_cache_bytes);
     let mut fair = FairQueue::new(config.fair_share_tokens);
-    let mut rejoin = Rejoin::none();
+    let mut rejoin = Rejoin::new(config.batch_rejoin);
     loop {
         if fair.is_empty() {
             match queue.recv() {
-                Ok(job) => fair.push(job, Instant::now()),
+                Ok(job) => take(job, &mut fair, &mut rejoin),
                 Err(_) => return,
             }
         }
-        gather(queue, &mut fair, config, rejoin);
+        let waited = gather(queue, &mut fair, &mut rejoin, config);
+        metrics.record_rejoin(rejoin.rounds(), waited);
         drop_cancelled(worker, &mut fair);
         let (mut batch, mode) = fair.next_batch(config.max_batch_tokens, Instant::now());
         if batch.is_empty() {
@@ -606,7 +618,7 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
         // arrived meanwhile are read at once, also when the batch began with one flow alone
         // and another one just showed up.
         let mut between = |cache: &mut PrefixCache| {
-            drain(queue, &mut fair);
+            drain(queue, &mut fair, &mut rejoin);
             drop_cancelled(worker, &mut fair);
             let now = fair.mode(Instant::now());
             if now == Mode::Shared {
@@ -633,28 +645,21 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
             ms = started.elapsed().as_secs_f64() * 1e3,
             "batch read"
         );
-        let read = started.elapsed();
-        metrics.record_model_busy(read);
+        metrics.record_model_busy(started.elapsed());
         metrics.record_batch(batch.len(), &cache.stats());
-        let answered = batch.len();
+        // Only one tenant's clients are waited for: while several share the worker, a
+        // sparse tenant's request must not wait for a busy one's clients. The jobs sent
+        // during the read are the round before's (the other cohort's, or its stragglers).
+        match mode {
+            Mode::Alone => rejoin.answered(batch.len(), Instant::now()),
+            Mode::Shared | Mode::Sparse => rejoin.shared(),
+        }
         reply(batch, results);
         for flow in flows {
             fair.done(flow);
         }
-        // Only one tenant's clients are waited for: while several share the worker, a
-        // sparse tenant's request must not wait for a busy one's clients. The jobs that
-        // arrived during the read are counted as waiting (they are the other cohort).
-        drain(queue, &mut fair);
-        rejoin = match mode {
-            Mode::Alone => Rejoin::after(
-                answered,
-                fair.waiting_jobs(),
-                read,
-                Instant::now(),
-                config.batch_rejoin,
-            ),
-            Mode::Shared | Mode::Sparse => Rejoin::none(),
-        };
+        drain(queue, &mut fair, &mut rejoin);
+        rejoin.settle();
     }
 }
 
@@ -676,11 +681,18 @@ fn drop_cancelled(worker: &Worker<'_>, fair: &mut FairQueue) {
     }
 }
 
+/// Moves a job from the channel into the fair queue, telling the rejoin window when it
+/// was sent.
+fn take(job: Job, fair: &mut FairQueue, rejoin: &mut Rejoin) {
+    rejoin.arrived(job.sent);
+    fair.push(job, Instant::now());
+}
+
 /// Moves every job waiting in the channel into the fair queue.
-fn drain(queue: &Receiver<Job>, fair: &mut FairQueue) {
+fn drain(queue: &Receiver<Job>, fair: &mut FairQueue, rejoin: &mut Rejoin) {
     loop {
         match queue.try_recv() {
-            Ok(job) => fair.push(job, Instant::now()),
+            Ok(job) => take(job, fair, rejoin),
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => return,
         }
     }
@@ -688,23 +700,34 @@ fn drain(queue: &Receiver<Job>, fair: &mut FairQueue) {
 
 /// Takes what is waiting, and what arrives shortly after, until the waiting prompt tokens
 /// reach `--max-batch-tokens`: for `--batch-wait-us` after the first job, and while the last
-/// batch's clients are not back yet, until its window ends ([`Rejoin`]).
-fn gather(queue: &Receiver<Job>, fair: &mut FairQueue, config: &SchedulerConfig, rejoin: Rejoin) {
-    drain(queue, fair);
+/// batch's clients are not back yet, until its window ends ([`Rejoin`]). Returns how long it
+/// waited for the window.
+fn gather(
+    queue: &Receiver<Job>,
+    fair: &mut FairQueue,
+    rejoin: &mut Rejoin,
+    config: &SchedulerConfig,
+) -> Duration {
+    drain(queue, fair, rejoin);
     let fixed = Instant::now() + config.batch_wait;
+    let mut waited = Duration::ZERO;
     while fair.waiting_tokens() < config.max_batch_tokens {
-        let deadline = match rejoin.deadline(fair.waiting_jobs()) {
-            Some(until) => until.max(fixed),
-            None => fixed,
-        };
-        match queue.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let window = rejoin.deadline().filter(|&until| until > fixed);
+        let deadline = window.unwrap_or(fixed);
+        let since = Instant::now();
+        let got = queue.recv_timeout(deadline.saturating_duration_since(since));
+        if window.is_some() {
+            waited += since.elapsed();
+        }
+        match got {
             Ok(job) => {
-                fair.push(job, Instant::now());
-                drain(queue, fair);
+                take(job, fair, rejoin);
+                drain(queue, fair, rejoin);
             }
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
         }
     }
+    waited
 }
 
 /// Reads a batch that needs no fair-share decisions of its own (sparse jobs between two
@@ -1302,6 +1325,7 @@ impl Job {
                 request: tracing::Span::none(),
                 queue_wait: None,
             },
+            sent: Instant::now(),
         }
     }
 }

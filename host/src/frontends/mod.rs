@@ -198,7 +198,8 @@ pub async fn decide(
                 .check_request(request.questions.len(), request.state.len())?;
             engine.check_queue()?;
             let slot = admit(state, caller, &mut request.scope, request.questions.len()).await?;
-            let (decided, request) = off_runtime(slot, move || {
+            let nice = state.config.request_thread_nice;
+            let (decided, request) = off_runtime(slot, nice, move || {
                 let decided = engine.decide(&request);
                 (decided, request)
             })
@@ -241,7 +242,9 @@ pub async fn decide_items(
                 .sum();
             engine.check_queue()?;
             let slot = admit(state, caller, &mut request.scope, questions).await?;
-            let results = off_runtime(slot, move || engine.decide_items(&request, items)).await??;
+            let nice = state.config.request_thread_nice;
+            let results =
+                off_runtime(slot, nice, move || engine.decide_items(&request, items)).await??;
             // The deadline is the batch's: past it, no item's answer is sent, as when the
             // timer fires first.
             if let Some(late) = results
@@ -381,16 +384,19 @@ async fn admit(
     limiter.enter().await
 }
 
-/// Runs `work` (the pipeline, which blocks) on a blocking thread, holding the caller's
-/// concurrent slot until it is done, even if its client went away (the work then stops at its
-/// next step: its request's token is cancelled).
+/// Runs `work` (the pipeline, which blocks) on a blocking thread at nice value `nice`
+/// (`--request-thread-nice`, [`crate::priority`]), holding the caller's concurrent slot until
+/// it is done, even if its client went away (the work then stops at its next step: its
+/// request's token is cancelled).
 async fn off_runtime<R: Send + 'static>(
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    nice: i32,
     work: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, ApiError> {
     // The request's span goes along: the pipeline's spans are its children.
     let span = tracing::Span::current();
     tokio::task::spawn_blocking(move || {
+        crate::priority::lower_this_thread(nice);
         let _slot = slot;
         span.in_scope(work)
     })

@@ -1,71 +1,158 @@
 //! The answered batch's window (`--batch-rejoin-us`): after a batch is answered, the worker
 //! waits briefly for its clients' next requests, so that they join the next batch instead of
-//! making one of their own.
+//! making one of their own, but only while recent rounds show that they come back in time.
 //!
-//! This module owns when that wait ends. Why it exists: clients that send their next request
-//! as soon as they get an answer (a pipeline working through its queue with N requests in
-//! flight) split into cohorts when the worker starts a batch as soon as anything waits. The
-//! jobs that arrived during batch A make batch B; A's clients, answered just after B started,
-//! make batch C; and so on. Every request then waits for another cohort's whole batch before
-//! its own, and each batch pays a pass's fixed cost (kernel launches and tails, the weights'
-//! reads: ~2 ms of a pass on an H200 with q15) for half the jobs it could hold. Waiting for
-//! the answered clients merges the cohorts into one batch per round.
+//! This module owns whether and how long the worker waits. Why it exists: clients that send
+//! their next request as soon as they get an answer (a pipeline working through its queue
+//! with N requests in flight) split into cohorts when the worker starts a batch as soon as
+//! anything waits. The jobs that arrived during batch A make batch B; A's clients, answered
+//! just after B started, make batch C; and so on. Every request then waits for another
+//! cohort's whole batch before its own (two passes at p50), and each batch pays a pass's
+//! fixed cost (~2 ms on an H200 with q15: 2.1 ms + 5.1 µs per computed row) for half the
+//! jobs it could hold. One batch per round pays it once, and a request waits for its clients'
+//! turnaround and one pass.
 //!
-//! The wait is bounded three ways. It ends once as many jobs wait as were waiting when the
-//! batch was answered plus the batch's own jobs (everyone came back), once the waiting tokens
-//! fill a batch (`--max-batch-tokens`), and at the latest a quarter of the answered batch's
-//! read time after its answer, capped by `--batch-rejoin-us`. So a lone client never waits
-//! (its next request is the one job expected), a saturated queue never waits (it fills the
-//! batch), and arrivals that are not answered clients (an open-loop stream) wait at most a
-//! quarter of a pass more.
+//! The window is learnt, not fixed. After each answer the worker counts the jobs sent since
+//! (each job carries when its request sent it), and a round is *back* once as many arrived
+//! as the batch answered; it records how long that took. It waits only while each of the
+//! last [`ROUNDS`] rounds was back within `--batch-rejoin-us`: so clients whose turnaround
+//! outlasts the window (the first version waited a quarter of the read, 0.76 ms at 8 clients
+//! on an H200, and they took longer: it idled the worker 23% of the time and merged nothing,
+//! bench/reports/h200-side-by-side-6/), an open-loop stream whose arrivals are not the
+//! answered clients, and clients that went away stop the waiting after one round. Then a
+//! round is learnt from the arrivals during the next batch's read, without waiting.
 //!
-//! It is off by default (`--batch-rejoin-us 0`). On an H200 with q15 the worker is idle
-//! while it waits, with the other cohort's jobs in the queue, and the clients' turnaround
-//! (answer, HTTP, the next request's rendering) outlasted the window: at 8 closed-loop
-//! clients batches grew from 4.0 to 4.2 jobs, not 8, the worker's busy share fell from 99%
-//! to 77% and throughput by 21%; at 64 clients by 5%
-//! (bench/reports/h200-side-by-side-6/). Where passes are long against that turnaround
-//! (CPU), it does merge the cohorts (tests/e2e/cache.rs).
+//! The wait itself ends once the answered batch's jobs are all back, once the waiting tokens
+//! fill a batch (`--max-batch-tokens`: a saturated queue never waits), and at the latest
+//! `--batch-rejoin-us` after the answer. A lone client never waits: its next request is the
+//! one job expected. The cap is the trade: waiting longer than a pass's fixed cost for the
+//! merge costs more throughput than the extra pass it saves.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// When waiting for the answered batch's clients ends.
+/// Rounds that must each have been back within the cap before the worker waits again.
+pub const ROUNDS: usize = 4;
+
+/// One answered batch whose clients are awaited.
 #[derive(Debug, Clone, Copy)]
+struct Round {
+    answered_at: Instant,
+    /// Jobs answered: the arrivals that make the round back.
+    expected: usize,
+    /// Jobs sent at or after `answered_at` (and before the next answer) so far.
+    arrived: usize,
+}
+
+/// Whether, and until when, gathering waits for the last batch's clients.
+#[derive(Debug)]
 pub struct Rejoin {
-    /// Jobs waiting at which everyone expected is back.
-    jobs: usize,
-    /// The latest the wait may end.
-    until: Instant,
+    /// `--batch-rejoin-us` (zero: never wait).
+    cap: Duration,
+    /// The last answer's round, while the worker may wait for it.
+    current: Option<Round>,
+    /// The round before it, until its arrivals up to the last answer are counted
+    /// ([`Rejoin::settle`]).
+    previous: Option<Round>,
+    /// How long the last rounds took to be back (`None`: not back within the cap, or not
+    /// before the next answer).
+    recent: VecDeque<Option<Duration>>,
+    /// Rounds back within the cap, and not, since the start (for `/metrics`).
+    back: u64,
+    late: u64,
 }
 
 impl Rejoin {
-    /// No batch answered yet (or the window is off): nothing to wait for.
-    pub fn none() -> Rejoin {
+    /// Nothing learnt yet; `cap` is `--batch-rejoin-us` (zero: no window).
+    pub fn new(cap: Duration) -> Rejoin {
         Rejoin {
-            jobs: 0,
-            until: Instant::now(),
+            cap,
+            current: None,
+            previous: None,
+            recent: VecDeque::with_capacity(ROUNDS),
+            back: 0,
+            late: 0,
         }
     }
 
-    /// A batch of `answered` jobs, read in `read`, was answered at `at` while `waiting` jobs
-    /// waited; `cap` is `--batch-rejoin-us` (zero: no window).
-    pub fn after(
-        answered: usize,
-        waiting: usize,
-        read: Duration,
-        at: Instant,
-        cap: Duration,
-    ) -> Rejoin {
-        Rejoin {
-            jobs: waiting.saturating_add(answered),
-            until: at + (read / 4).min(cap),
+    /// Rounds back within the cap, and rounds not, since the start.
+    pub fn rounds(&self) -> (u64, u64) {
+        (self.back, self.late)
+    }
+
+    /// A batch of `expected` jobs read for one tenant alone is answered at `at`. Call
+    /// before its replies go out, then [`Rejoin::settle`] once the jobs sent meanwhile are
+    /// counted ([`Rejoin::arrived`]).
+    pub fn answered(&mut self, expected: usize, at: Instant) {
+        self.close_previous();
+        self.previous = self.current.take();
+        if !self.cap.is_zero() {
+            self.current = Some(Round {
+                answered_at: at,
+                expected,
+                arrived: 0,
+            });
         }
     }
 
-    /// Until when gathering may wait for more jobs, with `waiting` jobs waiting now: the
-    /// window's end while someone expected is not back yet, otherwise none.
-    pub fn deadline(&self, waiting: usize) -> Option<Instant> {
-        (waiting < self.jobs).then_some(self.until)
+    /// A batch read while several tenants shared the worker is answered: nobody is waited
+    /// for (a sparse tenant's request must not wait for a busy one's clients).
+    pub fn shared(&mut self) {
+        self.close_previous();
+        self.previous = self.current.take();
+        self.close_previous();
+    }
+
+    /// A job sent at `sent` reached the worker's queue.
+    pub fn arrived(&mut self, sent: Instant) {
+        let round = match (&mut self.current, &mut self.previous) {
+            (Some(current), _) if sent >= current.answered_at => current,
+            (_, Some(previous)) if sent >= previous.answered_at => previous,
+            _ => return,
+        };
+        if round.arrived == round.expected {
+            return;
+        }
+        round.arrived += 1;
+        if round.arrived == round.expected {
+            let took = sent.saturating_duration_since(round.answered_at);
+            let in_time = (took <= self.cap).then_some(took);
+            self.record(in_time);
+        }
+    }
+
+    /// The jobs sent before the last answer are counted: the round before it is over.
+    pub fn settle(&mut self) {
+        self.close_previous();
+    }
+
+    /// Until when gathering may wait for more jobs: the cap after the last answer while
+    /// its jobs are not all back and every recent round was back within the cap; else none.
+    pub fn deadline(&self) -> Option<Instant> {
+        let round = self.current?;
+        let trusted = self.recent.len() == ROUNDS && self.recent.iter().all(Option::is_some);
+        (trusted && round.arrived < round.expected).then(|| round.answered_at + self.cap)
+    }
+
+    /// The previous round ends: not back by now counts as not back in time.
+    fn close_previous(&mut self) {
+        if let Some(round) = self.previous.take() {
+            if round.arrived < round.expected {
+                self.record(None);
+            }
+        }
+    }
+
+    /// A round was back after `took` (`None`: not within the cap).
+    fn record(&mut self, took: Option<Duration>) {
+        match took {
+            Some(_) => self.back += 1,
+            None => self.late += 1,
+        }
+        if self.recent.len() == ROUNDS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(took);
     }
 }
 
@@ -74,42 +161,131 @@ mod tests {
     use super::*;
 
     const CAP: Duration = Duration::from_micros(2000);
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Runs `rounds` answers of `clients` jobs, each back `turnaround` after its answer, with
+    /// the next answer `pass` later; returns the deadline after the last answer.
+    fn learn(rejoin: &mut Rejoin, clients: usize, turnaround: Duration, rounds: usize) -> Instant {
+        let mut at = Instant::now();
+        for _ in 0..rounds {
+            rejoin.answered(clients, at);
+            rejoin.settle();
+            for _ in 0..clients {
+                rejoin.arrived(at + turnaround);
+            }
+            at += 10 * MS;
+        }
+        at - 10 * MS
+    }
 
     #[test]
-    fn the_window_is_a_quarter_of_the_read_capped() {
+    fn it_waits_once_recent_rounds_came_back_within_the_cap() {
+        let mut rejoin = Rejoin::new(CAP);
         let at = Instant::now();
-        let short = Rejoin::after(8, 0, Duration::from_millis(4), at, CAP);
-        assert_eq!(short.deadline(0), Some(at + Duration::from_millis(1)));
-        let long = Rejoin::after(8, 0, Duration::from_millis(300), at, CAP);
-        assert_eq!(long.deadline(0), Some(at + CAP));
-        let off = Rejoin::after(8, 0, Duration::from_millis(300), at, Duration::ZERO);
-        assert_eq!(
-            off.deadline(0),
-            Some(at),
-            "a zero cap ends the wait at the answer"
+        rejoin.answered(8, at);
+        rejoin.settle();
+        assert_eq!(rejoin.deadline(), None, "nothing learnt yet");
+        let last = learn(&mut rejoin, 8, MS, ROUNDS + 1);
+        // The last round's clients are back: nothing to wait for.
+        assert_eq!(rejoin.deadline(), None);
+        rejoin.answered(8, last + 10 * MS);
+        rejoin.settle();
+        assert_eq!(rejoin.deadline(), Some(last + 10 * MS + CAP));
+        for _ in 0..7 {
+            rejoin.arrived(last + 11 * MS);
+        }
+        assert!(rejoin.deadline().is_some(), "one of eight is not back yet");
+        rejoin.arrived(last + 11 * MS);
+        assert_eq!(rejoin.deadline(), None, "everyone is back");
+        assert_eq!(rejoin.rounds(), (ROUNDS as u64 + 2, 1), "the first round was never back");
+    }
+
+    #[test]
+    fn clients_slower_than_the_cap_are_not_waited_for() {
+        let mut rejoin = Rejoin::new(CAP);
+        let last = learn(&mut rejoin, 8, 3 * MS, ROUNDS + 1);
+        rejoin.answered(8, last + 10 * MS);
+        rejoin.settle();
+        assert_eq!(rejoin.deadline(), None);
+        assert_eq!(rejoin.rounds(), (0, ROUNDS as u64 + 1));
+    }
+
+    #[test]
+    fn one_round_not_back_stops_the_waiting_until_rounds_are_back_again() {
+        let mut rejoin = Rejoin::new(CAP);
+        let last = learn(&mut rejoin, 4, MS, ROUNDS);
+        // Answered again, but only three of the four come back before the next answer.
+        let at = last + 10 * MS;
+        rejoin.answered(4, at);
+        rejoin.settle();
+        for _ in 0..3 {
+            rejoin.arrived(at + MS);
+        }
+        rejoin.answered(4, at + 10 * MS);
+        rejoin.settle();
+        assert_eq!(rejoin.deadline(), None, "the round before was not back");
+        learn(&mut rejoin, 4, MS, ROUNDS);
+        rejoin.answered(4, Instant::now() + 100 * MS);
+        assert!(rejoin.deadline().is_some(), "{ROUNDS} rounds back again");
+    }
+
+    #[test]
+    fn arrivals_during_the_next_read_count_for_the_round_they_follow() {
+        // Two cohorts: A answered at 0 while B waits; A's jobs arrive during B's read, and
+        // the worker counts them after B's answer (at 9 ms), sent at 1 ms.
+        let mut rejoin = Rejoin::new(CAP);
+        let zero = Instant::now();
+        let mut at = zero;
+        for _ in 0..ROUNDS + 1 {
+            rejoin.answered(32, at);
+            // Jobs sent before this answer belong to the round before it.
+            for _ in 0..32 {
+                rejoin.arrived(at - 8 * MS);
+            }
+            rejoin.settle();
+            at += 9 * MS;
+        }
+        assert!(rejoin.deadline().is_some());
+        // A round whose jobs were all sent before its answer (B's, already waiting) is not
+        // back: those are the other cohort.
+        let mut other = Rejoin::new(CAP);
+        learn(&mut other, 32, MS, ROUNDS);
+        let at = zero + 100 * MS;
+        other.answered(32, at);
+        other.settle();
+        for _ in 0..32 {
+            other.arrived(at - MS);
+        }
+        assert!(
+            other.deadline().is_some(),
+            "jobs sent before the answer are not its"
         );
     }
 
     #[test]
-    fn the_wait_ends_once_the_answered_jobs_and_those_waiting_are_back() {
-        let at = Instant::now();
-        // Batch A (32 jobs) answered while cohort B (32) waits: wait for A's 32 as well.
-        let rejoin = Rejoin::after(32, 32, Duration::from_millis(8), at, CAP);
-        assert!(rejoin.deadline(32).is_some());
-        assert!(rejoin.deadline(63).is_some());
-        assert_eq!(rejoin.deadline(64), None);
-        assert_eq!(rejoin.deadline(100), None);
+    fn a_zero_cap_never_waits_and_a_shared_batch_waits_for_nobody() {
+        let mut off = Rejoin::new(Duration::ZERO);
+        learn(&mut off, 8, Duration::ZERO, ROUNDS + 1);
+        off.answered(8, Instant::now());
+        assert_eq!(off.deadline(), None);
+        let mut rejoin = Rejoin::new(CAP);
+        learn(&mut rejoin, 8, MS, ROUNDS + 1);
+        rejoin.shared();
+        assert_eq!(rejoin.deadline(), None);
     }
 
     #[test]
     fn a_lone_client_never_waits_for_anyone() {
-        let rejoin = Rejoin::after(1, 0, Duration::from_millis(3), Instant::now(), CAP);
+        let mut rejoin = Rejoin::new(CAP);
+        let last = learn(&mut rejoin, 1, MS, ROUNDS + 1);
+        rejoin.answered(1, last + 10 * MS);
+        rejoin.settle();
+        assert!(rejoin.deadline().is_some(), "waiting for its next request");
+        rejoin.arrived(last + 11 * MS);
         assert_eq!(
-            rejoin.deadline(1),
+            rejoin.deadline(),
             None,
             "its next request is the one expected"
         );
-        assert_eq!(Rejoin::none().deadline(0), None);
-        assert_eq!(Rejoin::none().deadline(1), None);
     }
 }
