@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/h200_side_by_side.sh decide|vllm
+# bench/h200_side_by_side.sh decide|vllm|ab
 #
 # Issue 17's side-by-side run on the lent H200, one phase per device call (each must fit in the
 # 10-minute limit of a call; the two servers must not share the GPU). Run from the repository
@@ -22,6 +22,9 @@
 #           short-c64 runs: decide-baseline.log, saturation-baseline-c*.json, side-baseline/.
 #           BASELINE_FLAGS may hold several sets of flags separated by ';': each is run in
 #           turn, named baseline-1, baseline-2, ... (baseline-flags.txt says which is which).
+#   ab:     only an A/B of decide's settings: AB_FLAGS holds sets of flags separated by ';';
+#           per set, decide started with them, the saturation runs and short-c1/short-c64
+#           (saturation-ab-N-c*.json, side-ab-N/, ab-flags.txt).
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
@@ -69,7 +72,53 @@ stop() {  # stop PID: TERM, then KILL the process and whatever it started
   wait "$1" 2>/dev/null
 }
 
+url=http://127.0.0.1:8125
+start_decide() {  # start_decide LOG BINARY [FLAGS...]: decide on q15 as measured, FLAGS added
+  local log=$1 bin=$2; shift 2
+  "$bin" serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
+    --port 8125 --tune-questions none --prefix-cache-mib 16384 --max-queued-requests 4096 \
+    --calibration-dir /tmp/gpu/calibration --cache-dir /tmp/gpu/wasm "$@" >/dev/null 2>"$log" &
+  server=$!
+  wait_ready "$url/health" $server 300 || { tail -30 "$log"; stop $server; exit 3; }
+}
+
+# Where short-prompt throughput goes at saturation (worker busy time, pass efficiency).
+saturation() {  # saturation NAME: bench/saturation.py at each of SATURATION_CLIENTS
+  for clients in ${SATURATION_CLIENTS:-8 64 256 1024}; do
+    python3 bench/saturation.py --url "$url" --workload "$W/decide-short.jsonl" --clients $clients \
+      --seconds "$SECONDS_PER_RUN" --loadgen "$LOADGEN" --report "$OUT/$1-c$clients.json"
+  done
+}
+
+# variants NAME BINARY 'FLAGS;FLAGS;...': per set of flags, decide from BINARY with them added,
+# the saturation runs and the short-c1/short-c64 runs (latency percentiles for the p99 goal):
+# NAME (one set) or NAME-1, NAME-2, ...; NAME-flags.txt says which is which.
+variants() {
+  local flag_sets i name
+  IFS=';' read -ra flag_sets <<<"$3"
+  : >"$OUT/$1-flags.txt"
+  for i in "${!flag_sets[@]}"; do
+    name=$1
+    [ ${#flag_sets[@]} -gt 1 ] && name=$1-$((i + 1))
+    echo "$name: $2 ${flag_sets[$i]}" | tee -a "$OUT/$1-flags.txt"
+    # shellcheck disable=SC2086 # the flags are split on purpose
+    start_decide "$OUT/decide-$name.log" "$2" ${flag_sets[$i]}
+    saturation "saturation-$name"
+    RUNS="short-c1 short-c64" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-$name"
+    stop $server
+  done
+}
+
 case $phase in
+ab)
+  # Only the A/B: decide with each of AB_FLAGS (';'-separated sets), after writing the
+  # workload files from the first one's prompts.
+  export CUDA_CACHE_PATH=/tmp/gpu/nvcache
+  start_decide "$OUT/decide-workloads.log" /tmp/gpu/bin/decide
+  python3 bench/workloads.py --url "$url" --out "$W" >"$OUT/workloads.txt"
+  stop $server
+  variants ab /tmp/gpu/bin/decide "${AB_FLAGS:?AB_FLAGS: flag sets separated by ;}"
+  ;;
 decide)
   export CUDA_CACHE_PATH=/tmp/gpu/nvcache
   # Before the server: they must not share the GPU with it, and one call saves a lease's idle gap.
@@ -82,15 +131,6 @@ decide)
       >"$OUT/forward-long.json" 2>"$OUT/forward-long.err"
     echo "forward_bench long rc=$?: $(cat "$OUT/forward-long.json")"
   fi
-  url=http://127.0.0.1:8125
-  start_decide() {  # start_decide LOG BINARY [FLAGS...]: decide on q15 as measured, FLAGS added
-    local log=$1 bin=$2; shift 2
-    "$bin" serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
-      --port 8125 --tune-questions none --prefix-cache-mib 16384 --max-queued-requests 4096 \
-      --calibration-dir /tmp/gpu/calibration --cache-dir /tmp/gpu/wasm "$@" >/dev/null 2>"$log" &
-    server=$!
-    wait_ready "$url/health" $server 300 || { tail -30 "$log"; stop $server; exit 3; }
-  }
   start_decide "$OUT/decide.log" /tmp/gpu/bin/decide
   echo "decide ready after $SECONDS s"
   python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"
@@ -116,13 +156,6 @@ for i in range(3):
         print(f"wall {wall:.1f} ms; x-decide-server-ms {r.headers.get('x-decide-server-ms')}; "
               f"server-timing {r.headers.get('server-timing')}")
 PY
-  # Where short-prompt throughput goes at saturation (worker busy time, pass efficiency).
-  saturation() {  # saturation NAME: bench/saturation.py at each of SATURATION_CLIENTS
-    for clients in ${SATURATION_CLIENTS:-8 64 256 1024}; do
-      python3 bench/saturation.py --url "$url" --workload "$W/decide-short.jsonl" --clients $clients \
-        --seconds "$SECONDS_PER_RUN" --loadgen "$LOADGEN" --report "$OUT/$1-c$clients.json"
-    done
-  }
   saturation saturation
   python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" >"$OUT/decide-metrics.txt" 2>&1
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory.txt" 2>&1
@@ -130,20 +163,7 @@ PY
   # The same saturation runs on a server with BASELINE_FLAGS (say, an earlier default) added,
   # and/or another binary, BASELINE_BIN (say, an earlier commit's): an A/B in the same lease.
   if [ -n "${BASELINE_FLAGS:-}${BASELINE_BIN:-}" ]; then
-    baseline_bin=${BASELINE_BIN:-/tmp/gpu/bin/decide}
-    IFS=';' read -ra flag_sets <<<"${BASELINE_FLAGS:- }"
-    : >"$OUT/baseline-flags.txt"
-    for i in "${!flag_sets[@]}"; do
-      name=baseline
-      [ ${#flag_sets[@]} -gt 1 ] && name=baseline-$((i + 1))
-      echo "$name: $baseline_bin ${flag_sets[$i]}" | tee -a "$OUT/baseline-flags.txt"
-      # shellcheck disable=SC2086 # the flags are split on purpose
-      start_decide "$OUT/decide-$name.log" "$baseline_bin" ${flag_sets[$i]}
-      saturation "saturation-$name"
-      # and latency percentiles for the p99 goal (one client, 64 clients)
-      RUNS="short-c1 short-c64" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-$name"
-      stop $server
-    done
+    variants baseline "${BASELINE_BIN:-/tmp/gpu/bin/decide}" "${BASELINE_FLAGS:- }"
   fi
   tail -c 2000000 "$OUT/decide.log" >"$OUT/decide.log.tail" && mv "$OUT/decide.log.tail" "$OUT/decide.log"
   ;;

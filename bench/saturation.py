@@ -2,10 +2,11 @@
 """Where short-prompt throughput goes at saturation: decide's worker and passes against the roofline.
 
     bench/saturation.py --url URL --workload decide-short.jsonl [--clients 64] [--seconds 8]
-        [--params 1.31e9] [--peak-tflops 790] [--loadgen PATH] [--report saturation.json]
+        [--warmup 2] [--params 1.31e9] [--peak-tflops 790] [--loadgen PATH] [--report saturation.json]
 
 Runs decide-loadgen (closed loop, no ceiling run) against a running decide, reading /metrics
-before and after, and prints:
+once its warm-up is over and again at the end (so 1,024 clients connecting and sending their
+first requests at once do not count), and prints:
 - decisions/s and the compute roofline for the tokens the model computed per decision
   (prompt tokens read minus those served from the prefix cache, x 2 x params / peak);
 - how busy the model worker was (decide_model_busy_seconds_total over the run's wall time):
@@ -14,6 +15,8 @@ before and after, and prints:
   with batches per second, requests and computed tokens per batch, and ms per batch read.
   (decide_forward_passes_total is not used: it sums each request's passes, so a pass shared
   by a batch counts once per request in it.)
+- the rejoin window's rounds (answered batches whose clients were all back within
+  --batch-rejoin-us, and not) and the share of the wall time the worker waited in it.
 Standard library only.
 """
 import argparse
@@ -41,20 +44,26 @@ def main() -> None:
     parser.add_argument("--workload", required=True)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--warmup", type=float, default=2, help="seconds of load before the first /metrics read")
     parser.add_argument("--params", type=float, default=1.31e9, help="the model's parameters (q15: 1.31e9)")
     parser.add_argument("--peak-tflops", type=float, default=790, help="bf16 matmul peak (H200: 790)")
     parser.add_argument("--loadgen", default="target/release/decide-loadgen")
     parser.add_argument("--report", default="saturation.json")
     args = parser.parse_args()
 
-    before, started = scrape(args.url), time.monotonic()
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([args.loadgen, "closed", "--url", args.url, "--workload", args.workload,
-                        "--clients", str(args.clients), "--duration", str(args.seconds),
-                        "--warmup", "0", "--no-ceiling", "--report", out.name],
-                       check=True, stdout=subprocess.DEVNULL)
+        run = subprocess.Popen([args.loadgen, "closed", "--url", args.url, "--workload", args.workload,
+                                "--clients", str(args.clients), "--duration", str(args.seconds),
+                                "--warmup", str(args.warmup), "--no-ceiling", "--report", out.name],
+                               stdout=subprocess.DEVNULL)
+        time.sleep(args.warmup)
+        before, started = scrape(args.url), time.monotonic()
+        # The last responses come in after the window: read /metrics at its end.
+        time.sleep(args.seconds)
+        wall, after = time.monotonic() - started, scrape(args.url)
+        if run.wait() != 0:
+            raise SystemExit(f"decide-loadgen failed ({run.returncode})")
         loadgen = json.loads(Path(out.name).read_text())
-    wall, after = time.monotonic() - started, scrape(args.url)
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
     missing = [k for k in ("decide_model_busy_seconds_total", "decide_answers_total") if k not in delta]
     if missing:
@@ -82,6 +91,10 @@ def main() -> None:
         "requests_per_batch": round(delta["decide_batched_jobs_total"] / batches, 1) if batches else None,
         "computed_tokens_per_batch": round(computed / batches) if batches else None,
         "ms_per_batch": round(busy / batches * 1e3, 2) if batches else None,
+        "rejoin_rounds_back": delta.get("decide_rejoin_rounds_back_total"),
+        "rejoin_rounds_late": delta.get("decide_rejoin_rounds_late_total"),
+        "rejoin_wait_fraction": round(delta["decide_rejoin_wait_seconds_total"] / wall, 3)
+        if "decide_rejoin_wait_seconds_total" in delta else None,
     }
     Path(args.report).write_text(json.dumps(figures, indent=1))
     for key, value in figures.items():

@@ -645,13 +645,14 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
             ms = started.elapsed().as_secs_f64() * 1e3,
             "batch read"
         );
-        metrics.record_model_busy(started.elapsed());
+        let read = started.elapsed();
+        metrics.record_model_busy(read);
         metrics.record_batch(batch.len(), &cache.stats());
         // Only one tenant's clients are waited for: while several share the worker, a
         // sparse tenant's request must not wait for a busy one's clients. The jobs sent
         // during the read are the round before's (the other cohort's, or its stragglers).
         match mode {
-            Mode::Alone => rejoin.answered(batch.len(), Instant::now()),
+            Mode::Alone => rejoin.answered(batch.len(), read, Instant::now()),
             Mode::Shared | Mode::Sparse => rejoin.shared(),
         }
         reply(batch, results);

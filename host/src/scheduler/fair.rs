@@ -90,11 +90,6 @@ impl FairQueue {
         self.sparse.is_empty() && self.order.is_empty()
     }
 
-    /// Jobs waiting.
-    pub fn waiting_jobs(&self) -> usize {
-        self.sparse.len() + self.flows.values().map(|f| f.jobs.len()).sum::<usize>()
-    }
-
     /// Prompt tokens waiting.
     pub fn waiting_tokens(&self) -> usize {
         self.sparse
