@@ -227,15 +227,23 @@ fn clients_sending_one_request_after_another_share_one_batch_per_round() {
     // request is on its way, and the two cohorts alternate for good (a batch per two jobs).
     // With `--batch-rejoin-us` the worker learns that the answered clients come back within
     // the window (4 rounds, while the cohorts still alternate), then waits for them, and
-    // from then on every round is one batch of four. The window is long here so that a slow
-    // CI machine's turnaround fits it.
+    // from then on every round is one batch of four. The cap is long here, so the window is
+    // half a read (tens of ms on CPU), which a slow CI machine's turnaround fits.
     let (clients, rounds) = (4, 12);
     let split = Server::ready(&["--batch-rejoin-us", "0"]);
     let alternating = closed_loop_batches_per_job(&split, clients, rounds);
+    let split_rounds = metric(&split, "decide_rejoin_rounds_back_total");
     drop(split);
     let merged = Server::ready(&["--batch-rejoin-us", "100000"]);
     let together = closed_loop_batches_per_job(&merged, clients, rounds);
-    eprintln!("batches per job: {alternating:.3} without the window, {together:.3} with it");
+    let back = metric(&merged, "decide_rejoin_rounds_back_total");
+    let waited = metric(&merged, "decide_rejoin_wait_seconds_total");
+    eprintln!("batches per job: {alternating:.3} without the window, {together:.3} with it ({back} rounds back, {waited:.3} s waited)");
+    assert_eq!(split_rounds, 0.0, "no window, no rounds");
+    assert!(
+        back >= 4.0,
+        "{back} rounds back: the window was never trusted"
+    );
     assert!(
         alternating >= 0.4,
         "without the window {alternating:.2} batches per job: the cohorts did not alternate"

@@ -11,8 +11,8 @@
 //! fixed cost for half the jobs it could hold. One batch per round pays it once, and a
 //! request waits for its clients' turnaround and one pass. On an H200 with q15, 64
 //! closed-loop clients made batches of 32 in 8.6 ms each without the window and of 64 in
-//! 13.3 ms with it: 3,976 decisions/s instead of 3,568, p99 17.6 ms instead of 19.5
-//! (bench/reports/h200-side-by-side-7/).
+//! 13.3 ms with an 8 ms cap (measured before the half-read bound below): 3,976 decisions/s
+//! instead of 3,568, p99 17.6 ms instead of 19.5 (bench/reports/h200-side-by-side-7/).
 //!
 //! The window is learnt, not fixed. After each answer the worker counts the jobs sent since
 //! (each job carries when its request sent it), and a round is *back* once as many arrived
