@@ -10,7 +10,9 @@
 #
 #   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
 #           (models/examples/kernel_check: kernel-check.txt/json) and /tmp/gpu/bin/fb
-#           (models/examples/forward_bench, `long`: the 28k prefill alone, forward-long.json);
+#           (models/examples/forward_bench: forward.json with `compare`, then `long`, the 28k
+#           prefill alone, forward-long.json; each again with cuBLAS's default matmuls,
+#           forward-cublas.json and forward-long-cublas.json);
 #           then starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
@@ -90,8 +92,16 @@ saturation() {  # saturation NAME: bench/saturation.py at each of SATURATION_CLI
   done
 }
 
+# The answers to the first requests of three workloads (answers-NAME.json): compared between
+# variants here with `bench/answers.py compare`, they show what a setting did to the results.
+answers() {  # answers NAME
+  python3 bench/answers.py record --url "$url" --out "$OUT/answers-$1.json" --per-file 16 \
+    "$W/decide-short.jsonl" "$W/decide-multi64-cold.jsonl" "$W/decide-options255.jsonl"
+}
+
 # variants NAME BINARY 'FLAGS;FLAGS;...': per set of flags, decide from BINARY with them added,
-# the saturation runs and the short-c1/short-c64 runs (latency percentiles for the p99 goal):
+# the saturation runs, the short-c1/short-c64 runs (latency percentiles for the p99 goal) and
+# long-first (the 28k read), then its answers:
 # NAME (one set) or NAME-1, NAME-2, ...; NAME-flags.txt says which is which.
 variants() {
   local flag_sets i name
@@ -104,7 +114,8 @@ variants() {
     # shellcheck disable=SC2086 # the flags are split on purpose
     start_decide "$OUT/decide-$name.log" "$2" ${flag_sets[$i]}
     saturation "saturation-$name"
-    RUNS="short-c1 short-c64" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-$name"
+    RUNS="short-c1 short-c64 long-first" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-$name"
+    answers "$name"
     stop $server
   done
 }
@@ -127,9 +138,17 @@ decide)
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
-    DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16 long \
-      >"$OUT/forward-long.json" 2>"$OUT/forward-long.err"
+    # As served (the projections' matmuls tuned at load; `compare`: against candle's ops too),
+    # then with cuBLAS's default matmuls: the A/B of the tuning on the model alone.
+    fb=(/tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16)
+    "${fb[@]}" compare >"$OUT/forward.json" 2>"$OUT/forward.err"
+    echo "forward_bench compare rc=$?: $(cat "$OUT/forward.json")"
+    "${fb[@]}" cublas >"$OUT/forward-cublas.json" 2>"$OUT/forward-cublas.err"
+    echo "forward_bench cublas rc=$?: $(cat "$OUT/forward-cublas.json")"
+    DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-long.json" 2>"$OUT/forward-long.err"
     echo "forward_bench long rc=$?: $(cat "$OUT/forward-long.json")"
+    DECIDE_BENCH_LONG=28259 "${fb[@]}" long cublas >"$OUT/forward-long-cublas.json" 2>"$OUT/forward-long-cublas.err"
+    echo "forward_bench long cublas rc=$?: $(cat "$OUT/forward-long-cublas.json")"
   fi
   start_decide "$OUT/decide.log" /tmp/gpu/bin/decide
   echo "decide ready after $SECONDS s"
@@ -157,6 +176,7 @@ for i in range(3):
               f"server-timing {r.headers.get('server-timing')}")
 PY
   saturation saturation
+  answers decide
   python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" >"$OUT/decide-metrics.txt" 2>&1
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory.txt" 2>&1
   stop $server

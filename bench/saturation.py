@@ -16,11 +16,16 @@ first requests at once do not count), and prints:
   (decide_forward_passes_total is not used: it sums each request's passes, so a pass shared
   by a batch counts once per request in it.)
 - the rejoin window's rounds (answered batches whose clients were all back within
-  --batch-rejoin-us, and not) and the share of the wall time the worker waited in it.
+  --batch-rejoin-us, and not) and the share of the wall time the worker waited in it;
+- the CPU cores in use over the window: decide's (process_cpu_seconds_total), the load
+  generator's (its rusage) and the whole machine's (/proc/stat, Linux), against the cores it
+  has. A worker below 1 busy while the machine's cores are all in use points at the host side.
 Standard library only.
 """
 import argparse
 import json
+import os
+import resource
 import subprocess
 import tempfile
 import time
@@ -36,6 +41,22 @@ def scrape(url: str) -> dict:
             name, _, value = line.partition(" ")
             values[name] = float(value)
     return values
+
+
+def machine_busy_seconds():
+    """CPU seconds all cores spent outside idle and iowait since boot (Linux), or None."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(f) for f in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -56,13 +77,17 @@ def main() -> None:
                                 "--clients", str(args.clients), "--duration", str(args.seconds),
                                 "--warmup", str(args.warmup), "--no-ceiling", "--report", out.name],
                                stdout=subprocess.DEVNULL)
+        children_before = children_cpu_seconds()
+        spawned = time.monotonic()
         time.sleep(args.warmup)
-        before, started = scrape(args.url), time.monotonic()
+        before, started, machine_before = scrape(args.url), time.monotonic(), machine_busy_seconds()
         # The last responses come in after the window: read /metrics at its end.
         time.sleep(args.seconds)
-        wall, after = time.monotonic() - started, scrape(args.url)
+        wall, after, machine_after = time.monotonic() - started, scrape(args.url), machine_busy_seconds()
         if run.wait() != 0:
             raise SystemExit(f"decide-loadgen failed ({run.returncode})")
+        # The generator's rusage covers its whole run (warm-up and ramp included).
+        loadgen_cores = (children_cpu_seconds() - children_before) / (time.monotonic() - spawned)
         loadgen = json.loads(Path(out.name).read_text())
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
     missing = [k for k in ("decide_model_busy_seconds_total", "decide_answers_total") if k not in delta]
@@ -95,6 +120,14 @@ def main() -> None:
         "rejoin_rounds_late": delta.get("decide_rejoin_rounds_late_total"),
         "rejoin_wait_fraction": round(delta["decide_rejoin_wait_seconds_total"] / wall, 3)
         if "decide_rejoin_wait_seconds_total" in delta else None,
+        "cores": os.cpu_count(),
+        "decide_cpu_cores": round(delta["process_cpu_seconds_total"] / wall, 2)
+        if "process_cpu_seconds_total" in delta else None,
+        "decide_cpu_ms_per_decision": round(delta["process_cpu_seconds_total"] / decisions * 1e3, 3)
+        if "process_cpu_seconds_total" in delta and decisions else None,
+        "loadgen_cpu_cores": round(loadgen_cores, 2),
+        "machine_busy_cores": round((machine_after - machine_before) / wall, 2)
+        if machine_before is not None and machine_after is not None else None,
     }
     Path(args.report).write_text(json.dumps(figures, indent=1))
     for key, value in figures.items():

@@ -256,6 +256,13 @@ pub struct Config {
     #[arg(long, env = "DECIDE_KERNELS", default_value = "auto")]
     pub kernels: String,
 
+    /// How decide's CUDA kernels run a layer's four projections: `tuned` (per projection and
+    /// row count, the fastest of cuBLAS's default call and cuBLASLt's candidates, timed on
+    /// the GPU at load: a few seconds more startup) or `cublas` (cuBLAS's default algorithm
+    /// for each shape, as before). Ignored elsewhere.
+    #[arg(long, env = "DECIDE_MATMULS", default_value = "tuned")]
+    pub matmuls: String,
+
     /// Address to listen on.
     #[arg(long, env = "DECIDE_HOST", default_value = "127.0.0.1")]
     pub host: IpAddr,

@@ -363,6 +363,27 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {seconds}"
             );
         }
+        if let Some(seconds) = process_cpu_seconds() {
+            let name = "process_cpu_seconds_total";
+            let _ = writeln!(
+                text,
+                "# HELP {name} User and system CPU time of the whole server process (all threads), in seconds; its rate over the host's cores says whether the host side can keep the model fed.\n# TYPE {name} counter\n{name} {seconds}"
+            );
+        }
         text
     }
+}
+
+/// The process's user + system CPU time (Prometheus' standard `process_cpu_seconds_total`),
+/// from `getrusage`.
+fn process_cpu_seconds() -> Option<f64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage writes a `rusage` on success and nothing else.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: written by the successful call.
+    let usage = unsafe { usage.assume_init() };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(seconds(usage.ru_utime) + seconds(usage.ru_stime))
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use decide_models::{Device, Kernels, LoadOptions, Model, WeightFormat};
+use decide_models::{Device, Kernels, LoadOptions, Matmuls, Model, WeightFormat};
 
 use crate::api::{self, AppState, SharedState};
 use crate::calibration;
@@ -214,7 +214,13 @@ pub fn load_engine(
     let weights = parse_weights(&config.weights, &device)?;
     tracing::info!(?weights, "weight format");
     let kernels = parse_kernels(&config.kernels)?;
-    let model = load_model(config, &device, &LoadOptions { weights, kernels }, progress)?;
+    let matmuls = parse_matmuls(&config.matmuls)?;
+    let options = LoadOptions {
+        weights,
+        kernels,
+        matmuls,
+    };
+    let model = load_model(config, &device, &options, progress)?;
     model.set_token_cache_bytes(config.token_cache_mib.saturating_mul(1 << 20));
     let info = model.info().clone();
     tracing::info!(seconds = started.elapsed().as_secs_f64(), name = %info.name, arch = %info.arch, layers = info.n_layers, context = info.context_length, "model loaded");
@@ -513,6 +519,17 @@ pub fn parse_kernels(name: &str) -> anyhow::Result<Kernels> {
         "auto" => Ok(Kernels::Auto),
         "candle" => Ok(Kernels::Candle),
         other => anyhow::bail!("unknown kernels `{other}` (setting --kernels): use auto or candle"),
+    }
+}
+
+/// `tuned` or `cublas` (see [`Matmuls`]).
+pub fn parse_matmuls(name: &str) -> anyhow::Result<Matmuls> {
+    match name {
+        "tuned" => Ok(Matmuls::Tuned),
+        "cublas" => Ok(Matmuls::Cublas),
+        other => {
+            anyhow::bail!("unknown matmuls `{other}` (setting --matmuls): use tuned or cublas")
+        }
     }
 }
 

@@ -1,10 +1,11 @@
 //! Measures the model path on one device and weight format, to choose the format per device
 //! by measurement (issue #3) and to check that batched reads agree with lone reads there.
 //!
-//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare] [long]`, DEVICE `cpu` or `cuda`,
-//! WEIGHTS `quantized|f32|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights with candle's
-//! ops instead of the fused CUDA kernels), `tf32` to let f32 matmuls (attention) use TF32 on
-//! CUDA, `compare` to also load the model with candle's ops and report the largest
+//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare] [long] [cublas]`, DEVICE
+//! `cpu` or `cuda`, WEIGHTS `quantized|f32|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights
+//! with candle's ops instead of the fused CUDA kernels), `tf32` to let f32 matmuls (attention)
+//! use TF32 on CUDA, `cublas` for the fused projections with cuBLAS's default algorithms
+//! instead of the ones tuned at load (`Matmuls`), `compare` to also load the model with candle's ops and report the largest
 //! log-probability and probability differences from them (`candle_max_abs_diff`,
 //! `candle_max_prob_diff`, over the single prompt and 4 of the packed questions; the
 //! log-probabilities themselves go to stderr).
@@ -29,7 +30,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use decide_models::{ChatMessage, Device, Kernels, LoadOptions, Model, Segment, WeightFormat};
+use decide_models::{
+    ChatMessage, Device, Kernels, LoadOptions, Matmuls, Model, Segment, WeightFormat,
+};
 
 fn user(content: String) -> Vec<ChatMessage> {
     vec![ChatMessage {
@@ -212,7 +215,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     candle_core::cuda::set_gemm_reduced_precision_f32(tf32);
 
     let t = Instant::now();
-    let model = Model::load_with(Path::new(path), &device, &LoadOptions { weights, kernels })?;
+    // `cublas`: the fused projections with cuBLAS's default algorithms, not tuned ones.
+    let matmuls = if rest.iter().any(|a| a == "cublas") {
+        Matmuls::Cublas
+    } else {
+        Matmuls::Tuned
+    };
+    let model = Model::load_with(
+        Path::new(path),
+        &device,
+        &LoadOptions {
+            weights,
+            kernels,
+            matmuls,
+        },
+    )?;
     let load_s = t.elapsed().as_secs_f64();
     let labels: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
     let ask = |state: &str, i: usize| -> Result<_, Box<dyn std::error::Error>> {
@@ -242,7 +259,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{}",
             serde_json::json!({"prefill_long_tokens": tokens.len(), "prefill_long_ms": runs,
-                               "prefill_long_ms_p50": runs[runs.len() / 2]})
+                               "prefill_long_ms_p50": runs[runs.len() / 2],
+                               "matmuls": format!("{matmuls:?}"), "load_s": load_s})
         );
         return Ok(());
     }
@@ -340,6 +358,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let options = LoadOptions {
             weights,
             kernels: Kernels::Candle,
+            ..Default::default()
         };
         let reference = Model::load_with(Path::new(path), &device, &options)?;
         let mut worst = (0f32, 0f32);

@@ -33,6 +33,8 @@ use crate::gguf::Gguf;
 mod fused;
 #[cfg(feature = "cuda")]
 mod graphs;
+#[cfg(feature = "cuda")]
+mod matmuls;
 
 /// Attention runs over a key/value length padded with masked zeros to a multiple of this.
 ///
@@ -95,6 +97,18 @@ pub enum Kernels {
     Auto,
     /// candle's ops everywhere: the reference the fused path is measured against.
     Candle,
+}
+
+/// How the fused layers run their projections (chosen at load, [`crate::LoadOptions`]); only
+/// the fused CUDA path has a choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Matmuls {
+    /// Per projection and row count, the fastest of cuBLAS's default call and cuBLASLt's
+    /// candidates, timed at load (a few seconds on an H200; see `forward/matmuls.rs`).
+    #[default]
+    Tuned,
+    /// cuBLAS's default algorithm for each shape, through candle's matmul.
+    Cublas,
 }
 
 /// A weight matrix `(out, in)` in either form.
@@ -368,6 +382,9 @@ pub struct Transformer {
     /// CUDA graphs of short fused passes.
     #[cfg(feature = "cuda")]
     graphs: graphs::PassGraphs,
+    /// The projections' tuned matmuls (`None`: candle's matmul, [`Matmuls::Cublas`]).
+    #[cfg(feature = "cuda")]
+    matmuls: Option<matmuls::TunedMatmuls>,
     out_norm: Tensor,
     head: Linear,
     cos: Tensor,
@@ -386,6 +403,7 @@ impl Transformer {
         device: &Device,
         format: WeightFormat,
         kernels: Kernels,
+        matmul_choice: Matmuls,
     ) -> Result<Self> {
         let rope = match arch {
             "llama" => RopeStyle::Interleaved,
@@ -461,7 +479,7 @@ impl Transformer {
             && format == WeightFormat::BF16
             && crate::kernels::attention_supports(head_dim);
         #[cfg(not(feature = "cuda"))]
-        let _ = kernels;
+        let _ = (kernels, matmul_choice);
         #[cfg(not(feature = "cuda"))]
         let use_fused = false;
         // Logits must not be rounded to half precision: at logit magnitudes of 16-32 bf16
@@ -525,6 +543,14 @@ impl Transformer {
             crate::kernels::load_attention(device, head_dim)
                 .map_err(|e| g.err(format!("cannot load the attention kernels: {e}")))?;
         }
+        #[cfg(feature = "cuda")]
+        let tuned = match (device, fused_layers.first()) {
+            (Device::Cuda(dev), Some(first)) if matmul_choice == Matmuls::Tuned => Some(
+                matmuls::TunedMatmuls::tune(dev, &first.projections())
+                    .map_err(|e| g.err(format!("cannot tune the projection matmuls: {e}")))?,
+            ),
+            _ => None,
+        };
         let (cos, sin) = rope_tables(head_dim, freq_base, context_length, device)
             .map_err(|e| g.err(format!("cannot build RoPE tables: {e}")))?;
         Ok(Self {
@@ -534,6 +560,8 @@ impl Transformer {
             fused: fused_layers,
             #[cfg(feature = "cuda")]
             graphs: graphs::PassGraphs::default(),
+            #[cfg(feature = "cuda")]
+            matmuls: tuned,
             out_norm,
             head,
             cos,

@@ -81,7 +81,7 @@ mod token_cache;
 pub mod tokenizer;
 
 pub use error::ModelError;
-pub use forward::{Kernels, KvCache, Numerics, Segment, Transformer, WeightFormat};
+pub use forward::{Kernels, KvCache, Matmuls, Numerics, Segment, Transformer, WeightFormat};
 pub use gguf::LoadProgress;
 pub use prompter::Prompter;
 pub use readout::Readout;
@@ -150,6 +150,9 @@ pub struct LoadOptions {
     /// Which implementation runs the layers: decide's fused CUDA kernels where possible
     /// (default), or candle's ops everywhere (see [`Kernels`]).
     pub kernels: Kernels,
+    /// How the fused kernels' projections multiply: tuned at load (default) or with cuBLAS's
+    /// default algorithms (see [`Matmuls`]).
+    pub matmuls: Matmuls,
 }
 
 /// A loaded model: weights, tokenizer and chat template. Immutable after load, so one
@@ -214,8 +217,14 @@ impl Model {
             // SAFETY: see above; no tensor of this device is used on another stream.
             unsafe { cuda.disable_event_tracking() };
         }
-        let transformer =
-            Transformer::load(&mut g, &arch, device, options.weights, options.kernels)?;
+        let transformer = Transformer::load(
+            &mut g,
+            &arch,
+            device,
+            options.weights,
+            options.kernels,
+            options.matmuls,
+        )?;
         let dims = transformer.dims().clone();
         if prompter.vocab_len() > dims.vocab_size {
             return Err(g.err(format!(

@@ -131,10 +131,63 @@ impl Plan {
     /// Descriptors for `(m, k) @ w` and up to `count` candidate algorithms.
     pub fn new(
         gemm: &LtGemm,
-        (m, n, k): (usize, usize, usize),
+        shape: (usize, usize, usize),
         w_nk: bool,
         count: usize,
     ) -> Result<Self> {
+        let mut plan = Self::descriptors(shape, w_nk)?;
+        plan.algos = plan.heuristic(gemm, count)?;
+        if plan.algos.is_empty() {
+            bail!(
+                "cuBLASLt has no algorithm for m {} n {} k {}",
+                plan.m,
+                plan.n,
+                plan.k
+            );
+        }
+        Ok(plan)
+    }
+
+    /// Descriptors for `(m, k) @ w` running `algo` alone (found for another `m`), or `None`
+    /// when cuBLASLt says the algorithm does not apply to this shape or needs more workspace
+    /// than [`LtGemm`] holds.
+    pub fn with_algo(
+        gemm: &LtGemm,
+        shape: (usize, usize, usize),
+        w_nk: bool,
+        algo: sys::cublasLtMatmulAlgo_t,
+    ) -> Result<Option<Self>> {
+        let mut plan = Self::descriptors(shape, w_nk)?;
+        let mut result = MaybeUninit::<sys::cublasLtMatmulHeuristicResult_t>::uninit();
+        // SAFETY: descriptors created above; `result` is written on success.
+        let status = unsafe {
+            sys::cublasLtMatmulAlgoCheck(
+                gemm.handle,
+                plan.desc,
+                plan.a,
+                plan.b,
+                plan.c,
+                plan.c,
+                &algo,
+                result.as_mut_ptr(),
+            )
+        };
+        if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Ok(None);
+        }
+        // SAFETY: written by the successful check.
+        let result = unsafe { result.assume_init() };
+        if result.state != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+            || result.workspaceSize > WORKSPACE_BYTES
+        {
+            return Ok(None);
+        }
+        plan.algos = vec![algo];
+        Ok(Some(plan))
+    }
+
+    /// The shape's descriptors, no algorithms yet.
+    fn descriptors((m, n, k): (usize, usize, usize), w_nk: bool) -> Result<Self> {
         let bf16 = sys::cudaDataType_t::CUDA_R_16BF;
         let desc = lt::create_matmul_desc(
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
@@ -176,10 +229,6 @@ impl Plan {
             )
         }
         .map_err(|e| lt_err("transa", e))?;
-        plan.algos = plan.heuristic(gemm, count)?;
-        if plan.algos.is_empty() {
-            bail!("cuBLASLt has no algorithm for m {m} n {n} k {k}");
-        }
         Ok(plan)
     }
 

@@ -257,6 +257,9 @@ fn models_and_health_endpoints() {
         .as_str()
         .unwrap()
         .contains("decide_requests_total"));
+    // Loading the model alone took the process CPU time.
+    let cpu = server.metric("process_cpu_seconds_total");
+    assert!(cpu > 0.0, "process_cpu_seconds_total {cpu}");
 }
 
 #[test]

@@ -17,6 +17,7 @@
 
 use candle_core::{DType, Tensor};
 
+use super::matmuls::Projection;
 use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
 use crate::error::{ModelError, Result};
 use crate::kernels::{self, AttentionBlock, Heads, KeySources};
@@ -37,6 +38,16 @@ pub(super) struct FusedLayer {
 }
 
 impl FusedLayer {
+    /// The four projections' weights, `(k, n)` each.
+    pub(super) fn projections(&self) -> [(Projection, &Tensor); 4] {
+        [
+            (Projection::Qkv, &self.wqkv),
+            (Projection::Output, &self.wo),
+            (Projection::GateUp, &self.wgu),
+            (Projection::Down, &self.down),
+        ]
+    }
+
     /// Concatenates a block's dense bf16 weights (the separate ones are dropped with `layer`).
     pub(super) fn new(layer: Layer, widths: (usize, usize)) -> Result<Self> {
         let dense = |l: &Linear| -> Result<Tensor> {
@@ -199,7 +210,7 @@ impl Transformer {
         };
         for (i, l) in layers.iter().enumerate() {
             let (x1, h) = norm(&x, delta.as_ref(), &l.attn_norm)?;
-            let qkv = h.matmul(&l.wqkv)?;
+            let qkv = self.project(Projection::Qkv, &h, &l.wqkv)?;
             let (q, k, v) = kernels::qkv_rope(
                 &qkv,
                 l.bqkv.as_ref(),
@@ -217,9 +228,11 @@ impl Transformer {
                 heads,
                 inputs.block,
             )?;
-            let (x2, h) = norm(&x1, Some(&a.matmul(&l.wo)?), &l.ffn_norm)?;
-            let gate_up = h.matmul(&l.wgu)?;
-            delta = Some(kernels::silu_mul(&gate_up)?.matmul(&l.down)?);
+            let out = self.project(Projection::Output, &a, &l.wo)?;
+            let (x2, h) = norm(&x1, Some(&out), &l.ffn_norm)?;
+            let gate_up = self.project(Projection::GateUp, &h, &l.wgu)?;
+            let up = kernels::silu_mul(&gate_up)?;
+            delta = Some(self.project(Projection::Down, &up, &l.down)?);
             x = x2;
             if keep_kv {
                 kv.push((k, v));
@@ -232,6 +245,15 @@ impl Transformer {
 }
 
 impl Transformer {
+    /// `x @ w` for one of a layer's projections: the way tuned at load for `x`'s rows
+    /// ([`super::matmuls`]), or candle's matmul when tuning is off.
+    fn project(&self, projection: Projection, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        match &self.matmuls {
+            Some(m) => m.matmul(projection, x, w),
+            None => Ok(x.matmul(w)?),
+        }
+    }
+
     /// The attention block shape for a pass of `n` rows: the warp-specialized wgmma kernel
     /// where the GPU has it (the fastest on the shapes passes run, `kernel_check`), else
     /// 64-key tiles for long causal passes (prefill chunks) and 32-key tiles for the rest.
