@@ -256,11 +256,14 @@ pub struct Config {
     #[arg(long, env = "DECIDE_KERNELS", default_value = "auto")]
     pub kernels: String,
 
-    /// How decide's CUDA kernels run a layer's four projections: `tuned` (per projection and
-    /// row count, the fastest of cuBLAS's default call and cuBLASLt's candidates, timed on
-    /// the GPU at load: a few seconds more startup) or `cublas` (cuBLAS's default algorithm
-    /// for each shape, as before). Ignored elsewhere.
-    #[arg(long, env = "DECIDE_MATMULS", default_value = "tuned")]
+    /// How decide's CUDA kernels run a layer's four projections: `cublas` (cuBLAS's default
+    /// algorithm for each shape) or `tuned` (per projection and row count, the fastest of that
+    /// and cuBLASLt's candidates, timed on the GPU at load). On an H200 with q15 `tuned` took
+    /// ~4 s more to start and changed no server figure beyond the run-to-run noise (throughput
+    /// at 8-1,024 clients, the 28k read; bench/reports/h200-side-by-side-8/), so it is off by
+    /// default; it is there for GPUs and models where cuBLAS's defaults fit worse. Ignored
+    /// elsewhere.
+    #[arg(long, env = "DECIDE_MATMULS", default_value = "cublas")]
     pub matmuls: String,
 
     /// Address to listen on.

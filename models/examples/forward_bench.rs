@@ -1,11 +1,11 @@
 //! Measures the model path on one device and weight format, to choose the format per device
 //! by measurement (issue #3) and to check that batched reads agree with lone reads there.
 //!
-//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare] [long] [cublas]`, DEVICE
+//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare] [long] [tuned]`, DEVICE
 //! `cpu` or `cuda`, WEIGHTS `quantized|f32|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights
 //! with candle's ops instead of the fused CUDA kernels), `tf32` to let f32 matmuls (attention)
-//! use TF32 on CUDA, `cublas` for the fused projections with cuBLAS's default algorithms
-//! instead of the ones tuned at load (`Matmuls`), `compare` to also load the model with candle's ops and report the largest
+//! use TF32 on CUDA, `tuned` for the fused projections with algorithms timed at load instead
+//! of cuBLAS's defaults (`Matmuls`), `compare` to also load the model with candle's ops and report the largest
 //! log-probability and probability differences from them (`candle_max_abs_diff`,
 //! `candle_max_prob_diff`, over the single prompt and 4 of the packed questions; the
 //! log-probabilities themselves go to stderr).
@@ -215,11 +215,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     candle_core::cuda::set_gemm_reduced_precision_f32(tf32);
 
     let t = Instant::now();
-    // `cublas`: the fused projections with cuBLAS's default algorithms, not tuned ones.
-    let matmuls = if rest.iter().any(|a| a == "cublas") {
-        Matmuls::Cublas
-    } else {
+    // `tuned`: the fused projections with algorithms timed at load, not cuBLAS's defaults.
+    let matmuls = if rest.iter().any(|a| a == "tuned") {
         Matmuls::Tuned
+    } else {
+        Matmuls::Cublas
     };
     let model = Model::load_with(
         Path::new(path),

@@ -103,12 +103,13 @@ pub enum Kernels {
 /// the fused CUDA path has a choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Matmuls {
-    /// Per projection and row count, the fastest of cuBLAS's default call and cuBLASLt's
-    /// candidates, timed at load (a few seconds on an H200; see `forward/matmuls.rs`).
-    #[default]
-    Tuned,
     /// cuBLAS's default algorithm for each shape, through candle's matmul.
+    #[default]
     Cublas,
+    /// Per projection and row count, the fastest of cuBLAS's default call and cuBLASLt's
+    /// candidates, timed at load (~4 s on an H200; see `forward/matmuls.rs` for what it
+    /// measured).
+    Tuned,
 }
 
 /// A weight matrix `(out, in)` in either form.

@@ -150,8 +150,8 @@ pub struct LoadOptions {
     /// Which implementation runs the layers: decide's fused CUDA kernels where possible
     /// (default), or candle's ops everywhere (see [`Kernels`]).
     pub kernels: Kernels,
-    /// How the fused kernels' projections multiply: tuned at load (default) or with cuBLAS's
-    /// default algorithms (see [`Matmuls`]).
+    /// How the fused kernels' projections multiply: with cuBLAS's default algorithms
+    /// (default) or tuned at load (see [`Matmuls`]).
     pub matmuls: Matmuls,
 }
 

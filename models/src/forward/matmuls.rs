@@ -12,6 +12,12 @@
 //! not apply to `m` falls back to candle's call). The choice is fixed for the server's life,
 //! so a given batch shape always computes the same way; reads still differ by bf16 rounding
 //! between row counts, as they did with cuBLAS's own per-shape choices.
+//!
+//! What it measured (H200, q15, bench/reports/h200-side-by-side-8/): cuBLASLt replaced 33-37
+//! of the 104 (projection, bucket) pairs, and the timed matmuls summed 3-4% less; at the
+//! server no figure moved beyond the noise (256 clients 4,292 against 4,305 decisions/s with
+//! cuBLAS's defaults, the 28k read 268.0 against 268.3 ms), start-up took ~4 s longer, and
+//! which pairs were replaced varied between starts. So it is opt-in (`--matmuls tuned`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
