@@ -19,7 +19,11 @@ first requests at once do not count), and prints:
   --batch-rejoin-us, and not) and the share of the wall time the worker waited in it;
 - the CPU cores in use over the window: decide's (process_cpu_seconds_total), the load
   generator's (its rusage) and the whole machine's (/proc/stat, Linux), against the cores it
-  has. A worker below 1 busy while the machine's cores are all in use points at the host side.
+  has. A worker below 1 busy while the machine's cores are all in use points at the host side;
+- the model worker's queue over the window (decide_queued_requests, sampled every
+  --sample-ms): its mean, minimum and 10th percentile against the clients. Few jobs queued
+  while the worker idles and most clients are connected means the requests are held up
+  before the queue (HTTP, the request threads, rendering), not by the model.
 Standard library only.
 """
 import argparse
@@ -28,6 +32,7 @@ import os
 import resource
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -54,6 +59,15 @@ def machine_busy_seconds():
     return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def sample_queue(url: str, every_s: float, stop: threading.Event, out: list) -> None:
+    """Appends decide_queued_requests every `every_s` until `stop` is set."""
+    while not stop.wait(every_s):
+        try:
+            out.append(scrape(url).get("decide_queued_requests", 0.0))
+        except OSError:
+            pass
+
+
 def children_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -70,6 +84,7 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, default=790, help="bf16 matmul peak (H200: 790)")
     parser.add_argument("--loadgen", default="target/release/decide-loadgen")
     parser.add_argument("--report", default="saturation.json")
+    parser.add_argument("--sample-ms", type=float, default=50, help="how often the worker's queue is sampled")
     args = parser.parse_args()
 
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
@@ -81,8 +96,13 @@ def main() -> None:
         spawned = time.monotonic()
         time.sleep(args.warmup)
         before, started, machine_before = scrape(args.url), time.monotonic(), machine_busy_seconds()
+        queued, stop = [], threading.Event()
+        sampler = threading.Thread(target=sample_queue, args=(args.url, args.sample_ms / 1e3, stop, queued))
+        sampler.start()
         # The last responses come in after the window: read /metrics at its end.
         time.sleep(args.seconds)
+        stop.set()
+        sampler.join()
         wall, after, machine_after = time.monotonic() - started, scrape(args.url), machine_busy_seconds()
         if run.wait() != 0:
             raise SystemExit(f"decide-loadgen failed ({run.returncode})")
@@ -120,6 +140,11 @@ def main() -> None:
         "rejoin_rounds_late": delta.get("decide_rejoin_rounds_late_total"),
         "rejoin_wait_fraction": round(delta["decide_rejoin_wait_seconds_total"] / wall, 3)
         if "decide_rejoin_wait_seconds_total" in delta else None,
+        "queued_samples": len(queued),
+        "queued_mean": round(sum(queued) / len(queued), 1) if queued else None,
+        "queued_min": min(queued) if queued else None,
+        "queued_p10": sorted(queued)[len(queued) // 10] if queued else None,
+        "queued_max": max(queued) if queued else None,
         "cores": os.cpu_count(),
         "decide_cpu_cores": round(delta["process_cpu_seconds_total"] / wall, 2)
         if "process_cpu_seconds_total" in delta else None,
