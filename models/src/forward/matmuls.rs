@@ -97,12 +97,14 @@ struct Timed {
     lt: bool,
 }
 
+/// Descriptors per (projection, exact rows); `None`: the choice does not apply there.
+type PlanCache = HashMap<(Projection, usize), Option<Arc<Plan>>>;
+
 /// The projections' choices and the cuBLASLt state that runs them.
 pub(super) struct TunedMatmuls {
     gemm: LtGemm,
     choices: HashMap<Projection, Choices>,
-    /// Descriptors per (projection, exact rows); `None`: the choice does not apply there.
-    plans: Mutex<HashMap<(Projection, usize), Option<Arc<Plan>>>>,
+    plans: Mutex<PlanCache>,
 }
 
 impl TunedMatmuls {
