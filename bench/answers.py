@@ -103,7 +103,10 @@ def main() -> None:
     cmp_.add_argument("b")
     cmp_.add_argument("--report")
     args = parser.parse_args()
-    record(args) if args.command == "record" else compare(args)
+    if args.command == "record":
+        record(args)
+    else:
+        compare(args)
 
 
 if __name__ == "__main__":

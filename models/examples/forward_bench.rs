@@ -5,10 +5,10 @@
 //! `cpu` or `cuda`, WEIGHTS `quantized|f32|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights
 //! with candle's ops instead of the fused CUDA kernels), `tf32` to let f32 matmuls (attention)
 //! use TF32 on CUDA, `tuned` for the fused projections with algorithms timed at load instead
-//! of cuBLAS's defaults (`Matmuls`), `compare` to also load the model with candle's ops and report the largest
-//! log-probability and probability differences from them (`candle_max_abs_diff`,
-//! `candle_max_prob_diff`, over the single prompt and 4 of the packed questions; the
-//! log-probabilities themselves go to stderr).
+//! of cuBLAS's defaults (`Matmuls`), `compare` to also load the model with candle's ops and
+//! report the largest log-probability and probability differences from them
+//! (`candle_max_abs_diff`, `candle_max_prob_diff`, over the single prompt and 4 of the packed
+//! questions; the log-probabilities themselves go to stderr).
 //! Prints one JSON object:
 //! - `single_ms`: median read of a ~1.5k-token prompt (one question, no cache);
 //! - `short`: one short question read like the server's single-question requests (its

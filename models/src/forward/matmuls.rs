@@ -60,17 +60,6 @@ pub(super) enum Projection {
     Down,
 }
 
-impl Projection {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Qkv => "qkv",
-            Self::Output => "output",
-            Self::GateUp => "gate_up",
-            Self::Down => "down",
-        }
-    }
-}
-
 /// How one projection runs at one bucket.
 #[derive(Clone, Copy)]
 enum Way {
@@ -83,18 +72,6 @@ struct Choices {
     /// `(k, n)` of the weight.
     shape: (usize, usize),
     ways: Vec<Way>,
-}
-
-/// What tuning found for one projection at one bucket (for the log).
-#[derive(Debug)]
-#[allow(dead_code)] // read through its Debug form
-struct Timed {
-    projection: &'static str,
-    rows: usize,
-    candle_ms: f64,
-    chosen_ms: f64,
-    /// Whether a cuBLASLt candidate replaced candle's call.
-    lt: bool,
 }
 
 /// Descriptors per (projection, exact rows); `None`: the choice does not apply there.
@@ -113,7 +90,8 @@ impl TunedMatmuls {
     pub(super) fn tune(dev: &CudaDevice, weights: &[(Projection, &Tensor)]) -> Result<Self> {
         let gemm = LtGemm::new(dev)?;
         let mut choices = HashMap::new();
-        let mut timed = Vec::new();
+        // For the log: pairs timed and replaced, and the timed ms before and after.
+        let (mut pairs, mut replaced, mut candle_total, mut chosen_total) = (0, 0, 0.0, 0.0);
         let device = candle_core::Device::Cuda(dev.clone());
         // Work queued ahead of each timed round, so that the timed launches queue behind
         // it and the events measure the GPU's time, not the host's launches.
@@ -152,14 +130,21 @@ impl TunedMatmuls {
                         best = (Way::Lt(algo), ms);
                     }
                 }
-                let lt = matches!(best.0, Way::Lt(_));
-                timed.push(Timed {
-                    projection: projection.name(),
-                    rows: m,
+                let chosen_ms = match best.0 {
+                    Way::Lt(_) => best.1,
+                    Way::Candle => candle_ms,
+                };
+                tracing::debug!(
+                    ?projection,
+                    rows = m,
                     candle_ms,
-                    chosen_ms: if lt { best.1 } else { candle_ms },
-                    lt,
-                });
+                    chosen_ms,
+                    "projection matmul choice"
+                );
+                pairs += 1;
+                replaced += usize::from(matches!(best.0, Way::Lt(_)));
+                candle_total += candle_ms;
+                chosen_total += chosen_ms;
                 ways.push(best.0);
             }
             choices.insert(
@@ -170,19 +155,13 @@ impl TunedMatmuls {
                 },
             );
         }
-        let (candle, chosen) = timed
-            .iter()
-            .fold((0.0, 0.0), |(c, t), r| (c + r.candle_ms, t + r.chosen_ms));
         tracing::info!(
-            replaced = timed.iter().filter(|t| t.lt).count(),
-            of = timed.len(),
-            candle_ms = candle,
-            chosen_ms = chosen,
+            replaced,
+            of = pairs,
+            candle_ms = candle_total,
+            chosen_ms = chosen_total,
             "projection matmuls tuned: cuBLASLt replaced candle's call where it was faster"
         );
-        for t in &timed {
-            tracing::debug!(?t, "projection matmul choice");
-        }
         Ok(Self {
             gemm,
             choices,
