@@ -502,6 +502,14 @@ pub struct Config {
     #[arg(long, env = "DECIDE_REQUEST_THREAD_NICE", default_value_t = 5, value_parser = clap::value_parser!(i32).range(0..=19))]
     pub request_thread_nice: i32,
 
+    /// A CPU core for the model worker alone (`crate::cores`): `auto` reserves the last core
+    /// the process may use when the model runs on a GPU and at least 4 cores are allowed;
+    /// a number reserves that core (on any device); `off` reserves none. No other thread of
+    /// the server runs there, so a batch's answers (which wake all of its requests at once)
+    /// do not keep the worker, and with it the GPU, waiting for a core.
+    #[arg(long, env = "DECIDE_WORKER_CORE", default_value = "auto")]
+    pub worker_core: crate::cores::WorkerCore,
+
     /// Stop adding requests to a batch once their prompt tokens reach this.
     #[arg(long, env = "DECIDE_MAX_BATCH_TOKENS", default_value_t = 8192)]
     pub max_batch_tokens: usize,

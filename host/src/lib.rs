@@ -19,6 +19,7 @@ pub mod api;
 pub mod calibration;
 pub mod cancel;
 pub mod config;
+pub mod cores;
 pub mod doctor;
 pub mod drain;
 pub mod error;

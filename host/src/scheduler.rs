@@ -330,6 +330,8 @@ pub struct SchedulerConfig {
     pub queue: QueueLimits,
     /// `--inject-fault`: passes that fail on purpose (tests only; none in production).
     pub fault: Option<Fault>,
+    /// The core the worker runs on, reserved for it by [`crate::cores::reserve`] (None: any).
+    pub worker_core: Option<usize>,
 }
 
 struct Job {
@@ -445,9 +447,24 @@ impl Scheduler {
             limits: config.queue,
             depth: Mutex::new(QueueDepth::default()),
         });
+        // Started from this thread, not the worker, so that it may run on any core but the
+        // worker's (crate::cores).
+        let (answers, answered) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("decide-answers".into())
+            .spawn(move || answer_batches(answered))
+            .expect("spawning the answer thread");
         std::thread::Builder::new()
             .name("decide-model".into())
-            .spawn(move || supervise(&model, &config, &metrics, &receiver))
+            .spawn(move || {
+                if let Some(core) = config.worker_core {
+                    match crate::cores::pin_this_thread(core) {
+                        Ok(()) => tracing::info!(core, "the model worker runs on a core of its own"),
+                        Err(error) => tracing::warn!(core, %error, "cannot move the model worker to its core (--worker-core)"),
+                    }
+                }
+                supervise(&model, &config, &metrics, &receiver, &answers)
+            })
             .expect("spawning the model worker thread");
         Scheduler { jobs, queue }
     }
@@ -528,9 +545,21 @@ struct Worker<'a> {
     metrics: &'a Metrics,
     faults: &'a Faults,
     max_pass_tokens: usize,
+    answers: &'a Sender<Answered>,
 }
 
+/// A read batch and its results, on their way to the answer thread.
+type Answered = (Vec<Job>, Vec<JobResult>);
+
 impl Worker<'_> {
+    /// Hands a read batch to the answer thread ([`answer_batches`]); answers it here should
+    /// that thread be gone.
+    fn answer(&self, batch: Vec<Job>, results: Vec<JobResult>) {
+        if let Err(mpsc::SendError((batch, results))) = self.answers.send((batch, results)) {
+            reply(batch, results);
+        }
+    }
+
     /// One model call, counted; its failure counted as an engine failure.
     fn call<T>(&self, run: impl FnOnce(&Model) -> Result<T, ModelError>) -> Result<T, ModelError> {
         self.metrics.record_model_call();
@@ -547,7 +576,13 @@ impl Worker<'_> {
 /// guarded on their own, [`read_guarded`]). The jobs it held then fail (their replies are
 /// dropped: "the model worker stopped"), and the prefix cache starts empty; the server keeps
 /// serving.
-fn supervise(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: &Receiver<Job>) {
+fn supervise(
+    model: &Model,
+    config: &SchedulerConfig,
+    metrics: &Metrics,
+    queue: &Receiver<Job>,
+    answers: &Sender<Answered>,
+) {
     // Request threads run at `--request-thread-nice` so that they do not keep this one off
     // a core; a worker started from such a thread would share their priority.
     if let Some(nice) = crate::priority::this_thread().filter(|&nice| nice > 0) {
@@ -565,6 +600,7 @@ fn supervise(model: &Model, config: &SchedulerConfig, metrics: &Metrics, queue: 
         metrics,
         faults: &faults,
         max_pass_tokens: config.max_pass_tokens,
+        answers,
     };
     loop {
         match std::panic::catch_unwind(AssertUnwindSafe(|| work(&worker, config, queue))) {
@@ -655,7 +691,7 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
             Mode::Alone => rejoin.answered(batch.len(), read, Instant::now()),
             Mode::Shared | Mode::Sparse => rejoin.shared(),
         }
-        reply(batch, results);
+        worker.answer(batch, results);
         for flow in flows {
             fair.done(flow);
         }
@@ -752,7 +788,17 @@ fn serve(
     for job in &batch {
         fair.done(job.flow);
     }
-    reply(batch, results);
+    worker.answer(batch, results);
+}
+
+/// The answer thread: replies to each batch the worker read, in order, until the worker is
+/// gone. Why a thread of its own: waking a batch's requests (a syscall each, a few hundred
+/// at saturation) and dropping their jobs is host time, and on the worker it would delay
+/// the next pass while the GPU waits. Here it runs beside that pass.
+fn answer_batches(batches: Receiver<Answered>) {
+    for (batch, results) in batches {
+        reply(batch, results);
+    }
 }
 
 fn reply(batch: Vec<Job>, results: Vec<JobResult>) {

@@ -12,6 +12,7 @@ use decide_models::{Device, Kernels, LoadOptions, Matmuls, Model, WeightFormat};
 use crate::api::{self, AppState, SharedState};
 use crate::calibration;
 use crate::config::Config;
+use crate::cores::WorkerCore;
 use crate::metrics::Metrics;
 use crate::pipeline::{Engine, EngineSettings, Limits, Setup};
 use crate::plugins::{PluginRegistry, RuntimeConfig};
@@ -221,6 +222,7 @@ pub fn load_engine(
         matmuls,
     };
     let model = load_model(config, &device, &options, progress)?;
+    let worker_core = reserve_worker_core(config.worker_core, device.is_cuda())?;
     model.set_token_cache_bytes(config.token_cache_mib.saturating_mul(1 << 20));
     let info = model.info().clone();
     tracing::info!(seconds = started.elapsed().as_secs_f64(), name = %info.name, arch = %info.arch, layers = info.n_layers, context = info.context_length, "model loaded");
@@ -265,6 +267,7 @@ pub fn load_engine(
                 max_tokens: config.max_queued_tokens,
             },
             fault: config.inject_fault,
+            worker_core,
         },
     };
     let engine = Engine::new(model, plugins, settings, metrics);
@@ -273,6 +276,41 @@ pub fn load_engine(
         "readout capacities"
     );
     Ok((engine, served))
+}
+
+/// The core `--worker-core` reserves for the model worker, reserved ([`crate::cores`]). A
+/// wrong explicit core stops the start; where the OS refuses, the worker shares the cores.
+fn reserve_worker_core(setting: WorkerCore, on_gpu: bool) -> anyhow::Result<Option<usize>> {
+    let allowed = match crate::cores::allowed() {
+        Ok(allowed) => allowed,
+        Err(error) if setting == WorkerCore::Auto => {
+            tracing::debug!(%error, "cores not known; none reserved (--worker-core)");
+            return Ok(None);
+        }
+        Err(error) => {
+            return Err(anyhow::anyhow!(
+                "reading the process's cores: {error} (setting --worker-core)"
+            ))
+        }
+    };
+    let Some(core) = crate::cores::choose(setting, &allowed, on_gpu).map_err(anyhow::Error::msg)?
+    else {
+        return Ok(None);
+    };
+    match crate::cores::reserve(core) {
+        Ok(()) => {
+            tracing::info!(
+                core,
+                of = allowed.len(),
+                "a core reserved for the model worker (--worker-core)"
+            );
+            Ok(Some(core))
+        }
+        Err(error) => {
+            tracing::warn!(core, %error, "cannot reserve a core for the model worker; it shares them (--worker-core)");
+            Ok(None)
+        }
+    }
 }
 
 /// Loads the model file, its progress the task `loading the model` in MiB of tensors read.

@@ -9,6 +9,7 @@ mod batch;
 mod cache;
 mod calibration;
 mod contract;
+mod cores;
 mod endpoints;
 mod errors;
 mod fairness;
