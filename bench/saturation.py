@@ -23,7 +23,12 @@ first requests at once do not count), and prints:
 - the model worker's queue over the window (decide_queued_requests, sampled every
   --sample-ms): its mean, minimum and 10th percentile against the clients. Few jobs queued
   while the worker idles and most clients are connected means the requests are held up
-  before the queue (HTTP, the request threads, rendering), not by the model.
+  before the queue (HTTP, the request threads, rendering), not by the model;
+- where the model worker's thread spent the window (Linux /proc/PID/task/TID/schedstat, when
+  decide runs on this machine): on a core, waiting on a run queue for one (another thread had
+  its core), or asleep (waiting for jobs or the GPU), with its involuntary context switches;
+  and the answer thread's share of a core. Found by the thread names decide gives them
+  ("decide-model", "decide-answers"), or in the process --pid names.
 Standard library only.
 """
 import argparse
@@ -68,6 +73,56 @@ def sample_queue(url: str, every_s: float, stop: threading.Event, out: list) -> 
             pass
 
 
+THREADS = ("decide-model", "decide-answers")
+
+
+def decide_pid():
+    """The pid of the one process on this machine with a thread named decide-model, or None."""
+    found = set()
+    for comm in Path("/proc").glob("[0-9]*/task/*/comm"):
+        try:
+            if comm.read_text().strip() == THREADS[0]:
+                found.add(int(comm.parts[2]))
+        except OSError:
+            pass
+    return found.pop() if len(found) == 1 else None
+
+
+def thread_sched(pid) -> dict:
+    """Per named thread of `pid`: [on-CPU ns, run-queue wait ns, involuntary switches]."""
+    out = {}
+    if pid is None:
+        return out
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name = (task / "comm").read_text().strip()
+            if name not in THREADS:
+                continue
+            run, wait, _ = ((task / "schedstat").read_text().split() + ["0", "0", "0"])[:3]
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        switches = next((int(line.split()[1]) for line in status.splitlines()
+                         if line.startswith("nonvoluntary_ctxt_switches")), 0)
+        out[name] = [int(run), int(wait), switches]
+    return out
+
+
+def sched_figures(before: dict, after: dict, wall: float) -> dict:
+    """The model worker's on-CPU, run-queue and asleep shares of the window, and the answer
+    thread's share of a core."""
+    figures = {}
+    if THREADS[0] in before and THREADS[0] in after:
+        run, wait, switches = (a - b for a, b in zip(after[THREADS[0]], before[THREADS[0]]))
+        figures["worker_on_cpu_fraction"] = round(run / 1e9 / wall, 3)
+        figures["worker_runqueue_fraction"] = round(wait / 1e9 / wall, 3)
+        figures["worker_asleep_fraction"] = round(max(0.0, 1 - (run + wait) / 1e9 / wall), 3)
+        figures["worker_involuntary_switches_per_s"] = round(switches / wall, 1)
+    if THREADS[1] in before and THREADS[1] in after:
+        figures["answer_thread_cores"] = round((after[THREADS[1]][0] - before[THREADS[1]][0]) / 1e9 / wall, 3)
+    return figures
+
+
 def children_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -85,7 +140,9 @@ def main() -> None:
     parser.add_argument("--loadgen", default="target/release/decide-loadgen")
     parser.add_argument("--report", default="saturation.json")
     parser.add_argument("--sample-ms", type=float, default=50, help="how often the worker's queue is sampled")
+    parser.add_argument("--pid", type=int, help="decide's pid (default: found by its worker thread's name)")
     args = parser.parse_args()
+    pid = args.pid or decide_pid()
 
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         run = subprocess.Popen([args.loadgen, "closed", "--url", args.url, "--workload", args.workload,
@@ -96,6 +153,7 @@ def main() -> None:
         spawned = time.monotonic()
         time.sleep(args.warmup)
         before, started, machine_before = scrape(args.url), time.monotonic(), machine_busy_seconds()
+        sched_before = thread_sched(pid)
         queued, stop = [], threading.Event()
         sampler = threading.Thread(target=sample_queue, args=(args.url, args.sample_ms / 1e3, stop, queued))
         sampler.start()
@@ -104,6 +162,7 @@ def main() -> None:
         stop.set()
         sampler.join()
         wall, after, machine_after = time.monotonic() - started, scrape(args.url), machine_busy_seconds()
+        sched_after = thread_sched(pid)
         if run.wait() != 0:
             raise SystemExit(f"decide-loadgen failed ({run.returncode})")
         # The generator's rusage covers its whole run (warm-up and ramp included).
@@ -153,6 +212,7 @@ def main() -> None:
         "loadgen_cpu_cores": round(loadgen_cores, 2),
         "machine_busy_cores": round((machine_after - machine_before) / wall, 2)
         if machine_before is not None and machine_after is not None else None,
+        **sched_figures(sched_before, sched_after, wall),
     }
     Path(args.report).write_text(json.dumps(figures, indent=1))
     for key, value in figures.items():
