@@ -502,20 +502,25 @@ pub struct Config {
     #[arg(long, env = "DECIDE_REQUEST_THREAD_NICE", default_value_t = 5, value_parser = clap::value_parser!(i32).range(0..=19))]
     pub request_thread_nice: i32,
 
-    /// A CPU core for the model worker alone (`crate::cores`): `auto` reserves the last core
-    /// the process may use when the model runs on a GPU and at least 4 cores are allowed;
-    /// a number reserves that core (on any device); `off` reserves none. No other thread of
-    /// the server runs there, so a batch's answers (which wake all of its requests at once)
-    /// do not keep the worker, and with it the GPU, waiting for a core.
-    #[arg(long, env = "DECIDE_WORKER_CORE", default_value = "auto")]
+    /// A CPU core for the model worker alone (`crate::cores`): `off` (the default) reserves
+    /// none; `auto` reserves the last core the process may use when the model runs on a GPU
+    /// and at least 4 cores are allowed; a number reserves that core (on any device). No
+    /// other thread of the server runs there, so request work cannot keep the worker, and
+    /// with it the GPU, waiting for a core. On an H200 host (16 cores, decide using ~4 at
+    /// saturation) it gained nothing measurable (bench/reports/h200-side-by-side-9/cores/):
+    /// it is for hosts whose request threads (plugins, many tenants) keep every core busy.
+    #[arg(long, env = "DECIDE_WORKER_CORE", default_value = "off")]
     pub worker_core: crate::cores::WorkerCore,
 
-    /// Stop adding requests to a batch once their prompt tokens reach this.
-    #[arg(long, env = "DECIDE_MAX_BATCH_TOKENS", default_value_t = 8192)]
+    /// Stop adding requests to a batch once their prompt tokens (cached ones included) reach
+    /// this. 0 (auto): 8192 on CPU; 16384 with decide's CUDA kernels, where a larger batch is
+    /// read in one larger pass at a higher rate (chosen on an H200 with q15:
+    /// bench/reports/h200-side-by-side-9/).
+    #[arg(long, env = "DECIDE_MAX_BATCH_TOKENS", default_value_t = 0)]
     pub max_batch_tokens: usize,
 
     /// Most rows (uncached prompt tokens) of one forward pass; a batch with more is read in
-    /// several. 0 (auto): 2048 on CPU, 4096 with decide's CUDA kernels.
+    /// several. 0 (auto): 2048 on CPU, 8192 with decide's CUDA kernels.
     #[arg(long, env = "DECIDE_MAX_PASS_TOKENS", default_value_t = 0)]
     pub max_pass_tokens: usize,
 

@@ -1,15 +1,17 @@
 //! Which CPU cores the model worker and the rest of the process run on (`--worker-core`).
 //!
 //! This module owns the affinity calls. Why it exists: on a GPU the model worker is the one
-//! thread the accelerator waits for. Between two passes it answers the batch's requests, takes
-//! the next jobs and launches the next pass, and all that while the GPU is idle. A batch's
-//! answer wakes all of its requests at once: 92 requests at 256 clients, 182 at 1,024 with
-//! larger batches, each with ~0.8 ms of CPU work (calibration, the response, the client's
-//! next request). Linux tends to run a woken thread on its waker's core. So the worker
-//! shared its core with its own wakees, and on an H200 (16 cores, 3.2 of them busy on
-//! average) it was idle 3.7-21.6% of the time at saturation. A lower priority for the request
-//! threads (`--request-thread-nice`) did not help measurably. With a core of its own, which
-//! no other thread of the process may use, the worker is never queued behind them.
+//! thread the accelerator waits for. Between two passes it takes the next jobs and launches
+//! the next pass while the GPU is idle. With a core of its own, which no other thread of the
+//! process may use, it is never queued behind request work (calibration, plugins, responses).
+//!
+//! What was measured (H200, 16 cores, bench/reports/h200-side-by-side-9/cores/): once a
+//! batch's answers moved to their own thread (`crate::scheduler`'s answer thread) the worker
+//! ran 98-99% of the window at saturation with or without the reservation. Without it, it
+//! waited on a run queue at most 1.7% of the window (20-33 involuntary switches per second);
+//! with it 0-0.9% (2-4 per second). Decisions per second did not rise (1-4% lower in one
+//! lease, equal in another), so the default is `off`: the reservation is for hosts whose
+//! request threads keep every core busy, which that host was not (decide used ~4 cores).
 //!
 //! The reservation is for a model on a GPU. On the CPU the worker's passes run on every core,
 //! so `auto` reserves nothing there, nor on a host of fewer than [`MIN_CPUS_FOR_AUTO`] cores.

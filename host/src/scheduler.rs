@@ -68,12 +68,12 @@ use rejoin::Rejoin;
 pub const MAX_PASS_TOKENS: usize = 2048;
 
 /// [`MAX_PASS_TOKENS`] for a model on decide's fused CUDA kernels, which materialise no
-/// attention scores: every pass costs ~250 kernel launches whatever its size, so 64 questions
-/// over one input (~3k rows) read in one pass instead of two. 8192, with 16384-token
-/// batches, measured no better at 256 closed-loop clients on an H200 (4,057 decisions/s,
-/// with the rejoin window, against 4,114 in the same lease; 4,009 without the window on
-/// another machine: bench/reports/h200-side-by-side-6/).
-pub const MAX_FUSED_PASS_TOKENS: usize = 4096;
+/// attention scores: every pass costs ~250 kernel launches whatever its size, and larger
+/// passes run the matmuls at a higher rate. With `--max-batch-tokens` at 16384 a saturated
+/// batch of short prompts (~7.3k uncached rows) is then one pass: on an H200 with q15, 4,599
+/// decisions/s at 1,024 clients against 4,391 with 4096 and 8192-token batches
+/// (bench/reports/h200-side-by-side-9/; `crate::server::FUSED_MAX_BATCH_TOKENS`).
+pub const MAX_FUSED_PASS_TOKENS: usize = 8192;
 
 /// A lone prompt is read in a pass of its own, which also yields its KV for the prefix
 /// cache, only when at least this many of its tokens are not cached yet; shorter ones join
@@ -794,7 +794,10 @@ fn serve(
 /// The answer thread: replies to each batch the worker read, in order, until the worker is
 /// gone. Why a thread of its own: waking a batch's requests (a syscall each, a few hundred
 /// at saturation) and dropping their jobs is host time, and on the worker it would delay
-/// the next pass while the GPU waits. Here it runs beside that pass.
+/// the next pass while the GPU waits. Here it runs beside that pass. Measured on an H200 with
+/// q15 at 1,024 clients and 16384-token batches: before it, the worker was idle 21.6% of the
+/// window (3,915 decisions/s, bench/reports/h200-side-by-side-8/ab/); with it 1.2-1.9%
+/// (4,599-4,625/s in three leases, bench/reports/h200-side-by-side-9/).
 fn answer_batches(batches: Receiver<Answered>) {
     for (batch, results) in batches {
         reply(batch, results);

@@ -254,7 +254,11 @@ pub fn load_engine(
             prefix_cache_bytes: config.prefix_cache_mib.saturating_mul(1 << 20),
             batch_wait: Duration::from_micros(config.batch_wait_us),
             batch_rejoin: Duration::from_micros(config.batch_rejoin_us),
-            max_batch_tokens: config.max_batch_tokens,
+            max_batch_tokens: match config.max_batch_tokens {
+                0 if model.transformer().is_fused() => FUSED_MAX_BATCH_TOKENS,
+                0 => CPU_MAX_BATCH_TOKENS,
+                tokens => tokens,
+            },
             max_pass_tokens: config.max_pass_tokens,
             fair_share_tokens: config.fair_share_tokens,
             fair_share_pass_tokens: match config.fair_share_pass_tokens {
@@ -332,6 +336,18 @@ fn load_model(
     drop(task);
     model
 }
+
+/// `--max-batch-tokens` auto on the candle (CPU) path.
+pub const CPU_MAX_BATCH_TOKENS: usize = 8192;
+
+/// `--max-batch-tokens` auto with decide's fused CUDA kernels. H200, q15, short prompts (~89
+/// cached and 41 computed tokens each), one lease (bench/reports/h200-side-by-side-9/): 1,024
+/// closed-loop clients got 4,599 decisions/s (62.9% of the roofline; batches of 177 jobs in
+/// one 7.3k-row pass at 506 TFLOP/s) against 4,391 (59.6%; 92 jobs, 480 TFLOP/s) with 8192;
+/// 256 clients 4,336 against 4,357, 64 clients (one batch of 64 either way) and the 28k read
+/// the same. The other leases of that run agreed at 1,024 clients: 4,603 and 4,625/s with
+/// 16384, 4,144 and 4,312/s with 8192.
+pub const FUSED_MAX_BATCH_TOKENS: usize = 16384;
 
 /// `--fair-share-pass-tokens` auto on the candle (CPU) path: a pass costs about its rows, so
 /// small passes keep a sequential tenant's wait short at little cost (bench/reports/tenancy-cpu/).

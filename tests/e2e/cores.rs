@@ -86,7 +86,7 @@ fn a_reserved_core_holds_the_model_worker_alone() {
     }
 
     // `auto` reserves nothing on the CPU, where the passes run on every core.
-    let auto = Server::ready(&[]);
+    let auto = Server::ready(&["--worker-core", "auto"]);
     answers(&auto);
     let threads = self::threads(auto.pid());
     let worker = threads
