@@ -11,8 +11,8 @@
 #   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
 #           (models/examples/kernel_check: kernel-check.txt/json) and /tmp/gpu/bin/fb
 #           (models/examples/forward_bench: forward.json with `compare`, then `long`, the 28k
-#           prefill alone, forward-long.json; each again with `tuned` matmuls,
-#           forward-tuned.json and forward-long-tuned.json);
+#           prefill alone, forward-long.json; again without TMA, forward-long-notma.json, and
+#           from /tmp/gpu/bin/fb_old if landed, forward-long-baseline.json);
 #           then starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
@@ -138,17 +138,21 @@ decide)
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
-    # As served (cuBLAS's default matmuls; `compare`: against candle's ops too), then with
-    # the projections' matmuls tuned at load (`--matmuls tuned`): the A/B on the model alone.
+    # As served (`compare`: against candle's ops too), then the 28k prefill alone: as served,
+    # without TMA staging of key tiles (DECIDE_ATTENTION_TMA=0), and from FB_BASELINE's
+    # forward_bench (an earlier commit's, when landed at /tmp/gpu/bin/fb_old): the A/Bs on the
+    # model alone.
     fb=(/tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16)
     "${fb[@]}" compare >"$OUT/forward.json" 2>"$OUT/forward.err"
     echo "forward_bench compare rc=$?: $(cat "$OUT/forward.json")"
-    "${fb[@]}" tuned >"$OUT/forward-tuned.json" 2>"$OUT/forward-tuned.err"
-    echo "forward_bench tuned rc=$?: $(cat "$OUT/forward-tuned.json")"
     DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-long.json" 2>"$OUT/forward-long.err"
     echo "forward_bench long rc=$?: $(cat "$OUT/forward-long.json")"
-    DECIDE_BENCH_LONG=28259 "${fb[@]}" long tuned >"$OUT/forward-long-tuned.json" 2>"$OUT/forward-long-tuned.err"
-    echo "forward_bench long tuned rc=$?: $(cat "$OUT/forward-long-tuned.json")"
+    DECIDE_ATTENTION_TMA=0 DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-long-notma.json" 2>"$OUT/forward-long-notma.err"
+    echo "forward_bench long, no TMA rc=$?: $(cat "$OUT/forward-long-notma.json")"
+    if [ -x /tmp/gpu/bin/fb_old ]; then
+      DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb_old /tmp/gpu/models/q15.gguf cuda bf16 long >"$OUT/forward-long-baseline.json" 2>"$OUT/forward-long-baseline.err"
+      echo "forward_bench long, baseline binary rc=$?: $(cat "$OUT/forward-long-baseline.json")"
+    fi
   fi
   start_decide "$OUT/decide.log" /tmp/gpu/bin/decide
   echo "decide ready after $SECONDS s"

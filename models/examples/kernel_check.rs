@@ -21,12 +21,23 @@ fn diff(a: &Tensor, b: &Tensor) -> Res<(f32, f32)> {
 }
 
 /// One attention case: prefixes of the given lengths, then segments of own rows, each
-/// `(prefix index or None, rows)`.
+/// `(prefix index or None, rows)`; with `picks`, the queries of those rows alone over every
+/// own row's keys (a pass's last layer), else every row's.
 struct Case {
     name: &'static str,
     heads: Heads,
     prefixes: Vec<usize>,
     segments: Vec<(Option<usize>, usize)>,
+    picks: Vec<u32>,
+}
+
+/// The ways a block shape runs: the warp-specialized kernel with and without TMA staging.
+fn variants(block: AttentionBlock) -> Vec<(String, bool)> {
+    if block == AttentionBlock::WgmmaSpecialized {
+        vec![(format!("{block:?}"), false), (format!("{block:?}+tma"), true)]
+    } else {
+        vec![(format!("{block:?}"), true)]
+    }
 }
 
 /// Runs a case on the kernel with blocks of shape `block`.
@@ -68,9 +79,20 @@ fn attention_case(
         row += rows;
     }
     let prefixes: Vec<&[(Tensor, Tensor)]> = prefix_kv.iter().map(|p| p.as_slice()).collect();
-    let sources = KeySources::new(dev, &prefixes, &cols, own_start, 1)?;
-    let bounds_t = Tensor::new(bounds.as_slice(), dev)?;
-    let run = || kernels::attention(&q, (&k, &v), &sources, 0, &bounds_t, c.heads, block);
+    let sources = KeySources::new(dev, &prefixes, &cols, own_start, 1, true)?;
+    let (q_run, bounds_run) = if c.picks.is_empty() {
+        (q.clone(), bounds.clone())
+    } else {
+        let rows = Tensor::new(c.picks.as_slice(), dev)?;
+        let b: Vec<u32> = c
+            .picks
+            .iter()
+            .flat_map(|&r| bounds[4 * r as usize..4 * r as usize + 4].to_vec())
+            .collect();
+        (q.index_select(&rows, 0)?, b)
+    };
+    let bounds_t = Tensor::new(bounds_run.as_slice(), dev)?;
+    let run = || kernels::attention(&q_run, (&k, &v), &sources, 0, &bounds_t, c.heads, block);
     let got = run()?;
 
     // Reference: every key column side by side, a dense mask, f32 softmax.
@@ -111,7 +133,10 @@ fn attention_case(
         let p = candle_nn::ops::softmax_last_dim(&scores)?;
         parts.push(p.matmul(&vall)?.transpose(0, 1)?.reshape((rows, h * d))?);
     }
-    let want = Tensor::cat(&parts, 0)?;
+    let mut want = Tensor::cat(&parts, 0)?;
+    if !c.picks.is_empty() {
+        want = want.index_select(&Tensor::new(c.picks.as_slice(), dev)?, 0)?;
+    }
     let (dmax, mmax) = diff(&got, &want)?;
 
     let secs = if timing {
@@ -138,7 +163,7 @@ fn attention_case(
 }
 
 /// Segments over three prefixes of odd lengths, and one without a prefix.
-fn packed(name: &'static str, heads: Heads) -> Case {
+fn packed(name: &'static str, heads: Heads, picks: Vec<u32>) -> Case {
     Case {
         name,
         heads,
@@ -151,6 +176,7 @@ fn packed(name: &'static str, heads: Heads) -> Case {
             (Some(2), 1),
             (Some(0), 20),
         ],
+        picks,
     }
 }
 
@@ -313,44 +339,67 @@ fn main() -> Res<()> {
             heads: q15,
             prefixes: vec![],
             segments: vec![(None, 1)],
+            picks: vec![],
         },
         Case {
             name: "prefill, 100 rows (d=128)",
             heads: q15,
             prefixes: vec![],
             segments: vec![(None, 100)],
+            picks: vec![],
         },
         Case {
             name: "prefill, 100 rows (d=64)",
             heads: q05,
             prefixes: vec![],
             segments: vec![(None, 100)],
+            picks: vec![],
         },
         Case {
             name: "suffix of 7 after 300 cached",
             heads: q15,
             prefixes: vec![300],
             segments: vec![(Some(0), 7)],
+            picks: vec![],
         },
-        packed("packed: 3 prefixes, 6 segments", q15),
-        packed("packed: 3 prefixes, 6 segments (d=64)", q05),
+        packed("packed: 3 prefixes, 6 segments", q15, vec![]),
+        packed("packed: 3 prefixes, 6 segments (d=64)", q05, vec![]),
+        // The last layer of that pass: each segment's last row.
+        packed("packed, last rows picked", q15, vec![8, 48, 51, 117, 118, 138]),
         Case {
             name: "causal 777 after 1500 cached",
             heads: q15,
             prefixes: vec![1500],
             segments: vec![(Some(0), 777)],
+            picks: vec![],
         },
         Case {
             name: "3 rows after 4000 cached (split)",
             heads: q15,
             prefixes: vec![4000],
             segments: vec![(Some(0), 3)],
+            picks: vec![],
         },
         Case {
             name: "2 x 40 rows after 3000 + 2000 (split)",
             heads: q05,
             prefixes: vec![3000, 2000],
             segments: vec![(Some(1), 40), (Some(0), 40)],
+            picks: vec![],
+        },
+        Case {
+            name: "rows 5, 150, 776 picked of 777 after 1500",
+            heads: q15,
+            prefixes: vec![1500],
+            segments: vec![(Some(0), 777)],
+            picks: vec![5, 150, 776],
+        },
+        Case {
+            name: "last row picked of 3683 after 2600 (d=64)",
+            heads: q05,
+            prefixes: vec![2600],
+            segments: vec![(Some(0), 3683)],
+            picks: vec![3682],
         },
     ];
     for c in &cases {
@@ -359,12 +408,11 @@ fn main() -> Res<()> {
                 println!("attention ({block:?}): {}: not on this device", c.name);
                 continue;
             }
-            let r = attention_case(&dev, c, block, false)?;
-            check(
-                format!("attention ({block:?}): {}", c.name),
-                (r.0, r.1),
-                0.02,
-            );
+            for (label, tma) in variants(block) {
+                kernels::set_tensor_maps(tma);
+                let r = attention_case(&dev, c, block, false)?;
+                check(format!("attention ({label}): {}", c.name), (r.0, r.1), 0.02);
+            }
         }
     }
 
@@ -423,17 +471,21 @@ fn main() -> Res<()> {
             heads,
             prefixes,
             segments,
+            picks: vec![],
         };
         let runs = |b: &AttentionBlock| b.runs_on(&dev, heads.dim);
         for block in AttentionBlock::ALL.into_iter().filter(runs) {
-            let (d, m, secs) = attention_case(&dev, &c, block, true)?;
-            let ms = secs.unwrap_or(0.0) * 1e3;
-            let tflops = flops / (ms / 1e3) / 1e12;
-            check(format!("attention {key} ({block:?})"), (d, m), 0.02);
-            println!("  {key}, {block:?}: {ms:.3} ms, {tflops:.1} TFLOP/s");
-            timings.push(format!(
-                r#"{{"case":"{key}","block":"{block:?}","ms":{ms},"tflops":{tflops}}}"#
-            ));
+            for (label, tma) in variants(block) {
+                kernels::set_tensor_maps(tma);
+                let (d, m, secs) = attention_case(&dev, &c, block, true)?;
+                let ms = secs.unwrap_or(0.0) * 1e3;
+                let tflops = flops / (ms / 1e3) / 1e12;
+                check(format!("attention {key} ({label})"), (d, m), 0.02);
+                println!("  {key}, {label}: {ms:.3} ms, {tflops:.1} TFLOP/s");
+                timings.push(format!(
+                    r#"{{"case":"{key}","block":"{label}","ms":{ms},"tflops":{tflops}}}"#
+                ));
+            }
         }
     }
     report.extend(timings);

@@ -141,7 +141,7 @@ fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<f64> {
         rand(dev, &[1, kv, prefix, d], 1.0)?,
     )];
     let prefixes: Vec<&[(Tensor, Tensor)]> = vec![pk.as_slice()];
-    let sources = KeySources::new(dev, &prefixes, &[(0, prefix)], prefix, 1)?;
+    let sources = KeySources::new(dev, &prefixes, &[(0, prefix)], prefix, 1, true)?;
     let bounds: Vec<u32> = (0..m)
         .flat_map(|j| [0, prefix, prefix, prefix + j + 1].map(|x| x as u32))
         .collect();

@@ -64,7 +64,8 @@ struct KeyTable {
     int n_prefix;
     const bf16* k_own;
     const bf16* v_own;
-    int own_start, M, kvh;
+    // The pass's own keys and values cover columns [own_start, own_start + own_rows).
+    int own_start, own_rows, kvh;
 
     // The last prefix starting at or before col (-1: none), by binary search.
     __device__ __forceinline__ int prefix_at(int col) const {
@@ -86,8 +87,8 @@ struct KeyTable {
     // key and value rows, and column col0 + j's are j * D elements further.
     __device__ __forceinline__ bool span(int col0, int n, int part, const bf16*& k,
                                          const bf16*& v, int D) const {
-        if (col0 >= own_start && col0 + n <= own_start + M) {
-            const long off = ((long)kvh * M + (col0 - own_start)) * D + part * 8;
+        if (col0 >= own_start && col0 + n <= own_start + own_rows) {
+            const long off = ((long)kvh * own_rows + (col0 - own_start)) * D + part * 8;
             k = k_own + off;
             v = v_own + off;
             return true;
@@ -108,8 +109,8 @@ struct KeyTable {
     __device__ __forceinline__ void row(int col, int part, int& s, const bf16*& kp,
                                         const bf16*& vp, int D) const {
         kp = vp = nullptr;
-        if (col >= own_start && col < own_start + M) {
-            const long off = ((long)kvh * M + (col - own_start)) * D + part * 8;
+        if (col >= own_start && col < own_start + own_rows) {
+            const long off = ((long)kvh * own_rows + (col - own_start)) * D + part * 8;
             kp = k_own + off;
             vp = v_own + off;
             return;
@@ -157,9 +158,9 @@ __device__ __forceinline__ KeyTable stage_key_table(
     SharedPrefixTable& t, const unsigned long long* __restrict__ prefix_k,
     const unsigned long long* __restrict__ prefix_v, const int* __restrict__ prefix_start,
     const int* __restrict__ prefix_len, int n_prefix, const bf16* k_own, const bf16* v_own,
-    int own_start, int M, int kvh) {
+    int own_start, int own_rows, int kvh) {
     KeyTable kt{prefix_k, prefix_v, prefix_start, prefix_len, n_prefix, k_own, v_own,
-                own_start, M, kvh};
+                own_start, own_rows, kvh};
     if (n_prefix <= ATT_SMEM_PREFIXES) {
         for (int i = threadIdx.x; i < n_prefix; i += blockDim.x) {
             t.pk[i] = prefix_k[i];
@@ -437,12 +438,12 @@ __device__ __forceinline__ void write_rows(const float (&o)[OT][4], RowState st,
 // The kernel arguments both attention kernels take (see fused.cu).
 #define ATTENTION_PARAMS                                                                      \
     const bf16 *__restrict__ q, int q_stride, const bf16 *__restrict__ k_own,                 \
-        const bf16 *__restrict__ v_own, int own_start, int M,                                 \
+        const bf16 *__restrict__ v_own, int own_start, int own_rows, int M,                   \
         const unsigned long long *__restrict__ prefix_k,                                      \
         const unsigned long long *__restrict__ prefix_v, const int *__restrict__ prefix_start, \
         const int *__restrict__ prefix_len, int n_prefix, const int *__restrict__ bounds,     \
         bf16 *__restrict__ out, int H, int KV, float scale_log2, int n_splits,                \
         float *__restrict__ part_o, float *__restrict__ part_ml
 #define ATTENTION_ARGS                                                                      \
-    q, q_stride, k_own, v_own, own_start, M, prefix_k, prefix_v, prefix_start, prefix_len, \
-        n_prefix, bounds, out, H, KV, scale_log2, n_splits, part_o, part_ml
+    q, q_stride, k_own, v_own, own_start, own_rows, M, prefix_k, prefix_v, prefix_start,   \
+        prefix_len, n_prefix, bounds, out, H, KV, scale_log2, n_splits, part_o, part_ml

@@ -186,7 +186,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
     const int r0 = row0 + wrow + g, r1 = r0 + 8;
 
     const KeyTable keys = stage_key_table(s_table, prefix_k, prefix_v, prefix_start, prefix_len,
-                                          n_prefix, k_own, v_own, own_start, M, kvh);
+                                          n_prefix, k_own, v_own, own_start, own_rows, kvh);
     const BlockTiles tiles = block_tiles<BM>(s_bounds, range, bounds, row0, M, BN);
     const WarpBands bands = warp_bands(s_bounds, wrow, row0, M);
     // The bounds of this thread's rows r0 and r1.
@@ -308,6 +308,25 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 #define WS_THREADS 384
 #define WS_SLOTS 2
 
+// A tensor map for the tensor memory accelerator (TMA): CUtensorMap, 128 opaque bytes encoded
+// on the host (cuTensorMapEncodeTiled), 64-byte aligned.
+struct __align__(64) TensorMap {
+    unsigned long long opaque[16];
+};
+
+// The tensor maps of one launch of the warp-specialized kernel (`KeyMaps` in kernels.rs):
+// over the pass's own keys and values and over its one cached prefix's (at this layer),
+// each 3-D (head_dim, rows, kv heads), in boxes of 64 columns x 128 rows with the 128-byte
+// swizzle, so one box lands as one 64-column block of a tile in exactly the layout the
+// cp.async path writes (swizzled() above). `present`: bit 0 the own maps, bit 1 the
+// prefix's (encoded only for a pass with exactly one prefix; none inside a CUDA graph,
+// whose replays change the prefixes). Passed as a __grid_constant__ parameter, so TMA reads
+// the maps from parameter memory.
+struct __align__(64) KeyMaps {
+    TensorMap k_own, v_own, k_prefix, v_prefix;
+    int present;
+};
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
@@ -333,6 +352,29 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
         "r"(parity)
         : "memory");
 }
+// Adds `bytes` to the transactions the current phase of `bar` waits for (TMA copies
+// complete them), without arriving.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+// Stages a BN-row tile of a key or value source with TMA: rows [row, row + BN) of kv head
+// kvh, one box per 64-column block of the tile (D / 64), each landing BN * 128 bytes after
+// the last (the layout swizzled() describes). The copies complete transactions on `bar`.
+template <int D, int BN>
+__device__ __forceinline__ void tma_tile(uint32_t dst, const TensorMap* map, int row, int kvh,
+                                         uint64_t* bar) {
+    const unsigned long long m = reinterpret_cast<unsigned long long>(map);
+#pragma unroll
+    for (int b = 0; b < D / 64; ++b) {
+        asm volatile(
+            "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+            " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst + b * BN * 128),
+            "l"(m), "r"(b * 64), "r"(row), "r"(kvh), "r"(smem_u32(bar))
+            : "memory");
+    }
+}
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
@@ -355,7 +397,7 @@ __device__ __forceinline__ void consumers_arrive(int c) {
 }
 
 template <int D>
-__device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS) {
+__device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMaps& maps) {
     constexpr int BM = WG_BM, BN = WG_BN;
     constexpr int NT = BN / 8, OT = D / 8, PIECES = D / 8;
     constexpr int ROWS_PER_PASS = 128 / PIECES;  // key rows the producer's 128 threads stage at once
@@ -389,7 +431,7 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS) {
         mbar_init(&empty_v[tid], 8);
     }
     const KeyTable keys = stage_key_table(s_table, prefix_k, prefix_v, prefix_start, prefix_len,
-                                          n_prefix, k_own, v_own, own_start, M, kvh);
+                                          n_prefix, k_own, v_own, own_start, own_rows, kvh);
     // Syncs the block (after the barriers' initialisation and the key table too).
     const BlockTiles tiles = block_tiles<BM>(s_bounds, range, bounds, row0, M, BN);
     int it_begin, it_end;
@@ -437,21 +479,58 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS) {
             }
             cp_async_commit();
         };
+        // The tensor maps of a tile inside one source that has them (null: none), and the
+        // tile's first row in that source.
+        auto tile_maps = [&](int col0, int& row, const TensorMap*& mv) -> const TensorMap* {
+            if ((maps.present & 1) && col0 >= own_start && col0 + BN <= own_start + own_rows) {
+                row = col0 - own_start;
+                mv = &maps.v_own;
+                return &maps.k_own;
+            }
+            if ((maps.present & 2) && n_prefix == 1 && col0 >= keys.pstart[0] &&
+                col0 + BN <= keys.pstart[0] + keys.plen[0]) {
+                row = col0 - keys.pstart[0];
+                mv = &maps.v_prefix;
+                return &maps.k_prefix;
+            }
+            mv = nullptr;
+            return nullptr;
+        };
         // Each slot's barrier completes when the copies of its 128 threads have landed; the
         // producer never waits for its own copies, only for free slots, so a tile's loads
         // start as soon as its slot is released. (The consumers fence the async proxy after
         // their wait, as the writes were made by the copies, not by an instruction of a
-        // thread that could fence them.)
+        // thread that could fence them.) A tile with tensor maps is one TMA copy per
+        // 64-column block, issued by thread 0, whose barrier phase then also waits for the
+        // copy's bytes (set before thread 0 arrives, so the phase cannot complete first);
+        // every thread still arrives once its earlier copies (the queries) have landed.
         for (int i = 0; i < n; ++i) {
             const int slot = i % WS_SLOTS, use = i / WS_SLOTS;
             const int col0 = tiles.col0(it_begin + i, BN);
             const bf16 *k, *v;
             const bool whole = keys.span(col0, BN, part, k, v, D);
+            int row = 0;
+            const TensorMap* mv = nullptr;
+            const TensorMap* mk = whole ? tile_maps(col0, row, mv) : nullptr;
             if (use > 0) mbar_wait(&empty_k[slot], (use - 1) & 1);
-            stage(col0, whole, k, k_base + slot * TILE_BYTES, false);
+            if (mk) {
+                if (tid == 0) {
+                    mbar_expect_tx(&full_k[slot], TILE_BYTES);
+                    tma_tile<D, BN>(k_base + slot * TILE_BYTES, mk, row, kvh, &full_k[slot]);
+                }
+            } else {
+                stage(col0, whole, k, k_base + slot * TILE_BYTES, false);
+            }
             mbar_arrive_on_copies(&full_k[slot]);
             if (use > 0) mbar_wait(&empty_v[slot], (use - 1) & 1);
-            stage(col0, whole, v, v_base + slot * TILE_BYTES, true);
+            if (mk) {
+                if (tid == 0) {
+                    mbar_expect_tx(&full_v[slot], TILE_BYTES);
+                    tma_tile<D, BN>(v_base + slot * TILE_BYTES, mv, row, kvh, &full_v[slot]);
+                }
+            } else {
+                stage(col0, whole, v, v_base + slot * TILE_BYTES, true);
+            }
             mbar_arrive_on_copies(&full_v[slot]);
         }
         cp_async_wait<0>();
@@ -548,12 +627,12 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS) {
 }
 
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
-    attention_bf16_d128_wgmma_ws(ATTENTION_PARAMS) {
-    attention_wgmma_ws<128>(ATTENTION_ARGS);
+    attention_bf16_d128_wgmma_ws(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
+    attention_wgmma_ws<128>(ATTENTION_ARGS, maps);
 }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
-    attention_bf16_d64_wgmma_ws(ATTENTION_PARAMS) {
-    attention_wgmma_ws<64>(ATTENTION_ARGS);
+    attention_bf16_d64_wgmma_ws(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
+    attention_wgmma_ws<64>(ATTENTION_ARGS, maps);
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)

@@ -314,7 +314,9 @@ extern "C" __global__ void silu_mul_bf16x8(const uint4* __restrict__ gu, uint4* 
 //   - prefix s covers columns [prefix_start[s], prefix_start[s] + prefix_len[s]); its K and V
 //     are (KV, prefix_len[s], D) bf16 at prefix_k[s] / prefix_v[s] (device addresses),
 //     prefix_start ascending;
-//   - this pass's own rows cover [own_start, own_start + M), K and V (KV, M, D) bf16.
+//   - this pass's own rows cover [own_start, own_start + own_rows), K and V (KV, own_rows, D)
+//     bf16. own_rows is M, or more when only some rows' queries are asked for (the last
+//     layer of a pass needs only the rows read out; every row's keys are still seen).
 // Row r sees the columns in [bounds[4r], bounds[4r+1]) and [bounds[4r+2], bounds[4r+3]).
 // Output (M, H*D) bf16: the layout the output projection reads.
 //
@@ -396,7 +398,7 @@ __device__ __forceinline__ void attention_impl(ATTENTION_PARAMS) {
     const int r0 = row0 + wrow + g, r1 = r0 + 8;
 
     const KeyTable keys = stage_key_table(s_table, prefix_k, prefix_v, prefix_start, prefix_len,
-                                          n_prefix, k_own, v_own, own_start, M, kvh);
+                                          n_prefix, k_own, v_own, own_start, own_rows, kvh);
     const BlockTiles tiles = block_tiles<ATT_BM>(s_bounds, range, bounds, row0, M, BN);
     const WarpBands bands = warp_bands(s_bounds, wrow, row0, M);
     // The bounds of this thread's rows r0 and r1.

@@ -812,9 +812,16 @@ impl Transformer {
             let flat: Vec<u32> = (0..m)
                 .flat_map(|r| bounds.iter().map(move |b| b[r]))
                 .collect();
-            let (x, _) = self.fused_pass(&self.fused, &tokens, &positions, &flat, &keys, false)?;
-            let idx = Tensor::new(last_rows.as_slice(), &self.device)?;
-            return Ok(x.index_select(&idx, 0)?);
+            let (x, _) = self.fused_pass(
+                &self.fused,
+                &tokens,
+                &positions,
+                &flat,
+                &last_rows,
+                &keys,
+                false,
+            )?;
+            return Ok(x);
         }
         let mask = self.per_head(band_mask(&bounds, layout.kv, &self.device)?)?;
         let pos = Tensor::new(positions.as_slice(), &self.device)?;

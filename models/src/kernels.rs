@@ -7,6 +7,7 @@
 use candle_core::backend::BackendStorage;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use candle_core::cuda_backend::cudarc;
 use candle_core::cuda_backend::cudarc::cublas::{result as cublas, sys as cublas_sys};
@@ -187,6 +188,113 @@ pub fn load_attention(device: &Device, dim: usize) -> Result<()> {
 
 /// Multiprocessors of an H200 (the GPU the block counts were measured on).
 const MULTIPROCESSORS: usize = 132;
+
+/// Whether the warp-specialized attention kernel stages key tiles that lie inside one source
+/// with TMA (tensor maps, [`KeyMaps`]) rather than with its producer's cp.async copies:
+/// `DECIDE_ATTENTION_TMA=0` turns it off, for A/B runs; [`set_tensor_maps`] in-process.
+static TENSOR_MAPS: AtomicU8 = AtomicU8::new(0);
+
+/// Turns TMA staging of key tiles on or off for later attention launches (`kernel_check`
+/// runs both ways).
+pub fn set_tensor_maps(on: bool) {
+    TENSOR_MAPS.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+fn tensor_maps_on() -> bool {
+    match TENSOR_MAPS.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let on = std::env::var("DECIDE_ATTENTION_TMA").map_or(true, |v| v != "0");
+            set_tensor_maps(on);
+            on
+        }
+    }
+}
+
+/// The tensor maps one launch of the warp-specialized kernel reads (`KeyMaps` in
+/// attention_sm90.cu, same layout): over the pass's own keys and values, and over its one
+/// cached prefix's; `present` bit 0 / bit 1 says which were encoded.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct KeyMaps {
+    k_own: [u64; 16],
+    v_own: [u64; 16],
+    k_prefix: [u64; 16],
+    v_prefix: [u64; 16],
+    present: i32,
+}
+
+// Safety: plain old data, passed by value as a kernel parameter.
+unsafe impl DeviceRepr for KeyMaps {}
+
+/// Key tile rows of the warp-specialized kernel (`WG_BN`): a tensor map's box height.
+const TMA_BOX_ROWS: usize = 128;
+
+/// A tensor map over K or V `(1, kv, rows, dim)` bf16 at device address `addr`, in boxes
+/// of 64 columns x [`TMA_BOX_ROWS`] rows with the 128-byte swizzle (the kernel's tile
+/// layout). `None` where TMA cannot serve it (too few rows for one box, a misaligned
+/// address, a width other than 64 or 128) or the driver refuses: the kernel then copies
+/// those tiles itself.
+fn tensor_map(addr: u64, rows: usize, kv: usize, dim: usize) -> Option<[u64; 16]> {
+    use cudarc::driver::sys;
+    if rows < TMA_BOX_ROWS || addr % 16 != 0 || !(dim == 64 || dim == 128) {
+        return None;
+    }
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    let dims: [u64; 3] = [dim as u64, rows as u64, kv as u64];
+    let strides: [u64; 2] = [(dim * 2) as u64, (rows * dim * 2) as u64];
+    let boxes: [u32; 3] = [64, TMA_BOX_ROWS as u32, 1];
+    let steps: [u32; 3] = [1, 1, 1];
+    // Safety: every pointer is to a live array of the rank the call is told; the driver
+    // only encodes (it reads no device memory).
+    let result = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            3,
+            addr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            steps.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    (result == sys::CUresult::CUDA_SUCCESS).then_some(map.opaque)
+}
+
+impl KeyMaps {
+    /// The maps for one launch: the own keys and values `(own, own_rows)` (device addresses
+    /// of K and V), and the sole prefix's at this layer when the sources carry it.
+    fn new(own: (u64, u64), own_rows: usize, prefix: Option<(u64, u64, usize)>, heads: Heads) -> Self {
+        let mut maps = KeyMaps {
+            k_own: [0; 16],
+            v_own: [0; 16],
+            k_prefix: [0; 16],
+            v_prefix: [0; 16],
+            present: 0,
+        };
+        if !tensor_maps_on() {
+            return maps;
+        }
+        let map = |addr, rows| tensor_map(addr, rows, heads.kv, heads.dim);
+        if let (Some(k), Some(v)) = (map(own.0, own_rows), map(own.1, own_rows)) {
+            (maps.k_own, maps.v_own) = (k, v);
+            maps.present |= 1;
+        }
+        if let Some((kp, vp, rows)) = prefix {
+            if let (Some(k), Some(v)) = (map(kp, rows), map(vp, rows)) {
+                (maps.k_prefix, maps.v_prefix) = (k, v);
+                maps.present |= 2;
+            }
+        }
+        maps
+    }
+}
 
 /// The CUDA device of a tensor.
 pub(crate) fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
@@ -545,23 +653,37 @@ pub struct KeySources {
     n_prefix: usize,
     /// First key column of the pass's own rows.
     own_start: usize,
+    /// With exactly one prefix and `prefix_maps`: per layer, its K and V addresses and its
+    /// length, for the warp-specialized kernel's tensor maps ([`KeyMaps`]).
+    sole_prefix: Vec<(u64, u64, usize)>,
 }
 
 impl KeySources {
     /// `prefixes[p]` holds every layer's `(K, V)` of prefix `p`; `cols[p]` its first key
-    /// column. Own rows start at `own_start`.
+    /// column. Own rows start at `own_start`. `prefix_maps`: whether launches may encode
+    /// tensor maps over a sole prefix; not for a CUDA graph, whose launches keep the maps
+    /// of its capture while [`KeySources::write`] moves the prefixes.
     pub fn new(
         dev: &Device,
         prefixes: &[&[(Tensor, Tensor)]],
         cols: &[(usize, usize)],
         own_start: usize,
         layers: usize,
+        prefix_maps: bool,
     ) -> Result<Self> {
         let Device::Cuda(dev) = dev else {
             bail!("fused kernels run on CUDA");
         };
         let (k_table, v_table, starts, lens) = Self::tables(prefixes, cols, layers)?;
         let stream = dev.cuda_stream();
+        let sole_prefix = match (prefix_maps, cols) {
+            (true, [(_, len)]) => k_table
+                .iter()
+                .zip(&v_table)
+                .map(|(&k, &v)| (k, v, *len))
+                .collect(),
+            _ => Vec::new(),
+        };
         Ok(Self {
             k_table: stream.clone_htod(&k_table).w()?,
             v_table: stream.clone_htod(&v_table).w()?,
@@ -569,6 +691,7 @@ impl KeySources {
             lens: stream.clone_htod(&lens).w()?,
             n_prefix: prefixes.len(),
             own_start,
+            sole_prefix,
         })
     }
 
@@ -588,6 +711,7 @@ impl KeySources {
         }
         let layers = self.k_table.len() / self.n_prefix.max(1);
         let (k_table, v_table, starts, lens) = Self::tables(prefixes, cols, layers)?;
+        self.sole_prefix.clear();
         let stream = self.k_table.stream().clone();
         stream.memcpy_htod(&k_table, &mut self.k_table).w()?;
         stream.memcpy_htod(&v_table, &mut self.v_table).w()?;
@@ -640,9 +764,10 @@ pub fn write_u32(t: &Tensor, values: &[u32]) -> Result<()> {
 }
 
 /// Attention of queries `q` `(M, heads.q, dim)` over `sources`' prefixes at `layer` plus the
-/// pass's own keys and values `(1, kv, M, dim)`; row r sees the key columns in
-/// `[b[4r], b[4r+1])` and `[b[4r+2], b[4r+3])` of `bounds` (i32, `(M, 4)`). Returns
-/// `(M, heads.q * dim)` bf16.
+/// pass's own keys and values `(1, kv, N, dim)`, N at least M (more when only some rows'
+/// queries are asked for: the last layer of a pass reads out a few rows but every row's keys
+/// are seen); row r sees the key columns in `[b[4r], b[4r+1])` and `[b[4r+2], b[4r+3])` of
+/// `bounds` (i32, `(M, 4)`). Returns `(M, heads.q * dim)` bf16.
 ///
 /// `block`: the block shape ([`AttentionBlock`]).
 pub fn attention(
@@ -657,6 +782,10 @@ pub fn attention(
     let dev = cuda_device(q)?;
     let Heads { q: h, kv, dim: d } = heads;
     let m = q.dim(0)?;
+    let own_rows = k.dim(2)?;
+    if own_rows < m || v.dim(2)? != own_rows {
+        bail!("attention: {m} query rows over {own_rows} own key rows");
+    }
     let Some(kernel) = block.kernel(d) else {
         bail!("attention kernel {block:?}: head width {d} is not built");
     };
@@ -677,7 +806,7 @@ pub fn attention(
     let ints = (
         (h * d) as i32,
         sources.own_start as i32,
-        m as i32,
+        (own_rows as i32, m as i32),
         n as i32,
         h as i32,
         kv as i32,
@@ -685,7 +814,7 @@ pub fn attention(
     let scale_log2 = (1.0 / (d as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
     let rows = block.rows();
     let blocks = m.div_ceil(rows) * h;
-    let key_tiles = (sources.own_start + m).div_ceil(64);
+    let key_tiles = (sources.own_start + own_rows).div_ceil(64);
     let splits = key_splits(blocks, block.per_multiprocessor(), key_tiles, m * h);
     // Workspaces for the partials of a split call (one element when unused: never a null
     // argument, never an empty allocation).
@@ -698,7 +827,8 @@ pub fn attention(
         .arg(&ptrs.1)
         .arg(&ptrs.2)
         .arg(&ints.1)
-        .arg(&ints.2);
+        .arg(&ints.2 .0)
+        .arg(&ints.2 .1);
     b.arg(&k_table)
         .arg(&v_table)
         .arg(&sources.starts)
@@ -710,6 +840,12 @@ pub fn attention(
         .arg(&ints.5)
         .arg(&scale_log2);
     b.arg(&splits32).arg(&part_o).arg(&part_ml);
+    let maps;
+    if block == AttentionBlock::WgmmaSpecialized {
+        let prefix = sources.sole_prefix.get(layer).copied();
+        maps = KeyMaps::new((ptrs.1, ptrs.2), own_rows, prefix, heads);
+        b.arg(&maps);
+    }
     let cfg = LaunchConfig {
         grid_dim: (m.div_ceil(rows) as u32, h as u32, splits as u32),
         block_dim: (block.threads(), 1, 1),

@@ -105,37 +105,68 @@ pub(super) struct PassKeys<'a> {
     pub block: AttentionBlock,
 }
 
-/// A pass's inputs on the device: token ids, positions and row bounds (u32), and the
-/// address tables of the cached keys it reads.
+/// A pass's inputs on the device: token ids, positions and row bounds (u32), the rows read
+/// out, and the address tables of the cached keys it reads.
 pub(super) struct PassInputs {
     pub ids: Tensor,
     pub positions: Tensor,
     pub bounds: Tensor,
+    /// The rows whose final hidden states the pass returns, and their bounds; `None`: no
+    /// row (a prefill chunk, run for its keys and values alone).
+    pub picks: Option<Picks>,
     pub sources: KeySources,
     /// The attention's block shape.
     pub block: AttentionBlock,
 }
 
+/// The rows a pass reads out (u32 row indices, `(P)`) and their attention bounds (u32,
+/// `(P, 4)`): only these go through the last layer past its keys and values.
+pub(super) struct Picks {
+    pub rows: Tensor,
+    pub bounds: Tensor,
+}
+
+/// The bounds of rows `picks`, from every row's `bounds` (4 per row).
+fn pick_bounds(bounds: &[u32], picks: &[u32]) -> Vec<u32> {
+    picks
+        .iter()
+        .flat_map(|&r| bounds[4 * r as usize..4 * r as usize + 4].iter().copied())
+        .collect()
+}
+
 impl PassInputs {
+    /// `graph`: for a CUDA graph's capture (see [`KeySources::new`]).
     pub(super) fn upload(
         t: &Transformer,
         tokens: &[u32],
         positions: &[u32],
         bounds: &[u32],
+        picks: &[u32],
         keys: &PassKeys<'_>,
+        graph: bool,
     ) -> Result<Self> {
         let dev = &t.device;
+        let picks = if picks.is_empty() {
+            None
+        } else {
+            Some(Picks {
+                rows: Tensor::new(picks, dev)?,
+                bounds: Tensor::new(pick_bounds(bounds, picks).as_slice(), dev)?,
+            })
+        };
         Ok(Self {
             block: keys.block,
             ids: Tensor::new(tokens, dev)?,
             positions: Tensor::new(positions, dev)?,
             bounds: Tensor::new(bounds, dev)?,
+            picks,
             sources: KeySources::new(
                 dev,
                 &keys.prefixes,
                 &keys.cols,
                 keys.own_start,
                 t.dims.n_layers,
+                !graph,
             )?,
         })
     }
@@ -146,11 +177,24 @@ impl PassInputs {
         tokens: &[u32],
         positions: &[u32],
         bounds: &[u32],
+        picks: &[u32],
         keys: &PassKeys<'_>,
     ) -> Result<()> {
         kernels::write_u32(&self.ids, tokens)?;
         kernels::write_u32(&self.positions, positions)?;
         kernels::write_u32(&self.bounds, bounds)?;
+        match &self.picks {
+            Some(p) => {
+                kernels::write_u32(&p.rows, picks)?;
+                kernels::write_u32(&p.bounds, &pick_bounds(bounds, picks))?;
+            }
+            None if picks.is_empty() => {}
+            None => {
+                return Err(ModelError::Compute(
+                    "a graph captured without picked rows replayed with some".into(),
+                ))
+            }
+        }
         self.sources.write(&keys.prefixes, &keys.cols)?;
         Ok(())
     }
@@ -159,41 +203,49 @@ impl PassInputs {
 impl Transformer {
     /// Runs `tokens` (at `positions`) through the fused layers. Row r sees the key columns in
     /// `[bounds[4r], bounds[4r+1])` and `[bounds[4r+2], bounds[4r+3])` of `keys`. Returns the
-    /// final hidden states `(rows, hidden)` f32 and, with `keep_kv`, each layer's own keys
-    /// and values `(1, n_kv_head, rows, head_dim)`.
+    /// final hidden states of rows `picks` `(picks.len(), hidden)` f32, in that order, and,
+    /// with `keep_kv`, each layer's own keys and values `(1, n_kv_head, rows, head_dim)`.
     ///
     /// A short pass without `keep_kv` may replay a CUDA graph ([`super::graphs`]); its
     /// hidden states then live in the graph's output buffer, which the next replay
     /// overwrites: use them (on the stream) before the next pass.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn fused_pass(
         &self,
         layers: &[FusedLayer],
         tokens: &[u32],
         positions: &[u32],
         bounds: &[u32],
+        picks: &[u32],
         keys: &PassKeys<'_>,
         keep_kv: bool,
     ) -> Result<(Tensor, Vec<(Tensor, Tensor)>)> {
         if !keep_kv {
             if let Some(x) = self
                 .graphs
-                .run(self, layers, tokens, positions, bounds, keys)?
+                .run(self, layers, tokens, positions, bounds, picks, keys)?
             {
                 return Ok((x, Vec::new()));
             }
         }
-        let inputs = PassInputs::upload(self, tokens, positions, bounds, keys)?;
+        let inputs = PassInputs::upload(self, tokens, positions, bounds, picks, keys, false)?;
         self.fused_layers(layers, &inputs, keep_kv)
     }
 
     /// The launches of [`Transformer::fused_pass`] over uploaded inputs.
+    ///
+    /// The last layer runs past its keys and values for the picked rows alone: no later
+    /// layer reads the other rows' outputs, and the head reads only the picked ones. On a
+    /// long prefill (no picked row in most chunks, one in the last) that skips 1/28 of q15's
+    /// attention and of its output and MLP matmuls; on a batch of short prompts (one picked
+    /// row in ~40) most of the last layer's matmuls.
     pub(super) fn fused_layers(
         &self,
         layers: &[FusedLayer],
         inputs: &PassInputs,
         keep_kv: bool,
     ) -> Result<(Tensor, Vec<(Tensor, Tensor)>)> {
-        let m = inputs.ids.dim(0)?;
+        let picked = inputs.picks.as_ref().map_or(0, |p| p.rows.elem_count());
         let heads = Heads {
             q: self.dims.n_head,
             kv: self.dims.n_kv_head,
@@ -219,12 +271,30 @@ impl Transformer {
                 heads,
                 interleaved,
             )?;
+            if keep_kv {
+                kv.push((k.clone(), v.clone()));
+            }
+            let (q, x1, bounds) = if i + 1 < layers.len() {
+                (q, x1, &inputs.bounds)
+            } else {
+                match &inputs.picks {
+                    Some(p) => (
+                        q.index_select(&p.rows, 0)?,
+                        x1.index_select(&p.rows, 0)?,
+                        &p.bounds,
+                    ),
+                    // No row is read out: the keys and values were all this pass was for.
+                    // (An empty view: a kernel launched over zero rows is an invalid
+                    // argument.)
+                    None => return Ok((x1.narrow(0, 0, 0)?, kv)),
+                }
+            };
             let a = kernels::attention(
                 &q,
                 (&k, &v),
                 &inputs.sources,
                 i,
-                &inputs.bounds,
+                bounds,
                 heads,
                 inputs.block,
             )?;
@@ -234,12 +304,9 @@ impl Transformer {
             let up = kernels::silu_mul(&gate_up)?;
             delta = Some(self.project(Projection::Down, &up, &l.down)?);
             x = x2;
-            if keep_kv {
-                kv.push((k, v));
-            }
         }
         let (x, _) = kernels::add_rms_norm(&x, delta.as_ref(), None, self.eps)?;
-        debug_assert_eq!(x.dims2()?, (m, self.dims.hidden));
+        debug_assert_eq!(x.dims2()?, (picked, self.dims.hidden));
         Ok((x, kv))
     }
 }
@@ -289,7 +356,9 @@ impl Transformer {
             own_start: held,
             block: self.attention_block(n),
         };
-        let (x, own) = self.fused_pass(&self.fused, tokens, &positions, &bounds, &keys, true)?;
+        let picks: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let (picked, own) =
+            self.fused_pass(&self.fused, tokens, &positions, &bounds, &picks, &keys, true)?;
         let layers = match cache {
             Some(c) => c
                 .layers
@@ -301,28 +370,7 @@ impl Transformer {
                 .collect::<Result<Vec<_>>>()?,
             None => own,
         };
-        // No rows (a prefill): an empty f32 view, since any kernel launched over zero
-        // elements (a gather, a cast) is an invalid argument on CUDA.
-        let picked = match rows {
-            [] => {
-                let empty = self
-                    .out_norm
-                    .reshape((1, self.dims.hidden))?
-                    .narrow(0, 0, 0)?;
-                return Ok((
-                    empty,
-                    KvCache {
-                        layers,
-                        len: start_pos + n,
-                    },
-                ));
-            }
-            [r] => x.narrow(0, *r, 1)?,
-            _ => {
-                let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-                x.index_select(&Tensor::new(idx.as_slice(), &self.device)?, 0)?
-            }
-        };
+        // No rows (a prefill): `picked` is an empty f32 view.
         Ok((
             picked,
             KvCache {

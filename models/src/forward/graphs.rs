@@ -5,11 +5,12 @@
 //! the host bounds the pass (4 ms for one question on an H200, most of it waiting on
 //! launches). A graph captured once replays all of a pass's launches with one call.
 //!
-//! A graph bakes in its kernels' arguments: the row count, how many cached prefixes the
-//! pass reads, where its own keys start and the attention's block shape. Those make the key
-//! ([`GraphKey`]); rows are padded up to a multiple of [`ROW_STEP`] (padding rows see no keys
-//! and are never read, and a real row's result does not depend on them), so questions of
-//! similar length share a graph. Everything else (token ids, positions, which
+//! A graph bakes in its kernels' arguments: the row count, the count of rows read out, how
+//! many cached prefixes the pass reads, where its own keys start and the attention's block
+//! shape. Those make the key ([`GraphKey`]); rows are padded up to a multiple of
+//! [`ROW_STEP`] (padding rows see no keys and are never read, and a real row's result does
+//! not depend on them), and rows read out to a multiple of [`PICK_STEP`] (padding picks
+//! read row 0 again), so questions of similar length share a graph. Everything else (token ids, positions, which
 //! keys each row sees, where the cached prefixes lie) is data in buffers the graph reads,
 //! rewritten before each replay. A shape is captured the second time it is seen, so one-off
 //! shapes (large mixed batches) run without the capture's cost.
@@ -34,6 +35,9 @@ pub(super) const MAX_ROWS: usize = 512;
 /// Rows are padded to a multiple of this.
 const ROW_STEP: usize = 32;
 
+/// Rows read out are padded to a multiple of this.
+const PICK_STEP: usize = 8;
+
 /// Graphs kept; the least recently used goes first. Their activations' memory stays with
 /// them between replays: 16 shapes of 32..512 rows held 42 MiB in all on q15
 /// (`forward_bench`'s `graph_memory_mib`).
@@ -43,6 +47,7 @@ const MAX_GRAPHS: usize = 64;
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 struct GraphKey {
     rows: usize,
+    picks: usize,
     prefixes: usize,
     own_start: usize,
     block: AttentionBlock,
@@ -52,7 +57,7 @@ struct GraphKey {
 struct Graph {
     graph: CudaGraph,
     inputs: PassInputs,
-    /// `(rows, hidden)` f32: the final hidden states.
+    /// `(picks, hidden)` f32: the final hidden states of the rows read out.
     output: Tensor,
     last_used: u64,
 }
@@ -77,9 +82,11 @@ unsafe impl Send for Graphs {}
 
 impl PassGraphs {
     /// Runs a short pass through a captured graph, capturing it if its shape was seen
-    /// before. `None`: not a graph pass (too long, first sighting, or graphs are off); run
-    /// it eagerly. Returns the hidden states `(tokens.len(), hidden)`, a view of the graph's
-    /// output buffer (valid until the next replay of that graph).
+    /// before. `None`: not a graph pass (too long, no row read out, first sighting, or
+    /// graphs are off); run it eagerly. Returns the hidden states of rows `picks`
+    /// `(picks.len(), hidden)`, a view of the graph's output buffer (valid until the next
+    /// replay of that graph).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn run(
         &self,
         t: &Transformer,
@@ -87,15 +94,18 @@ impl PassGraphs {
         tokens: &[u32],
         positions: &[u32],
         bounds: &[u32],
+        picks: &[u32],
         keys: &PassKeys<'_>,
     ) -> Result<Option<Tensor>> {
         let m = tokens.len();
-        if m == 0 || m > MAX_ROWS {
+        if m == 0 || m > MAX_ROWS || picks.is_empty() {
             return Ok(None);
         }
         let rows = m.next_multiple_of(ROW_STEP);
+        let picked = picks.len().next_multiple_of(PICK_STEP);
         let key = GraphKey {
             rows,
+            picks: picked,
             prefixes: keys.prefixes.len(),
             own_start: keys.own_start,
             block: keys.block,
@@ -118,20 +128,23 @@ impl PassGraphs {
             v.resize(len, 0);
             v
         };
-        let (tokens, positions, bounds) = (
+        let (tokens, positions, bounds, picks_padded) = (
             padded(tokens, rows),
             padded(positions, rows),
             padded(bounds, 4 * rows),
+            padded(picks, picked),
         );
 
         if let Some(g) = graphs.captured.get_mut(&key) {
-            g.inputs.write(&tokens, &positions, &bounds, keys)?;
+            g.inputs
+                .write(&tokens, &positions, &bounds, &picks_padded, keys)?;
             g.graph.launch().map_err(cuda_error)?;
             g.last_used = now;
-            return Ok(Some(g.output.narrow(0, 0, m)?));
+            return Ok(Some(g.output.narrow(0, 0, picks.len())?));
         }
-        let inputs = PassInputs::upload(t, &tokens, &positions, &bounds, keys)?;
-        let g = match capture(t, layers, inputs, rows) {
+        let inputs =
+            PassInputs::upload(t, &tokens, &positions, &bounds, &picks_padded, keys, true)?;
+        let g = match capture(t, layers, inputs, picked) {
             Ok(g) => g,
             Err(e) => {
                 tracing::warn!(error = %e, "CUDA graph capture failed; short passes run eagerly");
@@ -140,7 +153,7 @@ impl PassGraphs {
             }
         };
         g.graph.launch().map_err(cuda_error)?;
-        let output = g.output.narrow(0, 0, m)?;
+        let output = g.output.narrow(0, 0, picks.len())?;
         if graphs.captured.len() >= MAX_GRAPHS {
             remove_oldest(&mut graphs.captured, |g| g.last_used);
         }
@@ -155,19 +168,19 @@ impl PassGraphs {
     }
 }
 
-/// Records the pass's launches over `inputs` into a graph writing its hidden states to a
-/// buffer of its own. Nothing runs: launch the graph.
+/// Records the pass's launches over `inputs` into a graph writing the hidden states of its
+/// `picks` rows read out to a buffer of its own. Nothing runs: launch the graph.
 fn capture(
     t: &Transformer,
     layers: &[FusedLayer],
     inputs: PassInputs,
-    rows: usize,
+    picks: usize,
 ) -> Result<Graph> {
     let Device::Cuda(dev) = &t.device else {
         return Err(ModelError::Compute("CUDA graphs need a CUDA device".into()));
     };
     let stream = dev.cuda_stream();
-    let output = Tensor::zeros((rows, t.dims.hidden), DType::F32, &t.device)?;
+    let output = Tensor::zeros((picks, t.dims.hidden), DType::F32, &t.device)?;
     stream
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
         .map_err(cuda_error)?;
