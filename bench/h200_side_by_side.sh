@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/h200_side_by_side.sh decide|vllm|ab
+# bench/h200_side_by_side.sh probes|decide|vllm|ab
 #
 # Issue 17's side-by-side run on the lent H200, one phase per device call (each must fit in the
 # 10-minute limit of a call; the two servers must not share the GPU). Run from the repository
@@ -8,11 +8,14 @@
 # `.peer/land.sh` (the copy of ../shared/tools/vllm-peer: wheels in /tmp/peer/site) and
 # `.peer/make_hf.py` (the bf16 checkpoint /tmp/peer/q15-hf). Writes $OUT/PHASE.tgz of:
 #
+#   probes: only the kernel and model probes below (a call of their own, as the decide phase
+#           with them may pass a call's 10 minutes); PROBES=0 leaves them out of `decide`.
 #   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
 #           (models/examples/kernel_check: kernel-check.txt/json) and /tmp/gpu/bin/fb
-#           (models/examples/forward_bench: forward.json with `compare`, then `long`, the 28k
-#           prefill alone, forward-long.json; again without TMA, forward-long-notma.json, and
-#           from /tmp/gpu/bin/fb_old if landed, forward-long-baseline.json);
+#           (models/examples/forward_bench: with FB_COMPARE=1 forward.json with `compare`;
+#           `long`, the 28k prefill alone, forward-long.json; again without TMA,
+#           forward-long-notma.json, and from /tmp/gpu/bin/fb_old if landed,
+#           forward-long-baseline.json);
 #           then starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
@@ -42,7 +45,7 @@
 # reach decide's settings (e.g. DECIDE_BATCH_REJOIN_US=0), RUNS selects scenarios
 # (bench/side_by_side.sh).
 set -uo pipefail
-phase=${1:?decide or vllm}
+phase=${1:?probes, decide, ab or vllm}
 # The device call brings back only a few files: everything goes into /tmp/gpu/out-PHASE, packed
 # into $OUT/PHASE.tgz at the end (and kept there for a later call, should this one be cut short).
 RESULTS=${OUT:-/tmp/gpu/out}
@@ -120,7 +123,41 @@ variants() {
   done
 }
 
+# The kernel and model probes (kernel_check, forward_bench), before any server: they must not
+# share the GPU with it.
+probes() {
+  # Before the server: they must not share the GPU with it, and one call saves a lease's idle gap.
+  if [ -x /tmp/gpu/bin/kc ]; then
+    /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
+    echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
+  fi
+  if [ -x /tmp/gpu/bin/fb ]; then
+    # The 28k prefill alone: as served, without TMA staging of key tiles
+    # (DECIDE_ATTENTION_TMA=0), and from an earlier commit's forward_bench when landed at
+    # /tmp/gpu/bin/fb_old: the A/Bs on the model alone. (FB_COMPARE=1: first `compare`, the
+    # fused kernels against candle's ops, forward.json.)
+    fb=(/tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16)
+    if [ "${FB_COMPARE:-0}" = 1 ]; then
+      "${fb[@]}" compare >"$OUT/forward.json" 2>"$OUT/forward.err"
+      echo "forward_bench compare rc=$?: $(cat "$OUT/forward.json")"
+    fi
+    DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-long.json" 2>"$OUT/forward-long.err"
+    echo "forward_bench long rc=$?: $(cat "$OUT/forward-long.json")"
+    DECIDE_ATTENTION_TMA=0 DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-long-notma.json" 2>"$OUT/forward-long-notma.err"
+    echo "forward_bench long, no TMA rc=$?: $(cat "$OUT/forward-long-notma.json")"
+    if [ -x /tmp/gpu/bin/fb_old ]; then
+      DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb_old /tmp/gpu/models/q15.gguf cuda bf16 long >"$OUT/forward-long-baseline.json" 2>"$OUT/forward-long-baseline.err"
+      echo "forward_bench long, baseline binary rc=$?: $(cat "$OUT/forward-long-baseline.json")"
+    fi
+  fi
+}
+
 case $phase in
+probes)
+  # Only the probes: a call of their own keeps the decide phase within a call's 10 minutes.
+  export CUDA_CACHE_PATH=/tmp/gpu/nvcache
+  probes
+  ;;
 ab)
   # Only the A/B: decide with each of AB_FLAGS (';'-separated sets), after writing the
   # workload files from the first one's prompts.
@@ -132,28 +169,7 @@ ab)
   ;;
 decide)
   export CUDA_CACHE_PATH=/tmp/gpu/nvcache
-  # Before the server: they must not share the GPU with it, and one call saves a lease's idle gap.
-  if [ -x /tmp/gpu/bin/kc ]; then
-    /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
-    echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
-  fi
-  if [ -x /tmp/gpu/bin/fb ]; then
-    # As served (`compare`: against candle's ops too), then the 28k prefill alone: as served,
-    # without TMA staging of key tiles (DECIDE_ATTENTION_TMA=0), and from FB_BASELINE's
-    # forward_bench (an earlier commit's, when landed at /tmp/gpu/bin/fb_old): the A/Bs on the
-    # model alone.
-    fb=(/tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16)
-    "${fb[@]}" compare >"$OUT/forward.json" 2>"$OUT/forward.err"
-    echo "forward_bench compare rc=$?: $(cat "$OUT/forward.json")"
-    DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-long.json" 2>"$OUT/forward-long.err"
-    echo "forward_bench long rc=$?: $(cat "$OUT/forward-long.json")"
-    DECIDE_ATTENTION_TMA=0 DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-long-notma.json" 2>"$OUT/forward-long-notma.err"
-    echo "forward_bench long, no TMA rc=$?: $(cat "$OUT/forward-long-notma.json")"
-    if [ -x /tmp/gpu/bin/fb_old ]; then
-      DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb_old /tmp/gpu/models/q15.gguf cuda bf16 long >"$OUT/forward-long-baseline.json" 2>"$OUT/forward-long-baseline.err"
-      echo "forward_bench long, baseline binary rc=$?: $(cat "$OUT/forward-long-baseline.json")"
-    fi
-  fi
+  [ "${PROBES:-1}" = 1 ] && probes
   start_decide "$OUT/decide.log" /tmp/gpu/bin/decide
   echo "decide ready after $SECONDS s"
   python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"
