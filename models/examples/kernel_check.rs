@@ -304,6 +304,24 @@ fn main() -> Res<()> {
         check(format!("silu_mul ({i})"), diff(&got, &want)?, 0.01);
     }
 
+    // gather_rows against candle's index_select: a pass's queries (bf16, 3-D) and residual
+    // stream (f32) at the rows its last layer reads out, repeats included.
+    {
+        let rows = Tensor::new(&[40u32, 0, 7, 40, 99], &dev)?;
+        let q = Tensor::randn(0f32, 1f32, (100, 12, 128), &dev)?.to_dtype(DType::BF16)?;
+        let x = Tensor::randn(0f32, 1f32, (100, 1536), &dev)?;
+        check(
+            "gather_rows (bf16 queries)".into(),
+            diff(&kernels::gather_rows(&q, &rows)?, &q.index_select(&rows, 0)?)?,
+            0.0,
+        );
+        check(
+            "gather_rows (f32 stream)".into(),
+            diff(&kernels::gather_rows(&x, &rows)?, &x.index_select(&rows, 0)?)?,
+            0.0,
+        );
+    }
+
     // matmul_f32_out against the f32 matmul of the same bf16 values.
     {
         let x = Tensor::randn(0f32, 1f32, (5, 1536), &dev)?.to_dtype(DType::BF16)?;

@@ -280,6 +280,21 @@ extern "C" __global__ void silu_mul_bf16(const __nv_bfloat162* __restrict__ gu,
     }
 }
 
+// gather_rows_u32: dst row i = src row idx[i], for i < n, rows of `words` 4-byte words (a
+// pass's queries or residual stream at the rows it reads out, in its last layer). One grid
+// row per output row (rows beyond the grid's height in steps of it). Why not candle's
+// index_select: it uploads the ids' shape from host memory on every call, which a CUDA graph
+// cannot replay (the graph would read the freed host buffer again).
+extern "C" __global__ void gather_rows_u32(const uint32_t* __restrict__ src,
+                                           const uint32_t* __restrict__ idx,
+                                           uint32_t* __restrict__ dst, int words, int n) {
+    for (int i = blockIdx.x; i < n; i += gridDim.x) {
+        const uint32_t* s = src + (long)idx[i] * words;
+        uint32_t* d = dst + (long)i * words;
+        for (int j = threadIdx.x; j < words; j += blockDim.x) d[j] = s[j];
+    }
+}
+
 // silu_mul_bf16x8: silu_mul for I % 8 == 0, eight outputs per thread with 16-byte accesses,
 // one grid row per token row (rows beyond the grid's height in steps of it). The pair kernel
 // above runs at ~2.2 TB/s on an H200, bound by its 64-bit index division (layer_bench).

@@ -592,6 +592,52 @@ pub fn matmul_f32_out(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     Ok(tensor(out, &dev, (r, v)))
 }
 
+/// Rows `rows` (u32 indices, `(P)`) of `x` (contiguous bf16 or f32, rows along its first
+/// dimension): `(P, ...)`, in one launch. For the last layer of a pass, inside CUDA graphs
+/// too, where candle's `index_select` cannot run (it copies the indices' shape from host
+/// memory on every call, and a graph's replay would read that freed memory again).
+pub fn gather_rows(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
+    let dev = cuda_device(x)?;
+    let dims = x.dims();
+    let Some((_, rest)) = dims.split_first() else {
+        bail!("gather_rows: a scalar has no rows");
+    };
+    let row_bytes = rest.iter().product::<usize>() * x.dtype().size_in_bytes();
+    if row_bytes % 4 != 0 {
+        bail!("gather_rows: rows of {row_bytes} bytes are not whole 4-byte words");
+    }
+    let p = rows.dims1()?;
+    if p == 0 {
+        bail!("gather_rows: no rows asked for (an empty launch is an invalid argument)");
+    }
+    let src = address(x, x.dtype())?;
+    let idx = address(rows, DType::U32)?;
+    let stream = dev.cuda_stream();
+    let func = function(&dev, "gather_rows_u32", 0)?;
+    let (words, p32) = ((row_bytes / 4) as i32, p as i32);
+    let cfg = LaunchConfig {
+        grid_dim: (p.clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut shape = dims.to_vec();
+    shape[0] = p;
+    macro_rules! gather {
+        ($t:ty) => {{
+            let out = unsafe { dev.alloc::<$t>(p * row_bytes / std::mem::size_of::<$t>())? };
+            let mut b = stream.launch_builder(&func);
+            b.arg(&src).arg(&idx).arg(&out).arg(&words).arg(&p32);
+            unsafe { b.launch(cfg) }.w()?;
+            Ok(tensor(out, &dev, shape))
+        }};
+    }
+    match x.dtype() {
+        DType::BF16 => gather!(bf16),
+        DType::F32 => gather!(f32),
+        other => bail!("gather_rows: {other:?} rows"),
+    }
+}
+
 /// `silu(gate) * up` for `gu` `(M, 2 I)` bf16 holding gate then up: `(M, I)` bf16.
 pub fn silu_mul(gu: &Tensor) -> Result<Tensor> {
     let dev = cuda_device(gu)?;

@@ -279,8 +279,8 @@ impl Transformer {
             } else {
                 match &inputs.picks {
                     Some(p) => (
-                        q.index_select(&p.rows, 0)?,
-                        x1.index_select(&p.rows, 0)?,
+                        kernels::gather_rows(&q, &p.rows)?,
+                        kernels::gather_rows(&x1, &p.rows)?,
                         &p.bounds,
                     ),
                     // No row is read out: the keys and values were all this pass was for.
