@@ -280,7 +280,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
     write_rows(o, st, r0, r1, tq, h, M, H, z, n_splits, scale_log2, out, part_o, part_ml);
 }
 
-// ---- The warp-specialized kernel (FlashAttention-3's schedule, cp.async instead of TMA) ----
+// ---- The warp-specialized kernel (FlashAttention-3's schedule) ----
 //
 // Why a second kernel: in the one above every thread both stages tiles and multiplies, and
 // two block-wide barriers per tile hold the warpgroups in step, so the tensor cores wait for
@@ -295,6 +295,10 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 // (~15 per copy), the consumers' most sampled stall was the wait for a K tile, and the 28k
 // prefill's attention took 153.6 ms against 129.2 with this path (one run; an ablation with
 // no copies at all took 100 ms: bench/reports/h200-side-by-side-5/attention-probe.txt).
+// Where the launch carries tensor maps over that source (KeyMaps below), such a tile is one
+// TMA copy per 64-column block instead, issued by one thread: 2-3% faster again on the 28k
+// prefill's chunks (bench/reports/h200-side-by-side-10/probes/kernel-check.txt); tiles that
+// straddle sources, and passes over several prefixes, keep the copies.
 // K and V tiles have their own two-slot pipelines (full and empty mbarriers per slot), so a
 // consumer releases a K tile as soon as its scores are computed. Each consumer overlaps
 // within itself: it issues S = Q K^T for tile i together with O += P V for tile i - 1, and

@@ -52,7 +52,10 @@ pub enum AttentionBlock {
     /// after 24.6k 318 vs 298, 64 questions of 47 rows over 4.4k cached keys 186 vs 169;
     /// causal 4k 233 vs 259. Since its producer's one-copy-per-row path (kernel_check,
     /// bench/reports/h200-side-by-side-5): causal 8k 523, 8k after 8k 556, 8k after 16k 573,
-    /// 3.7k after 24.6k 519, 64 x 47 rows over 4.4k 254.
+    /// 3.7k after 24.6k 519, 64 x 47 rows over 4.4k 254. Tiles inside one source staged
+    /// with TMA ([`KeyMaps`]) against its own copies, same run
+    /// (bench/reports/h200-side-by-side-10/probes): causal 8k 502 vs 491, 8k after 8k 560 vs
+    /// 549, 8k after 16k 575 vs 564, 3.7k after 24.6k 532 vs 516.
     WgmmaSpecialized,
 }
 
@@ -191,7 +194,9 @@ const MULTIPROCESSORS: usize = 132;
 
 /// Whether the warp-specialized attention kernel stages key tiles that lie inside one source
 /// with TMA (tensor maps, [`KeyMaps`]) rather than with its producer's cp.async copies:
-/// `DECIDE_ATTENTION_TMA=0` turns it off, for A/B runs; [`set_tensor_maps`] in-process.
+/// `DECIDE_ATTENTION_TMA=0` turns it off, for A/B runs; [`set_tensor_maps`] in-process. On
+/// an H200 it made that kernel 2-3% faster on the chunks of a 28k-token prefill and the
+/// prefill 251.5 against 255.9 ms (p50 of 5; bench/reports/h200-side-by-side-10/probes).
 static TENSOR_MAPS: AtomicU8 = AtomicU8::new(0);
 
 /// Turns TMA staging of key tiles on or off for later attention launches (`kernel_check`
