@@ -1,11 +1,12 @@
 //! Where the host's time per question goes: plugin calls, prompt preparation (renderer, chat
 //! template, tokenization, label ids) and whole requests through the pipeline.
 //!
-//!     cargo run --release -p decide --example host_steps -- .models/smol.gguf [--reps 30] [--decide [--multi-reps 3]]
+//!     cargo run --release -p decide --example host_steps -- .models/smol.gguf [--reps 30] [--decide [--multi-reps 3]] [--long-words 3000]
 //!
 //! Prints medians over `--reps` repetitions (µs unless marked ms). The states and questions are
 //! those of bench/bench.py: `single` asks one question over a short state, `multi` 64 questions
-//! over a ~3000-word support log (~4.6k Qwen tokens). `cold` uses a tenant salt no earlier
+//! over a ~3000-word support log (~4.6k Qwen tokens; `--long-words` sets its length: 18,400
+//! words are ~28k tokens, issue 17's long input). `cold` uses a tenant salt no earlier
 //! repetition used (token cache and prefix cache empty for it), `warm` repeats one salt (the
 //! same tenant; `single` asks another question in each repetition, `multi` the same 64).
 //!
@@ -158,7 +159,7 @@ fn main() -> anyhow::Result<()> {
     });
     let plugins = engine.plugins().clone();
     let renderer = plugins.renderer("direct-options").unwrap();
-    let long = long_state(3000);
+    let long = long_state(count("--long-words", 3000));
     let model = engine.model();
     println!(
         "model {served} ({model_path}); long state {} bytes, {} tokens; {reps} reps; {} cores",

@@ -53,7 +53,7 @@ pub enum AttentionBlock {
     /// causal 4k 233 vs 259. Since its producer's one-copy-per-row path (kernel_check,
     /// bench/reports/h200-side-by-side-5): causal 8k 523, 8k after 8k 556, 8k after 16k 573,
     /// 3.7k after 24.6k 519, 64 x 47 rows over 4.4k 254. Tiles inside one source staged
-    /// with TMA ([`KeyMaps`]) against its own copies, same run
+    /// with TMA (tensor maps) against its own copies, same run
     /// (bench/reports/h200-side-by-side-10/probes): causal 8k 502 vs 491, 8k after 8k 560 vs
     /// 549, 8k after 16k 575 vs 564, 3.7k after 24.6k 532 vs 516.
     WgmmaSpecialized,
