@@ -34,7 +34,10 @@ struct Case {
 /// The ways a block shape runs: the warp-specialized kernel with and without TMA staging.
 fn variants(block: AttentionBlock) -> Vec<(String, bool)> {
     if block == AttentionBlock::WgmmaSpecialized {
-        vec![(format!("{block:?}"), false), (format!("{block:?}+tma"), true)]
+        vec![
+            (format!("{block:?}"), false),
+            (format!("{block:?}+tma"), true),
+        ]
     } else {
         vec![(format!("{block:?}"), true)]
     }
@@ -312,12 +315,18 @@ fn main() -> Res<()> {
         let x = Tensor::randn(0f32, 1f32, (100, 1536), &dev)?;
         check(
             "gather_rows (bf16 queries)".into(),
-            diff(&kernels::gather_rows(&q, &rows)?, &q.index_select(&rows, 0)?)?,
+            diff(
+                &kernels::gather_rows(&q, &rows)?,
+                &q.index_select(&rows, 0)?,
+            )?,
             0.0,
         );
         check(
             "gather_rows (f32 stream)".into(),
-            diff(&kernels::gather_rows(&x, &rows)?, &x.index_select(&rows, 0)?)?,
+            diff(
+                &kernels::gather_rows(&x, &rows)?,
+                &x.index_select(&rows, 0)?,
+            )?,
             0.0,
         );
     }
@@ -383,7 +392,11 @@ fn main() -> Res<()> {
         packed("packed: 3 prefixes, 6 segments", q15, vec![]),
         packed("packed: 3 prefixes, 6 segments (d=64)", q05, vec![]),
         // The last layer of that pass: each segment's last row.
-        packed("packed, last rows picked", q15, vec![8, 48, 51, 117, 118, 138]),
+        packed(
+            "packed, last rows picked",
+            q15,
+            vec![8, 48, 51, 117, 118, 138],
+        ),
         Case {
             name: "causal 777 after 1500 cached",
             heads: q15,

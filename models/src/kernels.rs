@@ -243,7 +243,7 @@ const TMA_BOX_ROWS: usize = 128;
 /// those tiles itself.
 fn tensor_map(addr: u64, rows: usize, kv: usize, dim: usize) -> Option<[u64; 16]> {
     use cudarc::driver::sys;
-    if rows < TMA_BOX_ROWS || addr % 16 != 0 || !(dim == 64 || dim == 128) {
+    if rows < TMA_BOX_ROWS || !addr.is_multiple_of(16) || !(dim == 64 || dim == 128) {
         return None;
     }
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
@@ -275,7 +275,12 @@ fn tensor_map(addr: u64, rows: usize, kv: usize, dim: usize) -> Option<[u64; 16]
 impl KeyMaps {
     /// The maps for one launch: the own keys and values `(own, own_rows)` (device addresses
     /// of K and V), and the sole prefix's at this layer when the sources carry it.
-    fn new(own: (u64, u64), own_rows: usize, prefix: Option<(u64, u64, usize)>, heads: Heads) -> Self {
+    fn new(
+        own: (u64, u64),
+        own_rows: usize,
+        prefix: Option<(u64, u64, usize)>,
+        heads: Heads,
+    ) -> Self {
         let mut maps = KeyMaps {
             k_own: [0; 16],
             v_own: [0; 16],
@@ -608,7 +613,7 @@ pub fn gather_rows(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
         bail!("gather_rows: a scalar has no rows");
     };
     let row_bytes = rest.iter().product::<usize>() * x.dtype().size_in_bytes();
-    if row_bytes % 4 != 0 {
+    if !row_bytes.is_multiple_of(4) {
         bail!("gather_rows: rows of {row_bytes} bytes are not whole 4-byte words");
     }
     let p = rows.dims1()?;

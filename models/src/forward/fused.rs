@@ -357,8 +357,15 @@ impl Transformer {
             block: self.attention_block(n),
         };
         let picks: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        let (picked, own) =
-            self.fused_pass(&self.fused, tokens, &positions, &bounds, &picks, &keys, true)?;
+        let (picked, own) = self.fused_pass(
+            &self.fused,
+            tokens,
+            &positions,
+            &bounds,
+            &picks,
+            &keys,
+            true,
+        )?;
         let layers = match cache {
             Some(c) => c
                 .layers
