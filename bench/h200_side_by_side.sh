@@ -18,7 +18,9 @@
 #           forward-long-baseline.json);
 #           then starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
-#           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase), runs
+#           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase; exit 4 when decide
+#           refuses them), checks a few seconds of short reads (smoke(): exit 4 unless all
+#           got a 200, also for each baseline or ab variant), runs
 #           bench/side_by_side.sh against it, records the Server-Timing header of three cold
 #           28k reads, runs bench/saturation.py at 8, 64, 256 and 1,024 clients, stops it.
 #           decide.log, workloads.json, side/, long-server-timing.txt, saturation-c*.json. With
@@ -87,6 +89,22 @@ start_decide() {  # start_decide LOG BINARY [FLAGS...]: decide on q15 as measure
   wait_ready "$url/health" $server 300 || { tail -30 "$log"; stop $server; exit 3; }
 }
 
+# A few seconds of closed-loop short reads before the long runs: short passes replay CUDA
+# graphs from the second sighting of their shape on, so a server whose replays fail (run 10's
+# first lease: every read failed after the first few, and the phase ran on for 300 s) stops
+# the phase here. smoke NAME: $OUT/smoke-NAME.json, exit 4 unless every request got a 200
+# (SMOKE_SECONDS: its length, 2).
+smoke() {
+  rm -f "$OUT/smoke-$1.json"
+  "$LOADGEN" closed --url "$url" --workload "$W/decide-short.jsonl" --clients 4 --duration "${SMOKE_SECONDS:-2}" \
+    --no-ceiling --report "$OUT/smoke-$1.json" >/dev/null 2>&1
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d["requests"] > 0 and d["statuses"] == {"200": d["requests"]} else 1)' \
+    "$OUT/smoke-$1.json" 2>/dev/null && return 0
+  echo "smoke: decide ($1) failed short reads (statuses: $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["statuses"])' "$OUT/smoke-$1.json" 2>/dev/null || echo 'no report')); stopping the phase"
+  stop $server
+  exit 4
+}
+
 # Where short-prompt throughput goes at saturation (worker busy time, pass efficiency).
 saturation() {  # saturation NAME: bench/saturation.py at each of SATURATION_CLIENTS
   for clients in ${SATURATION_CLIENTS:-8 64 256 1024}; do
@@ -116,6 +134,7 @@ variants() {
     echo "$name: $2 ${flag_sets[$i]}" | tee -a "$OUT/$1-flags.txt"
     # shellcheck disable=SC2086 # the flags are split on purpose
     start_decide "$OUT/decide-$name.log" "$2" ${flag_sets[$i]}
+    smoke "$name"
     saturation "saturation-$name"
     RUNS="short-c1 short-c64 long-first" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-$name"
     answers "$name"
@@ -163,7 +182,8 @@ ab)
   # workload files from the first one's prompts.
   export CUDA_CACHE_PATH=/tmp/gpu/nvcache
   start_decide "$OUT/decide-workloads.log" /tmp/gpu/bin/decide
-  python3 bench/workloads.py --url "$url" --out "$W" >"$OUT/workloads.txt"
+  python3 bench/workloads.py --url "$url" --out "$W" >"$OUT/workloads.txt" || {
+    echo "workloads.py failed: decide refused its questions; stopping the phase"; stop $server; exit 4; }
   stop $server
   variants ab /tmp/gpu/bin/decide "${AB_FLAGS:?AB_FLAGS: flag sets separated by ;}"
   ;;
@@ -173,6 +193,8 @@ decide)
   start_decide "$OUT/decide.log" /tmp/gpu/bin/decide
   echo "decide ready after $SECONDS s"
   python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "workloads.py failed: decide refused its questions; stopping the phase"; stop $server; exit 4; }
+  smoke decide
   cp "$W"/*.json "$OUT/" 2>/dev/null
   # The workload files too, so a vLLM phase in a later lease can run on them (unpack decide.tgz's
   # w/ into /tmp/gpu/w there): a lease ends 30 s after a call, and with it /tmp/gpu/w.
