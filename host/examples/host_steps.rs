@@ -168,7 +168,8 @@ fn main() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
 
-    // `--loop WHAT`: run one step for 5 s (for `perf record`).
+    // `--loop WHAT`: run one step for 5 s (for `perf record`). `template-long-cold` renders
+    // the long state under a new tenant salt each time, as a first read over a new input does.
     if let Some(what) = args
         .iter()
         .position(|a| a == "--loop")
@@ -180,7 +181,7 @@ fn main() -> anyhow::Result<()> {
             .compile(&question(1).1)
             .unwrap();
         let labels: Vec<String> = ["A", "B", "C", "D"].map(String::from).to_vec();
-        let state = if what.ends_with("long") {
+        let state = if what.contains("long") {
             long.as_str()
         } else {
             SHORT_STATE
@@ -192,6 +193,10 @@ fn main() -> anyhow::Result<()> {
             match what.as_str() {
                 "template-short" | "template-long" => {
                     model.render_cached(&messages, 7)?;
+                }
+                // A new tenant salt each time: the token cache misses, as a first read does.
+                "template-long-cold" => {
+                    model.render_cached(&messages, 1_000 + n)?;
                 }
                 "render-short" | "render-long" => {
                     renderer.render(state, &c, &labels)?;
