@@ -7,7 +7,6 @@
 use candle_core::backend::BackendStorage;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use candle_core::cuda_backend::cudarc;
 use candle_core::cuda_backend::cudarc::cublas::{result as cublas, sys as cublas_sys};
@@ -192,119 +191,9 @@ pub fn load_attention(device: &Device, dim: usize) -> Result<()> {
 /// Multiprocessors of an H200 (the GPU the block counts were measured on).
 const MULTIPROCESSORS: usize = 132;
 
-/// Whether the warp-specialized attention kernel stages key tiles that lie inside one source
-/// with TMA (tensor maps, [`KeyMaps`]) rather than with its producer's cp.async copies:
-/// `DECIDE_ATTENTION_TMA=0` turns it off, for A/B runs; [`set_tensor_maps`] in-process. On
-/// an H200 it made that kernel 2-3% faster on the chunks of a 28k-token prefill and the
-/// prefill 251.5 against 255.9 ms (p50 of 5; bench/reports/h200-side-by-side-10/probes).
-static TENSOR_MAPS: AtomicU8 = AtomicU8::new(0);
-
-/// Turns TMA staging of key tiles on or off for later attention launches (`kernel_check`
-/// runs both ways).
-pub fn set_tensor_maps(on: bool) {
-    TENSOR_MAPS.store(if on { 1 } else { 2 }, Ordering::Relaxed);
-}
-
-fn tensor_maps_on() -> bool {
-    match TENSOR_MAPS.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let on = std::env::var("DECIDE_ATTENTION_TMA").map_or(true, |v| v != "0");
-            set_tensor_maps(on);
-            on
-        }
-    }
-}
-
-/// The tensor maps one launch of the warp-specialized kernel reads (`KeyMaps` in
-/// attention_sm90.cu, same layout): over the pass's own keys and values, and over its one
-/// cached prefix's; `present` bit 0 / bit 1 says which were encoded.
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct KeyMaps {
-    k_own: [u64; 16],
-    v_own: [u64; 16],
-    k_prefix: [u64; 16],
-    v_prefix: [u64; 16],
-    present: i32,
-}
-
-// Safety: plain old data, passed by value as a kernel parameter.
-unsafe impl DeviceRepr for KeyMaps {}
-
-/// Key tile rows of the warp-specialized kernel (`WG_BN`): a tensor map's box height.
-const TMA_BOX_ROWS: usize = 128;
-
-/// A tensor map over K or V `(1, kv, rows, dim)` bf16 at device address `addr`, in boxes
-/// of 64 columns x [`TMA_BOX_ROWS`] rows with the 128-byte swizzle (the kernel's tile
-/// layout). `None` where TMA cannot serve it (too few rows for one box, a misaligned
-/// address, a width other than 64 or 128) or the driver refuses: the kernel then copies
-/// those tiles itself.
-fn tensor_map(addr: u64, rows: usize, kv: usize, dim: usize) -> Option<[u64; 16]> {
-    use cudarc::driver::sys;
-    if rows < TMA_BOX_ROWS || !addr.is_multiple_of(16) || !(dim == 64 || dim == 128) {
-        return None;
-    }
-    let mut map = sys::CUtensorMap { opaque: [0; 16] };
-    let dims: [u64; 3] = [dim as u64, rows as u64, kv as u64];
-    let strides: [u64; 2] = [(dim * 2) as u64, (rows * dim * 2) as u64];
-    let boxes: [u32; 3] = [64, TMA_BOX_ROWS as u32, 1];
-    let steps: [u32; 3] = [1, 1, 1];
-    // Safety: every pointer is to a live array of the rank the call is told; the driver
-    // only encodes (it reads no device memory).
-    let result = unsafe {
-        sys::cuTensorMapEncodeTiled(
-            &mut map,
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            3,
-            addr as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            steps.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    };
-    (result == sys::CUresult::CUDA_SUCCESS).then_some(map.opaque)
-}
-
-impl KeyMaps {
-    /// The maps for one launch: the own keys and values `(own, own_rows)` (device addresses
-    /// of K and V), and the sole prefix's at this layer when the sources carry it.
-    fn new(
-        own: (u64, u64),
-        own_rows: usize,
-        prefix: Option<(u64, u64, usize)>,
-        heads: Heads,
-    ) -> Self {
-        let mut maps = KeyMaps {
-            k_own: [0; 16],
-            v_own: [0; 16],
-            k_prefix: [0; 16],
-            v_prefix: [0; 16],
-            present: 0,
-        };
-        if !tensor_maps_on() {
-            return maps;
-        }
-        let map = |addr, rows| tensor_map(addr, rows, heads.kv, heads.dim);
-        if let (Some(k), Some(v)) = (map(own.0, own_rows), map(own.1, own_rows)) {
-            (maps.k_own, maps.v_own) = (k, v);
-            maps.present |= 1;
-        }
-        if let Some((kp, vp, rows)) = prefix {
-            if let (Some(k), Some(v)) = (map(kp, rows), map(vp, rows)) {
-                (maps.k_prefix, maps.v_prefix) = (k, v);
-                maps.present |= 2;
-            }
-        }
-        maps
-    }
-}
+mod tensor_maps;
+pub use tensor_maps::set_tensor_maps;
+use tensor_maps::KeyMaps;
 
 /// The CUDA device of a tensor.
 pub(crate) fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
