@@ -323,10 +323,9 @@ struct __align__(64) TensorMap {
 // cached prefix's (at this layer), each 3-D (head_dim, rows, kv heads), in boxes of 64
 // columns x 128 rows with the 128-byte swizzle, so one box lands as one 64-column block of a
 // tile in exactly the layout the cp.async path writes (swizzled() above). `present`: bit 0
-// the own maps, bit 1 the
-// prefix's (encoded only for a pass with exactly one prefix; none inside a CUDA graph,
-// whose replays change the prefixes). Passed as a __grid_constant__ parameter, so TMA reads
-// the maps from parameter memory.
+// the own maps, bit 1 the prefix's (encoded only for a pass with exactly one prefix; none
+// inside a CUDA graph, whose replays change the prefixes). Passed as a __grid_constant__
+// parameter, so TMA reads the maps from parameter memory.
 struct __align__(64) KeyMaps {
     TensorMap k_own, v_own, k_prefix, v_prefix;
     int present;
