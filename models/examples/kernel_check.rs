@@ -313,22 +313,14 @@ fn main() -> Res<()> {
         let rows = Tensor::new(&[40u32, 0, 7, 40, 99], &dev)?;
         let q = Tensor::randn(0f32, 1f32, (100, 12, 128), &dev)?.to_dtype(DType::BF16)?;
         let x = Tensor::randn(0f32, 1f32, (100, 1536), &dev)?;
-        check(
-            "gather_rows (bf16 queries)".into(),
-            diff(
-                &kernels::gather_rows(&q, &rows)?,
-                &q.index_select(&rows, 0)?,
-            )?,
-            0.0,
-        );
-        check(
-            "gather_rows (f32 stream)".into(),
-            diff(
-                &kernels::gather_rows(&x, &rows)?,
-                &x.index_select(&rows, 0)?,
-            )?,
-            0.0,
-        );
+        for (what, t) in [("bf16 queries", q), ("f32 stream", x)] {
+            let got = kernels::gather_rows(&t, &rows)?;
+            check(
+                format!("gather_rows ({what})"),
+                diff(&got, &t.index_select(&rows, 0)?)?,
+                0.0,
+            );
+        }
     }
 
     // matmul_f32_out against the f32 matmul of the same bf16 values.

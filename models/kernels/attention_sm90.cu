@@ -516,26 +516,22 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
             int row = 0;
             const TensorMap* mv = nullptr;
             const TensorMap* mk = whole ? tile_maps(col0, row, mv) : nullptr;
-            if (use > 0) mbar_wait(&empty_k[slot], (use - 1) & 1);
-            if (mk) {
-                if (tid == 0) {
-                    mbar_expect_tx(&full_k[slot], TILE_BYTES);
-                    tma_tile<D, BN>(k_base + slot * TILE_BYTES, mk, row, kvh, &full_k[slot]);
+            // Fills the K (or V) slot once the consumers have released it.
+            auto fill = [&](uint64_t* empty, uint64_t* full, uint32_t base, const TensorMap* map,
+                            const bf16* src, bool values) {
+                if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
+                if (map) {
+                    if (tid == 0) {
+                        mbar_expect_tx(&full[slot], TILE_BYTES);
+                        tma_tile<D, BN>(base + slot * TILE_BYTES, map, row, kvh, &full[slot]);
+                    }
+                } else {
+                    stage(col0, whole, src, base + slot * TILE_BYTES, values);
                 }
-            } else {
-                stage(col0, whole, k, k_base + slot * TILE_BYTES, false);
-            }
-            mbar_arrive_on_copies(&full_k[slot]);
-            if (use > 0) mbar_wait(&empty_v[slot], (use - 1) & 1);
-            if (mk) {
-                if (tid == 0) {
-                    mbar_expect_tx(&full_v[slot], TILE_BYTES);
-                    tma_tile<D, BN>(v_base + slot * TILE_BYTES, mv, row, kvh, &full_v[slot]);
-                }
-            } else {
-                stage(col0, whole, v, v_base + slot * TILE_BYTES, true);
-            }
-            mbar_arrive_on_copies(&full_v[slot]);
+                mbar_arrive_on_copies(&full[slot]);
+            };
+            fill(empty_k, full_k, k_base, mk, k, false);
+            fill(empty_v, full_v, v_base, mv, v, true);
         }
         cp_async_wait<0>();
         return;

@@ -515,7 +515,7 @@ pub fn gather_rows(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
     let func = function(&dev, "gather_rows_u32", 0)?;
     let (words, p32) = ((row_bytes / 4) as i32, p as i32);
     let cfg = LaunchConfig {
-        grid_dim: (p.clamp(1, 65_535) as u32, 1, 1),
+        grid_dim: (p.min(65_535) as u32, 1, 1),
         block_dim: (128, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -751,7 +751,8 @@ pub fn attention(
     let ints = (
         (h * d) as i32,
         sources.own_start as i32,
-        (own_rows as i32, m as i32),
+        own_rows as i32,
+        m as i32,
         n as i32,
         h as i32,
         kv as i32,
@@ -772,17 +773,17 @@ pub fn attention(
         .arg(&ptrs.1)
         .arg(&ptrs.2)
         .arg(&ints.1)
-        .arg(&ints.2 .0)
-        .arg(&ints.2 .1);
+        .arg(&ints.2)
+        .arg(&ints.3);
     b.arg(&k_table)
         .arg(&v_table)
         .arg(&sources.starts)
         .arg(&sources.lens)
-        .arg(&ints.3);
+        .arg(&ints.4);
     b.arg(&ptrs.3)
         .arg(&out)
-        .arg(&ints.4)
         .arg(&ints.5)
+        .arg(&ints.6)
         .arg(&scale_log2);
     b.arg(&splits32).arg(&part_o).arg(&part_ml);
     let maps;

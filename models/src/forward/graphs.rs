@@ -10,9 +10,9 @@
 //! shape. Those make the key ([`GraphKey`]); rows are padded up to a multiple of
 //! [`ROW_STEP`] (padding rows see no keys and are never read, and a real row's result does
 //! not depend on them), and rows read out to a multiple of [`PICK_STEP`] (padding picks
-//! read row 0 again), so questions of similar length share a graph. Everything else (token ids, positions, which
-//! keys each row sees, where the cached prefixes lie) is data in buffers the graph reads,
-//! rewritten before each replay. A shape is captured the second time it is seen, so one-off
+//! read row 0 again), so questions of similar length share a graph. Everything else (token
+//! ids, positions, which keys each row sees, which rows are read out, where the cached
+//! prefixes lie) is data in buffers the graph reads, rewritten before each replay. A shape is captured the second time it is seen, so one-off
 //! shapes (large mixed batches) run without the capture's cost.
 
 use std::collections::HashMap;
