@@ -145,7 +145,6 @@ variants() {
 # The kernel and model probes (kernel_check, forward_bench), before any server: they must not
 # share the GPU with it.
 probes() {
-  # Before the server: they must not share the GPU with it, and one call saves a lease's idle gap.
   if [ -x /tmp/gpu/bin/kc ]; then
     /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
