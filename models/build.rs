@@ -1,6 +1,7 @@
 //! Compiles `kernels/fused.cu` to PTX with the CUDA toolkit's `nvcc` when the `cuda` feature
 //! is on (see ../shared/GPU.md for the toolkit), and for Hopper (`CUDA_COMPUTE_CAP` 90)
-//! `kernels/attention_sm90.cu` too. CPU builds need no toolkit and skip this.
+//! `kernels/attention_sm90.cu` and `kernels/gemm_sm90.cu` too. CPU builds need no toolkit
+//! and skip this.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -9,6 +10,8 @@ fn main() {
     println!("cargo:rerun-if-changed=kernels/fused.cu");
     println!("cargo:rerun-if-changed=kernels/attention_sm90.cu");
     println!("cargo:rerun-if-changed=kernels/attention_common.cuh");
+    println!("cargo:rerun-if-changed=kernels/sm90_common.cuh");
+    println!("cargo:rerun-if-changed=kernels/gemm_sm90.cu");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=NVCC");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
@@ -26,11 +29,13 @@ fn main() {
     );
     // wgmma exists on sm_90a only (not on later architectures): PTX for it is built when the
     // target is Hopper, and is empty otherwise (the launcher then never uses it).
-    let sm90 = out_dir.join("attention_sm90.ptx");
-    if cap == "90" {
-        nvcc("kernels/attention_sm90.cu", "compute_90a", &sm90);
-    } else {
-        std::fs::write(&sm90, "").expect("OUT_DIR is writable");
+    for name in ["attention_sm90", "gemm_sm90"] {
+        let ptx = out_dir.join(format!("{name}.ptx"));
+        if cap == "90" {
+            nvcc(&format!("kernels/{name}.cu"), "compute_90a", &ptx);
+        } else {
+            std::fs::write(&ptx, "").expect("OUT_DIR is writable");
+        }
     }
 }
 

@@ -165,6 +165,27 @@ fn attention_case(
     Ok((dmax, mmax, secs))
 }
 
+/// Median milliseconds of one `f()` over 7 rounds of 20, after 200 ms of warm-up (the
+/// clocks drop while the GPU idles).
+fn gpu_ms(dev: &Device, mut f: impl FnMut() -> Res<()>) -> Res<f64> {
+    let warm = std::time::Instant::now();
+    while warm.elapsed().as_secs_f64() < 0.2 {
+        f()?;
+        dev.synchronize()?;
+    }
+    let mut rounds = Vec::new();
+    for _ in 0..7 {
+        let t = std::time::Instant::now();
+        for _ in 0..20 {
+            f()?;
+        }
+        dev.synchronize()?;
+        rounds.push(t.elapsed().as_secs_f64() * 1e3 / 20.0);
+    }
+    rounds.sort_by(f64::total_cmp);
+    Ok(rounds[3])
+}
+
 /// Segments over three prefixes of odd lengths, and one without a prefix.
 fn packed(name: &'static str, heads: Heads, picks: Vec<u32>) -> Case {
     Case {
@@ -300,7 +321,7 @@ fn main() -> Res<()> {
     // kernel, 18 the pair kernel.
     for i in [8960, 18] {
         let gu = Tensor::randn(0f32, 2f32, (29, 2 * i), &dev)?.to_dtype(DType::BF16)?;
-        let got = kernels::silu_mul(&gu)?;
+        let got = kernels::silu_mul(&gu, i)?;
         let g = gu.narrow(1, 0, i)?.to_dtype(DType::F32)?;
         let u = gu.narrow(1, i, i)?.to_dtype(DType::F32)?;
         let want = (candle_nn::ops::silu(&g)? * u)?;
@@ -332,14 +353,70 @@ fn main() -> Res<()> {
         check("matmul_f32_out".into(), diff(&got, &want)?, 1e-4);
     }
 
-    // silu_mul against candle's silu.
+    // silu_mul over gate and up columns interleaved in blocks of 128 (the layout of the
+    // gate/up weight where the Hopper kernel runs), against the same columns regrouped.
     {
-        let gu = Tensor::randn(0f32, 2f32, (29, 2 * 8960), &dev)?.to_dtype(DType::BF16)?;
-        let got = kernels::silu_mul(&gu)?;
-        let g = gu.i((.., ..8960))?.to_dtype(DType::F32)?;
-        let u = gu.i((.., 8960..))?.to_dtype(DType::F32)?;
-        let want = (candle_nn::ops::silu(&g)? * u)?;
-        check("silu_mul".into(), diff(&got, &want)?, 0.01);
+        let (i, block) = (8960, kernels::GATE_UP_BLOCK);
+        let gu = Tensor::randn(0f32, 2f32, (29, 2 * i), &dev)?.to_dtype(DType::BF16)?;
+        let got = kernels::silu_mul(&gu, block)?;
+        let blocks = gu.reshape((29, i / block, 2, block))?;
+        let part = |j: usize| -> Res<Tensor> {
+            Ok(blocks
+                .i((.., .., j, ..))?
+                .reshape((29, i))?
+                .to_dtype(DType::F32)?)
+        };
+        let want = (candle_nn::ops::silu(&part(0)?)? * part(1)?)?;
+        check("silu_mul (blocks of 128)".into(), diff(&got, &want)?, 0.01);
+    }
+
+    // gate_up_silu (one Hopper kernel) against candle's matmul and silu_mul over the same
+    // interleaved weight, at q15's widths: row counts that fill its 128-row tiles and ones
+    // that do not; then timed against the two launches it replaces.
+    if kernels::gate_up_silu_runs_on(&dev, 1536, 8960) {
+        let (k, i) = (1536, 8960);
+        let w = (Tensor::randn(0f32, 1f32, (2 * i, k), &dev)? * 0.03)?.to_dtype(DType::BF16)?;
+        let unfused = |h: &Tensor| -> Res<Tensor> {
+            Ok(kernels::silu_mul(
+                &h.matmul(&w.t()?)?,
+                kernels::GATE_UP_BLOCK,
+            )?)
+        };
+        for m in [1usize, 100, 128, 1000, 1029, 8192] {
+            let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
+            let name = format!("gate_up_silu ({m} rows)");
+            match kernels::gate_up_silu(&h, &w) {
+                Ok(got) => check(name, diff(&got, &unfused(&h)?)?, 0.02),
+                Err(e) => {
+                    println!("{name:<48} error: {e} FAILED");
+                    check(name, (f32::INFINITY, 0.0), 0.0);
+                }
+            }
+        }
+        for m in [1024usize, 2048, 3683, 4096, 7300, 8192] {
+            let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
+            let flops = (2 * m * 2 * i * k) as f64;
+            let fused_ms = gpu_ms(&dev, || {
+                drop(kernels::gate_up_silu(&h, &w)?);
+                Ok(())
+            })?;
+            let unfused_ms = gpu_ms(&dev, || {
+                drop(unfused(&h)?);
+                Ok(())
+            })?;
+            let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
+            println!(
+                "  gate/up + silu, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
+                 matmul + silu_mul {unfused_ms:.4} ms ({:.0} TFLOP/s)",
+                tf(fused_ms),
+                tf(unfused_ms)
+            );
+            timings.push(format!(
+                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"unfused_tflops":{}}}"#,
+                tf(fused_ms),
+                tf(unfused_ms)
+            ));
+        }
     }
 
     let q15 = Heads {

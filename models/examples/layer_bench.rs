@@ -221,11 +221,25 @@ fn main() -> Res<()> {
         println!("  qkv_rope: {rope_ms:.3} ms");
         let gu = rand(&dev, &[m, 2 * FFN], 1.0)?;
         let silu_ms = time(&dev, || {
-            drop(kernels::silu_mul(&gu)?);
+            drop(kernels::silu_mul(&gu, FFN)?);
             Ok(())
         })?;
         let silu_gbs = (m * FFN * 6) as f64 / (silu_ms / 1e3) / 1e9;
         println!("  silu_mul: {silu_ms:.3} ms ({silu_gbs:.0} GB/s)");
+        // The gate/up matmul and silu_mul as one kernel (Hopper), on a weight `(2 FFN, HIDDEN)`.
+        let gate_up_silu_ms = if kernels::gate_up_silu_runs_on(&dev, HIDDEN, FFN) {
+            let h = rand(&dev, &[m, HIDDEN], 1.0)?;
+            let w = rand(&dev, &[2 * FFN, HIDDEN], 0.02)?;
+            let ms = time(&dev, || {
+                drop(kernels::gate_up_silu(&h, &w)?);
+                Ok(())
+            })?;
+            let tflops = (2 * m * 2 * FFN * HIDDEN) as f64 / (ms / 1e3) / 1e12;
+            println!("  gate_up_silu: {ms:.3} ms ({tflops:.0} TFLOP/s)");
+            ms
+        } else {
+            0.0
+        };
         let att_ms = if prefix > 0 {
             let ms = attention_ms(&dev, m, prefix)?;
             println!("  attention after {prefix}: {ms:.3} ms");
@@ -279,6 +293,7 @@ fn main() -> Res<()> {
         report.push(serde_json::json!({
             "rows": m, "prefix": prefix,
             "add_rms_norm_ms": norm_ms, "qkv_rope_ms": rope_ms, "silu_mul_ms": silu_ms,
+            "gate_up_silu_ms": gate_up_silu_ms,
             "attention_ms": att_ms, "projections": projections,
             "layer_candle_ms": candle_sum, "layer_best_ms": best_sum,
         }));

@@ -20,6 +20,7 @@
 // launcher uses it only on a device of compute capability 9.0.
 
 #include "attention_common.cuh"
+#include "sm90_common.cuh"
 
 #define WG_BM 128
 #define WG_BN 128
@@ -88,35 +89,11 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
-__device__ __forceinline__ void wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-// Orders this thread's shared-memory writes (cp.async) before reads by wgmma (the async proxy).
-__device__ __forceinline__ void fence_async_shared() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// Keeps the compiler from moving reads or writes of d across the asynchronous wgmma.
-template <int N>
-__device__ __forceinline__ void fence_registers(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
 // Byte offset of 16-byte piece `part` of row `row` in an operand of `rows` rows, in the
 // 128-byte swizzle layout: 64-column blocks one after another, rows of 128 bytes, the pieces
 // of row r permuted by r % 8 (so eight rows read at one column hit every bank once).
 __device__ __forceinline__ uint32_t swizzled(int row, int part, int rows) {
     return (part >> 3) * rows * 128 + row * 128 + (((part & 7) ^ (row & 7)) << 4);
-}
-
-// A shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride
-// byte offsets (PTX ISA, "Matrix Descriptor Format").
-__device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t leading, uint32_t stride) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((leading & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
 // Named barrier 1 between the two warpgroups (FlashAttention-3's ping-pong): warpgroup 0
@@ -312,12 +289,6 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 #define WS_THREADS 384
 #define WS_SLOTS 2
 
-// A tensor map for the tensor memory accelerator (TMA): CUtensorMap, 128 opaque bytes encoded
-// on the host (cuTensorMapEncodeTiled), 64-byte aligned.
-struct __align__(64) TensorMap {
-    unsigned long long opaque[16];
-};
-
 // The tensor maps of one launch of the warp-specialized kernel (`KeyMaps` in
 // models/src/kernels/tensor_maps.rs): over the pass's own keys and values and over its one
 // cached prefix's (at this layer), each 3-D (head_dim, rows, kv heads), in boxes of 64
@@ -331,38 +302,6 @@ struct __align__(64) KeyMaps {
     int present;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-// Arrives on `bar` once every cp.async this thread has issued so far has landed, without
-// waiting for them: the producer goes on to its next copies at once (`.noinc`: the arrival
-// is one of the barrier's expected count).
-__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
-                 : "memory");
-}
-// Waits until the phase of `bar` with this parity has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
-    asm volatile(
-        "{\n.reg .pred done;\nWAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n}\n" ::"r"(smem_u32(bar)),
-        "r"(parity)
-        : "memory");
-}
-// Adds `bytes` to the transactions the current phase of `bar` waits for (TMA copies
-// complete them), without arriving.
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
 // Stages a BN-row tile of a key or value source with TMA: rows [row, row + BN) of kv head
 // kvh, one box per 64-column block of the tile (D / 64), each landing BN * 128 bytes after
 // the last (the layout swizzled() describes). The copies complete transactions on `bar`.
@@ -378,10 +317,6 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const TensorMap* map, int
             "l"(m), "r"(b * 64), "r"(row), "r"(kvh), "r"(smem_u32(bar))
             : "memory");
     }
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // Named barrier 1 + c of the two consumer warpgroups (256 threads); c is 0 or 1 (immediate
 // ids, so the compiler reserves two barriers, not all sixteen).

@@ -262,18 +262,21 @@ extern "C" __global__ void add_rms_norm_v4(const float4* __restrict__ x, const u
 }
 
 // ---------------------------------------------------------------------------------------------
-// silu_mul: gu (M, 2*I) bf16 = h @ [Wgate | Wup]; out (M, I) = silu(gate) * up, in f32, one
-// rounding to bf16. I is even (pairs are processed together).
+// silu_mul: gu (M, 2*I) bf16 = h @ W, its columns gate and up in alternating blocks of B
+// (B = I: all gate, then all up; B = 128: the interleaved weight of gemm_sm90.cu);
+// out (M, I) = silu(gate) * up, in f32, one rounding to bf16. I and B are even (pairs are
+// processed together).
 extern "C" __global__ void silu_mul_bf16(const __nv_bfloat162* __restrict__ gu,
-                                         __nv_bfloat162* __restrict__ out, int M, int I) {
-    const int pairs = I / 2;
+                                         __nv_bfloat162* __restrict__ out, int M, int I, int B) {
+    const int pairs = I / 2, block_pairs = B / 2;
     const long total = (long)M * pairs;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total;
          i += (long)gridDim.x * blockDim.x) {
         const long r = i / pairs;
         const int j = (int)(i % pairs);
-        const float2 g = __bfloat1622float2(gu[r * 2 * pairs + j]);
-        const float2 u = __bfloat1622float2(gu[r * 2 * pairs + pairs + j]);
+        const long at = r * 2 * pairs + (j / block_pairs) * 2 * block_pairs + j % block_pairs;
+        const float2 g = __bfloat1622float2(gu[at]);
+        const float2 u = __bfloat1622float2(gu[at + block_pairs]);
         const float a = g.x / (1.f + __expf(-g.x)) * u.x;
         const float b = g.y / (1.f + __expf(-g.y)) * u.y;
         out[i] = __floats2bfloat162_rn(a, b);
@@ -295,17 +298,20 @@ extern "C" __global__ void gather_rows_u32(const uint32_t* __restrict__ src,
     }
 }
 
-// silu_mul_bf16x8: silu_mul for I % 8 == 0, eight outputs per thread with 16-byte accesses,
-// one grid row per token row (rows beyond the grid's height in steps of it). The pair kernel
-// above runs at ~2.2 TB/s on an H200, bound by its 64-bit index division (layer_bench).
+// silu_mul_bf16x8: silu_mul for I % 8 == 0 and B % 8 == 0, eight outputs per thread with
+// 16-byte accesses, one grid row per token row (rows beyond the grid's height in steps of
+// it). The pair kernel above runs at ~2.2 TB/s on an H200, bound by its 64-bit index
+// division (layer_bench).
 extern "C" __global__ void silu_mul_bf16x8(const uint4* __restrict__ gu, uint4* __restrict__ out,
-                                           int M, int I) {
-    const int vecs = I / 8;
+                                           int M, int I, int B) {
+    const int vecs = I / 8, block_vecs = B / 8;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= vecs) return;
+    // This thread's gate vector in a row; its up vector is block_vecs after it.
+    const int at = (j / block_vecs) * 2 * block_vecs + j % block_vecs;
     for (long r = blockIdx.y; r < M; r += gridDim.y) {
-        const uint4 g = gu[r * 2 * vecs + j];
-        const uint4 u = gu[r * 2 * vecs + vecs + j];
+        const uint4 g = gu[r * 2 * vecs + at];
+        const uint4 u = gu[r * 2 * vecs + at + block_vecs];
         const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
         const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
         uint4 o;

@@ -543,6 +543,8 @@ impl Transformer {
         if use_fused {
             crate::kernels::load_attention(device, head_dim)
                 .map_err(|e| g.err(format!("cannot load the attention kernels: {e}")))?;
+            crate::kernels::load_gate_up(device)
+                .map_err(|e| g.err(format!("cannot load the gate/up kernel: {e}")))?;
         }
         #[cfg(feature = "cuda")]
         let tuned = match (device, fused_layers.first()) {

@@ -6,7 +6,8 @@
 //! head), so a short read was bound by launch overhead and a long one by the f32 scores.
 //! Here a layer is 9 launches: residual add + RMSNorm, one QKV matmul, `qkv_rope`,
 //! `attention`, the output matmul, residual add + RMSNorm, one gate/up matmul, `silu_mul`,
-//! the down matmul. The residual stream stays f32 as on the candle-op path, so rounding does
+//! the down matmul (8 on Hopper for passes of [`FUSED_GATE_UP_MIN_ROWS`] rows or more,
+//! where one kernel computes the gate/up projection and its SwiGLU gate together). The residual stream stays f32 as on the candle-op path, so rounding does
 //! not pile up over the layers (a bf16 stream, as in Hugging Face's bf16 models, made packed
 //! and lone reads of one prompt differ ~300x more on q15), and keys are read where they lie
 //! (cached prefixes are never copied into a pass).
@@ -32,13 +33,18 @@ pub(super) struct FusedLayer {
     bqkv: Option<Tensor>,
     wo: Tensor,
     ffn_norm: Tensor,
-    /// `(hidden, 2 ffn)`: `[Wgate | Wup]` transposed.
+    /// `(2 ffn, hidden)`: the gate and up weights' rows (one per output column), alternating
+    /// in blocks of `gate_up_block` ([`gate_up_interleaved`]).
     wgu: Tensor,
+    gate_up_block: usize,
+    /// Whether passes of [`FUSED_GATE_UP_MIN_ROWS`] or more run [`kernels::gate_up_silu`].
+    fused_gate_up: bool,
     down: Tensor,
 }
 
 impl FusedLayer {
-    /// The four projections' weights, `(k, n)` each.
+    /// The four projections' weights, `(k, n)` each except the gate/up one, `(n, k)`
+    /// ([`Projection::weight_nk`]).
     pub(super) fn projections(&self) -> [(Projection, &Tensor); 4] {
         [
             (Projection::Qkv, &self.wqkv),
@@ -59,6 +65,13 @@ impl FusedLayer {
             }
         };
         let (q_width, kv_width) = widths;
+        let (gate, up) = (dense(&layer.gate)?, dense(&layer.up)?);
+        let (hidden, ffn) = gate.dims2()?;
+        let gate_up_block = if ffn % kernels::GATE_UP_BLOCK == 0 {
+            kernels::GATE_UP_BLOCK
+        } else {
+            ffn
+        };
         let bqkv = if layer.bq.is_some() || layer.bk.is_some() || layer.bv.is_some() {
             let dev = layer.attn_norm.device();
             let part = |b: &Option<Tensor>, n: usize| -> Result<Tensor> {
@@ -87,10 +100,29 @@ impl FusedLayer {
             bqkv,
             wo: dense(&layer.wo)?,
             ffn_norm: layer.ffn_norm.to_dtype(DType::F32)?,
-            wgu: Tensor::cat(&[dense(&layer.gate)?, dense(&layer.up)?], 1)?,
+            wgu: gate_up_interleaved(&gate, &up, gate_up_block)?,
+            gate_up_block,
+            fused_gate_up: gate_up_block == kernels::GATE_UP_BLOCK
+                && kernels::gate_up_silu_runs_on(layer.attn_norm.device(), hidden, ffn)
+                && std::env::var("DECIDE_FUSED_GATE_UP").map_or(true, |v| v != "0"),
             down: dense(&layer.down)?,
         })
     }
+}
+
+/// Rows from which a pass's gate/up projection and SwiGLU gate run as one kernel
+/// ([`kernels::gate_up_silu`], Hopper), where the layer allows it (`DECIDE_FUSED_GATE_UP=0`
+/// turns it off, for A/B runs). Below, cuBLAS's matmul and `silu_mul`: there the product is
+/// small and cuBLAS picks tiles for the row count, where the kernel always has 128 rows.
+pub(super) const FUSED_GATE_UP_MIN_ROWS: usize = 1024;
+
+/// The gate/up weight as [`kernels::gate_up_silu`] reads it, from `gate` and `up` `(k, i)`:
+/// `(2 i, k)`, rows `[2 b t, 2 b t + b)` gate rows `b t..` and the next `b` the matching up
+/// rows, for blocks of `b` = `block` (`i`: all gate rows, then all up rows).
+fn gate_up_interleaved(gate: &Tensor, up: &Tensor, block: usize) -> Result<Tensor> {
+    let (k, i) = gate.dims2()?;
+    let rows = |w: &Tensor| -> Result<Tensor> { Ok(w.t()?.reshape((i / block, block, k))?) };
+    Ok(Tensor::cat(&[rows(gate)?, rows(up)?], 1)?.reshape((2 * i, k))?)
 }
 
 /// What one fused pass attends over besides its own rows.
@@ -300,8 +332,7 @@ impl Transformer {
             )?;
             let out = self.project(Projection::Output, &a, &l.wo)?;
             let (x2, h) = norm(&x1, Some(&out), &l.ffn_norm)?;
-            let gate_up = self.project(Projection::GateUp, &h, &l.wgu)?;
-            let up = kernels::silu_mul(&gate_up)?;
+            let up = self.gate_up(l, &h)?;
             delta = Some(self.project(Projection::Down, &up, &l.down)?);
             x = x2;
         }
@@ -312,13 +343,25 @@ impl Transformer {
 }
 
 impl Transformer {
-    /// `x @ w` for one of a layer's projections: the way tuned at load for `x`'s rows
-    /// ([`super::matmuls`]), or candle's matmul when tuning is off.
+    /// `x @ w` for one of a layer's projections (`w` stored as [`Projection::weight_nk`]
+    /// says): the way tuned at load for `x`'s rows ([`super::matmuls`]), or candle's matmul
+    /// when tuning is off.
     fn project(&self, projection: Projection, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         match &self.matmuls {
             Some(m) => m.matmul(projection, x, w),
+            None if projection.weight_nk() => Ok(x.matmul(&w.t()?)?),
             None => Ok(x.matmul(w)?),
         }
+    }
+
+    /// `silu(h Wgate) * (h Wup)`: in one kernel on long passes where the layer allows it,
+    /// else the gate/up matmul and `silu_mul`.
+    fn gate_up(&self, l: &FusedLayer, h: &Tensor) -> Result<Tensor> {
+        if l.fused_gate_up && h.dim(0)? >= FUSED_GATE_UP_MIN_ROWS {
+            return Ok(kernels::gate_up_silu(h, &l.wgu)?);
+        }
+        let gate_up = self.project(Projection::GateUp, h, &l.wgu)?;
+        Ok(kernels::silu_mul(&gate_up, l.gate_up_block)?)
     }
 
     /// The attention block shape for a pass of `n` rows: the warp-specialized wgmma kernel

@@ -60,6 +60,16 @@ pub(super) enum Projection {
     Down,
 }
 
+impl Projection {
+    /// Whether the layers hold this projection's weight `(n, k)` rather than `(k, n)`: the
+    /// gate/up weight, whose rows the Hopper gate/up kernel reads in blocks
+    /// (`gate_up_interleaved` in fused.rs); cuBLAS reads either layout at the same speed
+    /// (layer_bench: 0.652 ms `(n, k)` against 0.686 `(k, n)` for 8,192 rows of q15).
+    pub(super) fn weight_nk(self) -> bool {
+        self == Projection::GateUp
+    }
+}
+
 /// How one projection runs at one bucket.
 #[derive(Clone, Copy)]
 enum Way {
@@ -86,7 +96,7 @@ pub(super) struct TunedMatmuls {
 
 impl TunedMatmuls {
     /// Times candle's call and cuBLASLt's candidates for each projection and bucket on the
-    /// given weights (`(k, n)` bf16, as the fused layers hold them).
+    /// given weights (bf16, as the fused layers hold them: [`Projection::weight_nk`]).
     pub(super) fn tune(dev: &CudaDevice, weights: &[(Projection, &Tensor)]) -> Result<Self> {
         let gemm = LtGemm::new(dev)?;
         let mut choices = HashMap::new();
@@ -100,23 +110,24 @@ impl TunedMatmuls {
             .find(|(p, _)| *p == Projection::GateUp)
             .map(|(_, w)| (*w).clone())
             .ok_or_else(|| ModelError::Compute("tuning needs the gate/up weight".into()))?;
-        let filler_x = Tensor::zeros((2048, filler_w.dim(0)?), DType::BF16, &device)?;
+        let filler_x = Tensor::zeros((2048, filler_w.dim(1)?), DType::BF16, &device)?;
         let filler = || -> Result<()> {
-            drop(filler_x.matmul(&filler_w)?);
+            drop(candle_matmul(Projection::GateUp, &filler_x, &filler_w)?);
             Ok(())
         };
         for &(projection, w) in weights {
-            let (k, n) = w.dims2()?;
+            let nk = projection.weight_nk();
+            let (k, n) = if nk { w.t()?.dims2()? } else { w.dims2()? };
             let mut ways = Vec::with_capacity(BUCKETS.len());
             for &m in BUCKETS {
                 let x =
                     (Tensor::randn(0f32, 1f32, (m, k), &device)? * 0.5)?.to_dtype(DType::BF16)?;
                 let candle_ms = time(dev, &filler, || {
-                    drop(x.matmul(w)?);
+                    drop(candle_matmul(projection, &x, w)?);
                     Ok(())
                 })?;
                 let mut best = (Way::Candle, candle_ms * (1.0 - MARGIN));
-                let plan = Plan::new(&gemm, (m, n, k), false, CANDIDATES)?;
+                let plan = Plan::new(&gemm, (m, n, k), nk, CANDIDATES)?;
                 for (i, &algo) in plan.algos.iter().enumerate() {
                     // A candidate may refuse at run time (a split-K needing more workspace).
                     if gemm.matmul(&plan, i, &x, w).is_err() {
@@ -169,11 +180,12 @@ impl TunedMatmuls {
         })
     }
 
-    /// `x @ w` for `projection`'s weight `w` `(k, n)`, the way chosen for `x`'s rows.
+    /// `x @ w` for `projection`'s weight `w` (`(k, n)`, or `(n, k)` where
+    /// [`Projection::weight_nk`]), the way chosen for `x`'s rows.
     pub(super) fn matmul(&self, projection: Projection, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         match self.plan(projection, x)? {
             Some(plan) => Ok(self.gemm.matmul(&plan, 0, x, w)?),
-            None => Ok(x.matmul(w)?),
+            None => candle_matmul(projection, x, w),
         }
     }
 
@@ -201,10 +213,20 @@ impl TunedMatmuls {
             plans.clear();
         }
         let (k, n) = choices.shape;
-        let plan = Plan::with_algo(&self.gemm, (m, n, k), false, algo)?.map(Arc::new);
+        let plan =
+            Plan::with_algo(&self.gemm, (m, n, k), projection.weight_nk(), algo)?.map(Arc::new);
         plans.insert((projection, m), plan.clone());
         Ok(plan)
     }
+}
+
+/// candle's matmul of `x` by `projection`'s weight as the layers hold it.
+fn candle_matmul(projection: Projection, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(if projection.weight_nk() {
+        x.matmul(&w.t()?)?
+    } else {
+        x.matmul(w)?
+    })
 }
 
 /// The GPU's milliseconds per `run()`: the median of [`ROUNDS`] rounds of [`REPS`]

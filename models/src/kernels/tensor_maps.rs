@@ -1,8 +1,8 @@
-//! TMA tensor maps for the warp-specialized attention kernel (`KeyMaps` in
-//! kernels/attention_sm90.cu): which launches get them, how one is encoded, and the switch that
-//! turns them off. Why its own module: the maps are host-side driver state (encoded per launch
-//! with `cuTensorMapEncodeTiled`, passed by value as a kernel parameter), apart from the
-//! launchers that take and return tensors.
+//! TMA tensor maps for the Hopper kernels: the warp-specialized attention kernel's (`KeyMaps`
+//! in kernels/attention_sm90.cu: which launches get them, and the switch that turns them off)
+//! and the gate/up kernel's (`GateUpMaps` in kernels/gemm_sm90.cu). Why its own module: the
+//! maps are host-side driver state (encoded per launch with `cuTensorMapEncodeTiled`, passed
+//! by value as a kernel parameter), apart from the launchers that take and return tensors.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -61,22 +61,36 @@ const TMA_BOX_ROWS: usize = 128;
 /// address, a width other than 64 or 128) or the driver refuses: the kernel then copies
 /// those tiles itself.
 fn tensor_map(addr: u64, rows: usize, kv: usize, dim: usize) -> Option<[u64; 16]> {
+    if rows < TMA_BOX_ROWS || !(dim == 64 || dim == 128) {
+        return None;
+    }
+    encode(
+        addr,
+        &[dim as u64, rows as u64, kv as u64],
+        &[(dim * 2) as u64, (rows * dim * 2) as u64],
+        &[64, TMA_BOX_ROWS as u32, 1],
+    )
+}
+
+/// `cuTensorMapEncodeTiled` for a bf16 array of `dims` (innermost first) with the byte
+/// `strides` of every dimension but the innermost, in boxes of `boxes`, with the 128-byte
+/// swizzle; out-of-bounds elements read as zero. `None` if `addr` is not 16-byte aligned or
+/// the driver refuses.
+fn encode(addr: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Option<[u64; 16]> {
     use cudarc::driver::sys;
-    if rows < TMA_BOX_ROWS || !addr.is_multiple_of(16) || !(dim == 64 || dim == 128) {
+    debug_assert!(dims.len() == boxes.len() && strides.len() + 1 == dims.len());
+    if !addr.is_multiple_of(16) {
         return None;
     }
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
-    let dims: [u64; 3] = [dim as u64, rows as u64, kv as u64];
-    let strides: [u64; 2] = [(dim * 2) as u64, (rows * dim * 2) as u64];
-    let boxes: [u32; 3] = [64, TMA_BOX_ROWS as u32, 1];
-    let steps: [u32; 3] = [1, 1, 1];
+    let steps = [1u32; 5];
     // Safety: every pointer is to a live array of the rank the call is told; the driver
     // only encodes (it reads no device memory).
     let result = unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut map,
             sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            3,
+            dims.len() as u32,
             addr as *mut std::ffi::c_void,
             dims.as_ptr(),
             strides.as_ptr(),
@@ -89,6 +103,30 @@ fn tensor_map(addr: u64, rows: usize, kv: usize, dim: usize) -> Option<[u64; 16]
         )
     };
     (result == sys::CUresult::CUDA_SUCCESS).then_some(map.opaque)
+}
+
+/// The tensor maps of one launch of the gate/up kernel (`GateUpMaps` in gemm_sm90.cu, same
+/// layout): the input `h` `(m, k)` in boxes of 64 columns x 128 rows, and the interleaved
+/// weight `(2 i, k)` in boxes of 64 x 256.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(super) struct GateUpMaps {
+    h: [u64; 16],
+    w: [u64; 16],
+}
+
+// Safety: plain old data, passed by value as a kernel parameter.
+unsafe impl DeviceRepr for GateUpMaps {}
+
+impl GateUpMaps {
+    /// `None` where the driver refuses either map (a misaligned address).
+    pub(super) fn new(h: u64, m: usize, w: u64, n: usize, k: usize) -> Option<Self> {
+        let row = (k * 2) as u64;
+        Some(Self {
+            h: encode(h, &[k as u64, m as u64], &[row], &[64, 128])?,
+            w: encode(w, &[k as u64, n as u64], &[row], &[64, 256])?,
+        })
+    }
 }
 
 impl KeyMaps {

@@ -1,0 +1,188 @@
+// decide's gate/up projection for Hopper (sm_90a) with the SwiGLU gate in its epilogue:
+// out (M, I) = silu(h Wgate) * (h Wup), one kernel instead of a cuBLAS matmul writing the
+// (M, 2I) gate/up product and silu_mul reading it back.
+//
+// Why: on a long prefill of q15 silu_mul alone is ~14 ms of a 28k read (0.147 ms per 8k-row
+// chunk and layer, ~3 TB/s: it moves 440 MB), and the matmul writes 290 MB that only
+// silu_mul reads. Here each tile's gate and up columns come out of the same block's
+// accumulators, and only the gated product is written (half the bytes).
+//
+// The weight is stored (2I, K), K contiguous, its rows interleaved in blocks of 128: rows
+// [256 t, 256 t + 128) are gate rows 128 t.. and the next 128 the matching up rows
+// (`gate_up_interleaved` in models/src/forward/fused.rs). A block computes 128 rows of h
+// against one such 256-row block: a 128 x 256 tile whose columns c and c + 128 are one
+// output's gate and up, held by the same thread (the wgmma accumulator layout repeats every
+// 8 columns), so the epilogue needs no exchange.
+//
+// Schedule (CUTLASS's persistent warp-specialized "cooperative" kernel): one block per
+// multiprocessor, looping over tiles, of three warpgroups. The producer
+// (one thread) loads 64-column slices of h and of the weight block with TMA into a ring of
+// STAGES slots (mbarriers: full when a slot's bytes have landed, empty once both consumers'
+// multiplies have read it); the two consumers each multiply 64 of the 128 rows
+// (wgmma m64n256k16, both operands from shared memory in the 128-byte swizzle) and keep one
+// slot's multiplies in flight while waiting for the next. Tiles are taken along M first, so
+// the blocks share a few weight blocks at a time and all of h stays in L2.
+//
+// Rounding follows the unfused path: gate and up are rounded to bf16 (what the matmul wrote)
+// before silu(gate) * up in f32, rounded once more (the division is the fast one,
+// __fdividef, ~1 f32 ulp from silu_mul's).
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "sm90_common.cuh"
+
+typedef __nv_bfloat16 bf16;
+
+#define GU_BM 128      // rows of h per block
+#define GU_BN 256      // weight rows per block: 128 gate + 128 up
+#define GU_BK 64       // columns of K per slot (128 bytes: one swizzle row)
+#define GU_STAGES 4
+#define GU_THREADS 384
+#define GU_A_BYTES (GU_BM * GU_BK * 2)
+#define GU_B_BYTES (GU_BN * GU_BK * 2)
+
+// The accumulator of a 64x256 wgmma with f32 results: 128 registers per thread.
+#define WGMMA_D128_TEXT \
+        "{"  \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+        "}"
+#define WGMMA_D128_OPERANDS(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
+// D (+)= A B for a 64x256 tile and k 16, A and B in shared memory (descriptors), both
+// K-major; accumulate 0 overwrites D.
+__device__ __forceinline__ void wgmma_n256_ss(float (&d)[128], uint64_t a, uint64_t b,
+                                              int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WGMMA_D128_TEXT
+        ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : WGMMA_D128_OPERANDS(d)
+        : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// The two tensor maps of a launch (`GateUpMaps` in models/src/kernels/tensor_maps.rs): h
+// (K, M) in boxes of 64 x 128, the weight (K, 2I) in boxes of 64 x 256, 128-byte swizzle.
+struct __align__(64) GateUpMaps {
+    TensorMap h, w;
+};
+
+__device__ __forceinline__ float silu_times(float g, float u) {
+    g = __bfloat162float(__float2bfloat16(g));
+    u = __bfloat162float(__float2bfloat16(u));
+    return __fdividef(g, 1.f + __expf(-g)) * u;
+}
+
+extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
+    gate_up_silu_sm90(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out, int M,
+                      int I, int K) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t raw_addr = smem_u32(smem_raw);
+    const uint32_t base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023);
+    const uint32_t a_base = base, b_base = base + GU_STAGES * GU_A_BYTES;
+    __shared__ __align__(8) uint64_t bars[2 * GU_STAGES];
+    uint64_t* const full = bars;
+    uint64_t* const empty = bars + GU_STAGES;
+
+    const int tid = threadIdx.x, role = tid >> 7, warp = tid >> 5, lane = tid & 31;
+    const int k_blocks = K / GU_BK;
+    const int m_tiles = (M + GU_BM - 1) / GU_BM;
+    const int tiles = m_tiles * (I / (GU_BN / 2));
+    if (tid < GU_STAGES) {
+        mbar_init(&full[tid], 1);
+        mbar_init(&empty[tid], 8);  // the consumers' eight warps
+    }
+    __syncthreads();
+
+    // Persistent: block b computes tiles b, b + gridDim.x, ... (M fastest), and slot uses
+    // count on across them, so the producer fills the next tile's first slots while the
+    // consumers finish this one's epilogue.
+    if (role == 0) {
+        // The producer: one thread issues every copy.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid != 0) return;
+        int step = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const int m0 = (t % m_tiles) * GU_BM, w0 = (t / m_tiles) * GU_BN;
+            for (int kb = 0; kb < k_blocks; ++kb, ++step) {
+                const int slot = step % GU_STAGES, use = step / GU_STAGES;
+                if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
+                mbar_arrive_expect_tx(&full[slot], GU_A_BYTES + GU_B_BYTES);
+                tma_load_2d(a_base + slot * GU_A_BYTES, &maps.h, kb * GU_BK, m0, &full[slot]);
+                tma_load_2d(b_base + slot * GU_B_BYTES, &maps.w, kb * GU_BK, w0, &full[slot]);
+            }
+        }
+        return;
+    }
+
+    // A consumer: rows c * 64.. of each tile, all 256 weight rows.
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int c = role - 1;
+    const int g = lane >> 2, tq = lane & 3;
+    float acc[128];
+    int step = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int m0 = (t % m_tiles) * GU_BM, nb = t / m_tiles;
+        for (int kb = 0; kb < k_blocks; ++kb, ++step) {
+            const int slot = step % GU_STAGES;
+            mbar_wait(&full[slot], (step / GU_STAGES) & 1);
+            const uint32_t a = a_base + slot * GU_A_BYTES + c * 64 * 128;
+            const uint32_t b = b_base + slot * GU_B_BYTES;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < GU_BK / 16; ++kk) {
+                wgmma_n256_ss(acc, descriptor(a + kk * 32, 16, 1024),
+                              descriptor(b + kk * 32, 16, 1024), kb > 0 || kk > 0);
+            }
+            wgmma_commit();
+            // The previous slot's multiplies have finished: release it.
+            wgmma_wait<1>();
+            fence_registers(acc);
+            if (kb > 0 && lane == 0) mbar_arrive(&empty[(step - 1) % GU_STAGES]);
+        }
+        wgmma_wait<0>();
+        fence_registers(acc);
+        if (lane == 0) mbar_arrive(&empty[(step - 1) % GU_STAGES]);
+
+        // Epilogue: rows g and g + 8 of this warp's 16, columns 2 tq, 2 tq + 1 of each
+        // 8-column tile; tiles 0..15 are gate, 16..31 the matching up.
+        const int r0 = m0 + c * 64 + (warp & 3) * 16 + g;
+        const long col0 = (long)nb * (GU_BN / 2) + 2 * tq;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = r0 + 8 * half;
+            if (r >= M) continue;
+            bf16* row = out + (long)r * I + col0;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const float* gv = &acc[4 * j + 2 * half];
+                const float* uv = &acc[4 * (j + 16) + 2 * half];
+                *reinterpret_cast<__nv_bfloat162*>(row + 8 * j) =
+                    __floats2bfloat162_rn(silu_times(gv[0], uv[0]), silu_times(gv[1], uv[1]));
+            }
+        }
+    }
+}
