@@ -419,6 +419,97 @@ fn main() -> Res<()> {
         }
     }
 
+    // qkv_rope_fused (the QKV projection, bias and rotation in one Hopper kernel) against
+    // candle's matmul and qkv_rope at q15's shapes, then timed against those two launches.
+    let q15_heads = Heads {
+        q: 12,
+        kv: 2,
+        dim: 128,
+    };
+    if kernels::qkv_rope_fused_runs_on(&dev, 1536, q15_heads, false) {
+        let (k, n, ctx) = (1536, 2048, 32_768);
+        let w = (Tensor::randn(0f32, 1f32, (n, k), &dev)? * 0.03)?.to_dtype(DType::BF16)?;
+        let bias = Tensor::randn(0f32, 0.5f32, n, &dev)?;
+        let theta = Tensor::arange(0u32, 64, &dev)?.to_dtype(DType::F32)?;
+        let theta = (theta * (-2.0 * (1_000_000f64).ln() / 128.0))?.exp()?;
+        let angles = Tensor::arange(0u32, ctx as u32, &dev)?
+            .to_dtype(DType::F32)?
+            .reshape((ctx, 1))?
+            .broadcast_mul(&theta.reshape((1, 64))?)?;
+        let tables = (angles.cos()?, angles.sin()?);
+        let inputs = |m: usize| -> Res<(Tensor, Tensor)> {
+            let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
+            let pos: Vec<u32> = (0..m as u32)
+                .map(|i| (i * 7919 + 11) % ctx as u32)
+                .collect();
+            Ok((h, Tensor::new(pos.as_slice(), &dev)?))
+        };
+        let unfused = |h: &Tensor, pos: &Tensor| -> Res<(Tensor, Tensor, Tensor)> {
+            let qkv = h.matmul(&w.t()?)?;
+            let t = (&tables.0, &tables.1);
+            Ok(kernels::qkv_rope(
+                &qkv,
+                Some(&bias),
+                t,
+                pos,
+                q15_heads,
+                false,
+            )?)
+        };
+        let fused = |h: &Tensor, pos: &Tensor| {
+            let t = (&tables.0, &tables.1);
+            kernels::qkv_rope_fused(h, &w, Some(&bias), t, pos, q15_heads)
+        };
+        for m in [1usize, 100, 1029, 8192] {
+            let (h, pos) = inputs(m)?;
+            let want = unfused(&h, &pos)?;
+            match fused(&h, &pos) {
+                Ok(got) => {
+                    for (what, g, w) in [
+                        ("q", got.0, want.0),
+                        ("k", got.1, want.1),
+                        ("v", got.2, want.2),
+                    ] {
+                        check(
+                            format!("qkv_rope_fused {what} ({m} rows)"),
+                            diff(&g, &w)?,
+                            0.01,
+                        );
+                    }
+                }
+                Err(e) => {
+                    let name = format!("qkv_rope_fused ({m} rows)");
+                    println!("{name:<48} error: {e} FAILED");
+                    check(name, (f32::INFINITY, 0.0), 0.0);
+                }
+            }
+        }
+        for m in [2048usize, 3683, 4096, 7300, 8192] {
+            let (h, pos) = inputs(m)?;
+            let flops = (2 * m * n * k) as f64;
+            let fused_ms = gpu_ms(&dev, || {
+                drop(fused(&h, &pos)?);
+                Ok(())
+            })?;
+            let unfused_ms = gpu_ms(&dev, || {
+                drop(unfused(&h, &pos)?);
+                Ok(())
+            })?;
+            let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
+            println!(
+                "  qkv + rope, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
+                 matmul + qkv_rope {unfused_ms:.4} ms ({:.0} TFLOP/s)",
+                tf(fused_ms),
+                tf(unfused_ms)
+            );
+            timings.push(format!(
+                r#"{{"case":"qkv_rope_fused {m} rows","fused_ms":{fused_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"unfused_tflops":{}}}"#,
+                tf(fused_ms),
+                tf(unfused_ms)
+            ));
+        }
+    }
+
     let q15 = Heads {
         q: 12,
         kv: 2,
