@@ -13,9 +13,10 @@
 #   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
 #           (models/examples/kernel_check: kernel-check.txt/json) and /tmp/gpu/bin/fb
 #           (models/examples/forward_bench: with FB_COMPARE=1 forward.json with `compare`;
-#           `long`, the 28k prefill alone, forward-long.json; again without TMA,
-#           forward-long-notma.json, and from /tmp/gpu/bin/fb_old if landed,
-#           forward-long-baseline.json);
+#           `long`, the 28k prefill alone, forward-long.json; again without the Hopper
+#           projection kernels, forward-long-unfused.json, without the QKV one,
+#           forward-long-no-qkv.json, in 16k-row chunks, forward-long-chunk16k.json, and from
+#           /tmp/gpu/bin/fb_old if landed, forward-long-baseline.json);
 #           then starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase; exit 4 when decide
@@ -150,19 +151,25 @@ probes() {
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
-    # The 28k prefill alone: as served, without TMA staging of key tiles
-    # (DECIDE_ATTENTION_TMA=0), and from an earlier commit's forward_bench when landed at
-    # /tmp/gpu/bin/fb_old: the A/Bs on the model alone. (FB_COMPARE=1: first `compare`, the
-    # fused kernels against candle's ops, forward.json.)
+    # The 28k prefill alone: as served; without the Hopper projection kernels (QKV + rope,
+    # gate/up + SwiGLU: DECIDE_FUSED_QKV=0 DECIDE_FUSED_GATE_UP=0) and without the QKV one
+    # alone; in chunks of 16,384 rows (DECIDE_BENCH_CHUNK); and from an earlier commit's
+    # forward_bench when landed at /tmp/gpu/bin/fb_old: the A/Bs on the model alone.
+    # (FB_COMPARE=1: first `compare`, the fused kernels against candle's ops, forward.json.)
     fb=(/tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16)
     if [ "${FB_COMPARE:-0}" = 1 ]; then
       "${fb[@]}" compare >"$OUT/forward.json" 2>"$OUT/forward.err"
       echo "forward_bench compare rc=$?: $(cat "$OUT/forward.json")"
     fi
-    DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-long.json" 2>"$OUT/forward-long.err"
-    echo "forward_bench long rc=$?: $(cat "$OUT/forward-long.json")"
-    DECIDE_ATTENTION_TMA=0 DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-long-notma.json" 2>"$OUT/forward-long-notma.err"
-    echo "forward_bench long, no TMA rc=$?: $(cat "$OUT/forward-long-notma.json")"
+    long() {  # long NAME [VAR=VALUE ...]: forward-NAME.json
+      local name=$1; shift
+      env "$@" DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-$name.json" 2>"$OUT/forward-$name.err"
+      echo "forward_bench $name ($*) rc=$?: $(cat "$OUT/forward-$name.json")"
+    }
+    long long
+    long long-unfused DECIDE_FUSED_QKV=0 DECIDE_FUSED_GATE_UP=0
+    long long-no-qkv DECIDE_FUSED_QKV=0
+    long long-chunk16k DECIDE_BENCH_CHUNK=16384
     if [ -x /tmp/gpu/bin/fb_old ]; then
       DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb_old /tmp/gpu/models/q15.gguf cuda bf16 long >"$OUT/forward-long-baseline.json" 2>"$OUT/forward-long-baseline.err"
       echo "forward_bench long, baseline binary rc=$?: $(cat "$OUT/forward-long-baseline.json")"

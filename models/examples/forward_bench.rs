@@ -26,7 +26,9 @@
 //!   the same full prompt (4 checked);
 //! - `prefill_long_ms`, `prefill_long_tokens`: a long state (`DECIDE_BENCH_LONG`, default
 //!   30000 tokens, capped by the context) prefilled in chunks: tokens/s against the roofline.
-//!   With `long`, only this: one warm-up and five timed runs (`prefill_long_ms`, sorted).
+//!   With `long`, only this: one warm-up and five timed runs (`prefill_long_ms`, sorted);
+//!   `DECIDE_BENCH_CHUNK` sets the most rows per chunk (default: the model's own, 8,192 on
+//!   the fused path), to see what longer passes would gain.
 use std::path::Path;
 use std::time::Instant;
 
@@ -245,11 +247,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (what a GPU lease with little time left can still measure).
     if rest.iter().any(|a| a == "long") {
         let tokens = long_prefill_tokens(&model)?;
+        let chunk: Option<usize> = std::env::var("DECIDE_BENCH_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok());
         let mut runs = Vec::new();
         for i in 0..6 {
             sync(&device)?;
             let t = Instant::now();
-            drop(model.prefill(&tokens, None)?);
+            drop(match chunk {
+                Some(rows) => model.prefill_in_chunks(&tokens, None, rows)?,
+                None => model.prefill(&tokens, None)?,
+            });
             sync(&device)?;
             if i > 0 {
                 runs.push(ms(t));
@@ -259,6 +267,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{}",
             serde_json::json!({"prefill_long_tokens": tokens.len(), "prefill_long_ms": runs,
+                               "chunk_rows": chunk,
                                "prefill_long_ms_p50": runs[runs.len() / 2],
                                "matmuls": format!("{matmuls:?}"), "load_s": load_s})
         );
