@@ -261,68 +261,6 @@ extern "C" __global__ void add_rms_norm_v4(const float4* __restrict__ x, const u
     }
 }
 
-// add_rms_norm_warp: add_rms_norm for hidden % 128 == 0 and hidden <= 128 * NORM_WARP_VECS,
-// one warp per row (8 rows per 256-thread block), the row in registers, every load issued
-// before any sum, and the sum reduced within the warp alone (no block barrier). Why: the
-// block-per-row kernel above moved ~2.1-2.5 TB/s on an H200 at 8k rows of q15 (layer_bench),
-// 8,192 blocks of 3 warps each waiting twice at a barrier. The sums are added in another
-// order, so a norm may differ from the kernel above by f32 rounding; x_out is the same.
-#define NORM_WARP_VECS 16
-extern "C" __global__ void add_rms_norm_warp(const float4* __restrict__ x,
-                                             const uint2* __restrict__ delta,
-                                             const float4* __restrict__ w,
-                                             float4* __restrict__ x_out, uint2* __restrict__ h,
-                                             int rows, int hidden4, float eps) {
-    const int lane = threadIdx.x & 31;
-    const long row = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row >= rows) return;
-    const int per_lane = hidden4 >> 5;
-    const long at = row * hidden4 + lane;
-    float4 vals[NORM_WARP_VECS];
-    uint2 d[NORM_WARP_VECS];
-#pragma unroll
-    for (int n = 0; n < NORM_WARP_VECS; ++n) {
-        if (n < per_lane) {
-            vals[n] = x[at + n * 32];
-            if (delta) d[n] = delta[at + n * 32];
-        }
-    }
-    float ss = 0.f;
-#pragma unroll
-    for (int n = 0; n < NORM_WARP_VECS; ++n) {
-        if (n < per_lane) {
-            float4 a = vals[n];
-            if (delta) {
-                const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&d[n].x));
-                const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&d[n].y));
-                a.x += lo.x;
-                a.y += lo.y;
-                a.z += hi.x;
-                a.w += hi.y;
-            }
-            vals[n] = a;
-            x_out[at + n * 32] = a;
-            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-        }
-    }
-    if (!w) return;
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
-    const float scale = rsqrtf(ss / (hidden4 * 4) + eps);
-#pragma unroll
-    for (int n = 0; n < NORM_WARP_VECS; ++n) {
-        if (n < per_lane) {
-            const float4 a = vals[n];
-            const float4 wv = w[lane + n * 32];
-            __nv_bfloat162 lo = __floats2bfloat162_rn(a.x * scale * wv.x, a.y * scale * wv.y);
-            __nv_bfloat162 hi = __floats2bfloat162_rn(a.z * scale * wv.z, a.w * scale * wv.w);
-            uint2 raw;
-            raw.x = *reinterpret_cast<uint32_t*>(&lo);
-            raw.y = *reinterpret_cast<uint32_t*>(&hi);
-            h[at + n * 32] = raw;
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // silu_mul: gu (M, 2*I) bf16 = h @ W, its columns gate and up in alternating blocks of B
 // (B = I: all gate, then all up; B = 128: the interleaved weight of gemm_sm90.cu);

@@ -451,49 +451,35 @@ pub fn add_rms_norm(
     } else {
         0
     };
-    // The row in registers with 16-byte accesses where the width and addresses allow it:
-    // one warp per row (NORM_WARP_VECS float4 per lane at most) or one block per row
-    // (NORM_VECS float4 per thread); else the scalar kernel.
+    // The row in registers with 16-byte accesses where the width and addresses allow it
+    // (NORM_VECS float4 per thread in fused.cu), else the scalar kernel.
     const NORM_VECS: usize = 4;
-    const NORM_WARP_VECS: usize = 16;
-    const WARP_ROWS: usize = 8;
-    let aligned = ptrs.0 % 16 == 0 && ptrs.1 % 8 == 0 && ptrs.2 % 16 == 0;
     let threads_v4 = (hidden / 4).div_ceil(NORM_VECS).next_multiple_of(32);
-    let per_warp = aligned && hidden.is_multiple_of(128) && hidden / 128 <= NORM_WARP_VECS;
-    let vectored = hidden.is_multiple_of(4) && threads_v4 <= 1024 && aligned;
-    let (func, grid, threads, width) = if per_warp {
-        let threads = (32 * WARP_ROWS) as u32;
-        let grid = m.div_ceil(WARP_ROWS) as u32;
+    let vectored = hidden % 4 == 0
+        && threads_v4 <= 1024
+        && ptrs.0 % 16 == 0
+        && ptrs.1 % 8 == 0
+        && ptrs.2 % 16 == 0;
+    let (func, threads, width) = if vectored {
         (
-            function(&dev, "add_rms_norm_warp", 0)?,
-            grid,
-            threads,
+            function(&dev, "add_rms_norm_v4", 0)?,
+            threads_v4 as u32,
             hidden / 4,
         )
-    } else if vectored {
-        let func = function(&dev, "add_rms_norm_v4", 0)?;
-        (func, m as u32, threads_v4 as u32, hidden / 4)
     } else {
-        (
-            function(&dev, "add_rms_norm", 0)?,
-            m as u32,
-            THREADS,
-            hidden,
-        )
+        (function(&dev, "add_rms_norm", 0)?, THREADS, hidden)
     };
-    let (rows32, width32) = (m as i32, width as i32);
+    let hidden32 = width as i32;
     let mut b = stream.launch_builder(&func);
     b.arg(&ptrs.0)
         .arg(&ptrs.1)
         .arg(&ptrs.2)
         .arg(&x_out)
-        .arg(&h_ptr);
-    if per_warp {
-        b.arg(&rows32);
-    }
-    b.arg(&width32).arg(&eps);
+        .arg(&h_ptr)
+        .arg(&hidden32)
+        .arg(&eps);
     let cfg = LaunchConfig {
-        grid_dim: (grid, 1, 1),
+        grid_dim: (m as u32, 1, 1),
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
