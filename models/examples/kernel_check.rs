@@ -186,27 +186,6 @@ fn gpu_ms(dev: &Device, mut f: impl FnMut() -> Res<()>) -> Res<f64> {
     Ok(rounds[3])
 }
 
-/// Times a projection kernel (`fused`) against the launches it replaces (`unfused`) on a
-/// case of `flops`, prints both, and returns the case as a JSON line.
-fn time_fused<A, B>(
-    dev: &Device,
-    (case, flops): (String, f64),
-    mut fused: impl FnMut() -> Res<A>,
-    mut unfused: impl FnMut() -> Res<B>,
-) -> Res<String> {
-    let fused_ms = gpu_ms(dev, || fused().map(drop))?;
-    let unfused_ms = gpu_ms(dev, || unfused().map(drop))?;
-    let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
-    let (fused_tflops, unfused_tflops) = (tf(fused_ms), tf(unfused_ms));
-    println!(
-        "  {case}: one kernel {fused_ms:.4} ms ({fused_tflops:.0} TFLOP/s), \
-         unfused {unfused_ms:.4} ms ({unfused_tflops:.0} TFLOP/s)"
-    );
-    Ok(format!(
-        r#"{{"case":"{case}","fused_ms":{fused_ms},"unfused_ms":{unfused_ms},"fused_tflops":{fused_tflops},"unfused_tflops":{unfused_tflops}}}"#
-    ))
-}
-
 /// Segments over three prefixes of odd lengths, and one without a prefix.
 fn packed(name: &'static str, heads: Heads, picks: Vec<u32>) -> Case {
     Case {
@@ -416,13 +395,27 @@ fn main() -> Res<()> {
         }
         for m in [1024usize, 2048, 3683, 4096, 7300, 8192] {
             let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
-            let line = time_fused(
-                &dev,
-                (format!("gate_up_silu {m} rows"), (2 * m * 2 * i * k) as f64),
-                || Ok(kernels::gate_up_silu(&h, &w)?),
-                || unfused(&h),
-            )?;
-            timings.push(line);
+            let flops = (2 * m * 2 * i * k) as f64;
+            let fused_ms = gpu_ms(&dev, || {
+                drop(kernels::gate_up_silu(&h, &w)?);
+                Ok(())
+            })?;
+            let unfused_ms = gpu_ms(&dev, || {
+                drop(unfused(&h)?);
+                Ok(())
+            })?;
+            let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
+            println!(
+                "  gate/up + silu, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
+                 matmul + silu_mul {unfused_ms:.4} ms ({:.0} TFLOP/s)",
+                tf(fused_ms),
+                tf(unfused_ms)
+            );
+            timings.push(format!(
+                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"unfused_tflops":{}}}"#,
+                tf(fused_ms),
+                tf(unfused_ms)
+            ));
         }
     }
 
@@ -493,13 +486,27 @@ fn main() -> Res<()> {
         }
         for m in [2048usize, 3683, 4096, 7300, 8192] {
             let (h, pos) = inputs(m)?;
-            let line = time_fused(
-                &dev,
-                (format!("qkv_rope_fused {m} rows"), (2 * m * n * k) as f64),
-                || Ok(fused(&h, &pos)?),
-                || unfused(&h, &pos),
-            )?;
-            timings.push(line);
+            let flops = (2 * m * n * k) as f64;
+            let fused_ms = gpu_ms(&dev, || {
+                drop(fused(&h, &pos)?);
+                Ok(())
+            })?;
+            let unfused_ms = gpu_ms(&dev, || {
+                drop(unfused(&h, &pos)?);
+                Ok(())
+            })?;
+            let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
+            println!(
+                "  qkv + rope, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
+                 matmul + qkv_rope {unfused_ms:.4} ms ({:.0} TFLOP/s)",
+                tf(fused_ms),
+                tf(unfused_ms)
+            );
+            timings.push(format!(
+                r#"{{"case":"qkv_rope_fused {m} rows","fused_ms":{fused_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"unfused_tflops":{}}}"#,
+                tf(fused_ms),
+                tf(unfused_ms)
+            ));
         }
     }
 

@@ -347,7 +347,9 @@ pub fn qkv_rope(
         );
     }
     let stream = dev.cuda_stream();
-    let out = QkvOut::alloc(&dev, m, heads)?;
+    let q_out = unsafe { dev.alloc::<bf16>(m * h * d)? };
+    let k_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
+    let v_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
     let inputs = (
         address(qkv, DType::BF16)?,
         bias.map(|b| address(b, DType::F32))
@@ -380,45 +382,18 @@ pub fn qkv_rope(
         .arg(&inputs.2)
         .arg(&inputs.3)
         .arg(&inputs.4);
-    b.arg(&out.q).arg(&out.k).arg(&out.v);
+    b.arg(&q_out).arg(&k_out).arg(&v_out);
     b.arg(&dims.0)
         .arg(&dims.1)
         .arg(&dims.2)
         .arg(&dims.3)
         .arg(&dims.4);
     unsafe { b.launch(cfg) }.w()?;
-    Ok(out.tensors(&dev, m, heads))
-}
-
-/// The buffers a QKV split writes (`qkv_rope`, [`qkv_rope_fused`]): queries `(m, q, dim)`,
-/// keys and values `(1, kv, m, dim)`, bf16.
-struct QkvOut {
-    q: CudaSlice<bf16>,
-    k: CudaSlice<bf16>,
-    v: CudaSlice<bf16>,
-}
-
-impl QkvOut {
-    fn alloc(dev: &CudaDevice, m: usize, heads: Heads) -> Result<Self> {
-        let Heads { q, kv, dim } = heads;
-        // Safety: every element is written by the launch that follows.
-        unsafe {
-            Ok(Self {
-                q: dev.alloc::<bf16>(m * q * dim)?,
-                k: dev.alloc::<bf16>(m * kv * dim)?,
-                v: dev.alloc::<bf16>(m * kv * dim)?,
-            })
-        }
-    }
-
-    fn tensors(self, dev: &CudaDevice, m: usize, heads: Heads) -> (Tensor, Tensor, Tensor) {
-        let Heads { q, kv, dim } = heads;
-        (
-            tensor(self.q, dev, (m, q, dim)),
-            tensor(self.k, dev, (1, kv, m, dim)),
-            tensor(self.v, dev, (1, kv, m, dim)),
-        )
-    }
+    Ok((
+        tensor(q_out, &dev, (m, h, d)),
+        tensor(k_out, &dev, (1, kv, m, d)),
+        tensor(v_out, &dev, (1, kv, m, d)),
+    ))
 }
 
 /// `x + delta` for the f32 residual stream `x` `(M, hidden)` and a block's bf16 output

@@ -11,9 +11,7 @@ use candle_core::{bail, DType, Device, Result, Tensor};
 use half::bf16;
 
 use super::tensor_maps::GemmMaps;
-use super::{
-    address, cuda_device, is_sm90, module_function, multiprocessors, tensor, Heads, QkvOut,
-};
+use super::{address, cuda_device, is_sm90, module_function, multiprocessors, tensor, Heads};
 
 /// PTX of the Hopper projection kernels; empty unless built for sm_90 (models/build.rs).
 const GEMM_SM90_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gemm_sm90.ptx"));
@@ -139,7 +137,9 @@ pub fn qkv_rope_fused(
         bail!("qkv_rope_fused: does not run here for {heads:?} and {m} rows");
     }
     let (func, maps, cfg) = prepare(QKV_KERNEL, h, w)?;
-    let out = QkvOut::alloc(&dev, m, heads)?;
+    let q_out = unsafe { dev.alloc::<bf16>(m * nh * d)? };
+    let k_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
+    let v_out = unsafe { dev.alloc::<bf16>(m * kv * d)? };
     let ptrs = (
         bias.map(|b| address(b, DType::F32))
             .transpose()?
@@ -153,8 +153,12 @@ pub fn qkv_rope_fused(
     let mut b = stream.launch_builder(&func);
     b.arg(&maps);
     b.arg(&ptrs.0).arg(&ptrs.1).arg(&ptrs.2).arg(&ptrs.3);
-    b.arg(&out.q).arg(&out.k).arg(&out.v);
+    b.arg(&q_out).arg(&k_out).arg(&v_out);
     b.arg(&dims.0).arg(&dims.1).arg(&dims.2).arg(&dims.3);
     unsafe { b.launch(cfg) }.w()?;
-    Ok(out.tensors(&dev, m, heads))
+    Ok((
+        tensor(q_out, &dev, (m, nh, d)),
+        tensor(k_out, &dev, (1, kv, m, d)),
+        tensor(v_out, &dev, (1, kv, m, d)),
+    ))
 }
