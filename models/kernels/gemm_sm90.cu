@@ -1,36 +1,31 @@
-// decide's projections for Hopper (sm_90a) with their elementwise step in the epilogue, each
-// one kernel instead of a cuBLAS matmul writing its product and a second kernel reading it
-// back:
-//   - gate_up_silu_sm90: out (M, I) = silu(h Wgate) * (h Wup), the SwiGLU gate;
-//   - qkv_rope_sm90: q, k, v = h [Wq | Wk | Wv] + bias, q and k rotated (qkv_rope in
-//     fused.cu: the same arguments after the matmul, the same results).
+// decide's gate/up projection for Hopper (sm_90a) with the SwiGLU gate in its epilogue:
+// out (M, I) = silu(h Wgate) * (h Wup), one kernel instead of a cuBLAS matmul writing the
+// (M, 2I) gate/up product and silu_mul reading it back.
 //
-// Why: on a long prefill of q15 silu_mul alone was ~14 ms of a 28k read (0.147 ms per 8k-row
-// chunk and layer, ~3 TB/s: it moves 440 MB), and the matmul wrote 290 MB that only silu_mul
-// read; qkv_rope was another ~4 ms. Here a tile's products go from the accumulators
-// straight to their final form.
+// Why: on a long prefill of q15 silu_mul alone is ~14 ms of a 28k read (0.147 ms per 8k-row
+// chunk and layer, ~3 TB/s: it moves 440 MB), and the matmul writes 290 MB that only
+// silu_mul reads. Here each tile's gate and up columns come out of the same block's
+// accumulators, and only the gated product is written (half the bytes).
 //
-// Both read the weight stored (N, K), K contiguous, in tiles of 256 rows. For gate/up its
-// rows are interleaved in blocks of 128: rows [256 t, 256 t + 128) are gate rows 128 t.. and
-// the next 128 the matching up rows (`gate_up_interleaved` in models/src/forward/fused.rs),
-// so a 128 x 256 tile's columns c and c + 128 are one output's gate and up, held by the same
-// thread (the wgmma accumulator layout repeats every 8 columns), and the epilogue needs no
-// exchange. For QKV a tile is two heads of 128, and a rotary pair (i, i + 64) is columns 64
-// apart: again one thread's.
+// The weight is stored (2I, K), K contiguous, its rows interleaved in blocks of 128: rows
+// [256 t, 256 t + 128) are gate rows 128 t.. and the next 128 the matching up rows
+// (`gate_up_interleaved` in models/src/forward/fused.rs). A block computes 128 rows of h
+// against one such 256-row block: a 128 x 256 tile whose columns c and c + 128 are one
+// output's gate and up, held by the same thread (the wgmma accumulator layout repeats every
+// 8 columns), so the epilogue needs no exchange.
 //
-// Schedule (CUTLASS's persistent warp-specialized "cooperative" kernel), in gemm_tiles: one
-// block per multiprocessor, looping over 128 x 256 tiles, of three warpgroups. The producer
-// (one thread) loads 64-column slices of h and of the weight tile with TMA into a ring of
+// Schedule (CUTLASS's persistent warp-specialized "cooperative" kernel): one block per
+// multiprocessor, looping over tiles, of three warpgroups. The producer
+// (one thread) loads 64-column slices of h and of the weight block with TMA into a ring of
 // STAGES slots (mbarriers: full when a slot's bytes have landed, empty once both consumers'
-// multiplies have read it), running on into the next tile while the consumers finish this
-// one's epilogue; the two consumers each multiply 64 of the 128 rows (wgmma m64n256k16,
-// both operands from shared memory in the 128-byte swizzle) and keep one slot's multiplies
-// in flight while waiting for the next. Tiles are taken along M first, so the blocks share
-// a few weight tiles at a time and all of h stays in L2.
+// multiplies have read it); the two consumers each multiply 64 of the 128 rows
+// (wgmma m64n256k16, both operands from shared memory in the 128-byte swizzle) and keep one
+// slot's multiplies in flight while waiting for the next. Tiles are taken along M first, so
+// the blocks share a few weight blocks at a time and all of h stays in L2.
 //
-// Rounding follows the unfused path: every product is rounded to bf16 (what the matmul
-// wrote) before its elementwise step in f32, rounded once more (the SwiGLU division is the
-// fast one, __fdividef, ~1 f32 ulp from silu_mul's).
+// Rounding follows the unfused path: gate and up are rounded to bf16 (what the matmul wrote)
+// before silu(gate) * up in f32, rounded once more (the division is the fast one,
+// __fdividef, ~1 f32 ulp from silu_mul's).
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -39,13 +34,13 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define GEMM_BM 128     // rows of h per tile
-#define GEMM_BN 256     // weight rows per tile
-#define GEMM_BK 64      // columns of K per slot (128 bytes: one swizzle row)
-#define GEMM_STAGES 4
-#define GEMM_THREADS 384
-#define GEMM_A_BYTES (GEMM_BM * GEMM_BK * 2)
-#define GEMM_B_BYTES (GEMM_BN * GEMM_BK * 2)
+#define GU_BM 128      // rows of h per block
+#define GU_BN 256      // weight rows per block: 128 gate + 128 up
+#define GU_BK 64       // columns of K per slot (128 bytes: one swizzle row)
+#define GU_STAGES 4
+#define GU_THREADS 384
+#define GU_A_BYTES (GU_BM * GU_BK * 2)
+#define GU_B_BYTES (GU_BN * GU_BK * 2)
 
 // The accumulator of a 64x256 wgmma with f32 results: 128 registers per thread.
 #define WGMMA_D128_TEXT \
@@ -89,56 +84,55 @@ __device__ __forceinline__ void wgmma_n256_ss(float (&d)[128], uint64_t a, uint6
         : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// The two tensor maps of a launch (`GemmMaps` in models/src/kernels/tensor_maps.rs): h
-// (K, M) in boxes of 64 x 128, the weight (K, N) in boxes of 64 x 256, 128-byte swizzle.
-struct __align__(64) GemmMaps {
+// The two tensor maps of a launch (`GateUpMaps` in models/src/kernels/tensor_maps.rs): h
+// (K, M) in boxes of 64 x 128, the weight (K, 2I) in boxes of 64 x 256, 128-byte swizzle.
+struct __align__(64) GateUpMaps {
     TensorMap h, w;
 };
 
-// A product as the unfused path's matmul wrote it: rounded to bf16.
-__device__ __forceinline__ float as_bf16(float x) {
-    return __bfloat162float(__float2bfloat16(x));
+__device__ __forceinline__ float silu_times(float g, float u) {
+    g = __bfloat162float(__float2bfloat16(g));
+    u = __bfloat162float(__float2bfloat16(u));
+    return __fdividef(g, 1.f + __expf(-g)) * u;
 }
 
-// h W^T over every 128 x 256 tile, tile by tile, handing each consumer's 64 x 256 part of
-// it to `epilogue(acc, m0, n_tile, row)` (row: this thread's first row, then row + 8; see
-// the accumulator layout above gate_up_silu_sm90). N is the weight's row count, a multiple
-// of 256; K a multiple of 64.
-template <class Epilogue>
-__device__ __forceinline__ void gemm_tiles(const GemmMaps& maps, int M, int N, int K,
-                                           Epilogue&& epilogue) {
+extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
+    gate_up_silu_sm90(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out, int M,
+                      int I, int K) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t raw_addr = smem_u32(smem_raw);
     const uint32_t base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023);
-    const uint32_t a_base = base, b_base = base + GEMM_STAGES * GEMM_A_BYTES;
-    __shared__ __align__(8) uint64_t bars[2 * GEMM_STAGES];
+    const uint32_t a_base = base, b_base = base + GU_STAGES * GU_A_BYTES;
+    __shared__ __align__(8) uint64_t bars[2 * GU_STAGES];
     uint64_t* const full = bars;
-    uint64_t* const empty = bars + GEMM_STAGES;
+    uint64_t* const empty = bars + GU_STAGES;
 
     const int tid = threadIdx.x, role = tid >> 7, warp = tid >> 5, lane = tid & 31;
-    const int k_blocks = K / GEMM_BK;
-    const int m_tiles = (M + GEMM_BM - 1) / GEMM_BM;
-    const int tiles = m_tiles * (N / GEMM_BN);
-    if (tid < GEMM_STAGES) {
+    const int k_blocks = K / GU_BK;
+    const int m_tiles = (M + GU_BM - 1) / GU_BM;
+    const int tiles = m_tiles * (I / (GU_BN / 2));
+    if (tid < GU_STAGES) {
         mbar_init(&full[tid], 1);
         mbar_init(&empty[tid], 8);  // the consumers' eight warps
     }
     __syncthreads();
 
-    // Block b computes tiles b, b + gridDim.x, ..., and slot uses count on across them.
+    // Persistent: block b computes tiles b, b + gridDim.x, ... (M fastest), and slot uses
+    // count on across them, so the producer fills the next tile's first slots while the
+    // consumers finish this one's epilogue.
     if (role == 0) {
         // The producer: one thread issues every copy.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid != 0) return;
         int step = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const int m0 = (t % m_tiles) * GEMM_BM, w0 = (t / m_tiles) * GEMM_BN;
+            const int m0 = (t % m_tiles) * GU_BM, w0 = (t / m_tiles) * GU_BN;
             for (int kb = 0; kb < k_blocks; ++kb, ++step) {
-                const int slot = step % GEMM_STAGES, use = step / GEMM_STAGES;
+                const int slot = step % GU_STAGES, use = step / GU_STAGES;
                 if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
-                mbar_arrive_expect_tx(&full[slot], GEMM_A_BYTES + GEMM_B_BYTES);
-                tma_load_2d(a_base + slot * GEMM_A_BYTES, &maps.h, kb * GEMM_BK, m0, &full[slot]);
-                tma_load_2d(b_base + slot * GEMM_B_BYTES, &maps.w, kb * GEMM_BK, w0, &full[slot]);
+                mbar_arrive_expect_tx(&full[slot], GU_A_BYTES + GU_B_BYTES);
+                tma_load_2d(a_base + slot * GU_A_BYTES, &maps.h, kb * GU_BK, m0, &full[slot]);
+                tma_load_2d(b_base + slot * GU_B_BYTES, &maps.w, kb * GU_BK, w0, &full[slot]);
             }
         }
         return;
@@ -147,18 +141,19 @@ __device__ __forceinline__ void gemm_tiles(const GemmMaps& maps, int M, int N, i
     // A consumer: rows c * 64.. of each tile, all 256 weight rows.
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int c = role - 1;
+    const int g = lane >> 2, tq = lane & 3;
     float acc[128];
     int step = 0;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int m0 = (t % m_tiles) * GEMM_BM, n_tile = t / m_tiles;
+        const int m0 = (t % m_tiles) * GU_BM, nb = t / m_tiles;
         for (int kb = 0; kb < k_blocks; ++kb, ++step) {
-            const int slot = step % GEMM_STAGES;
-            mbar_wait(&full[slot], (step / GEMM_STAGES) & 1);
-            const uint32_t a = a_base + slot * GEMM_A_BYTES + c * 64 * 128;
-            const uint32_t b = b_base + slot * GEMM_B_BYTES;
+            const int slot = step % GU_STAGES;
+            mbar_wait(&full[slot], (step / GU_STAGES) & 1);
+            const uint32_t a = a_base + slot * GU_A_BYTES + c * 64 * 128;
+            const uint32_t b = b_base + slot * GU_B_BYTES;
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < GEMM_BK / 16; ++kk) {
+            for (int kk = 0; kk < GU_BK / 16; ++kk) {
                 wgmma_n256_ss(acc, descriptor(a + kk * 32, 16, 1024),
                               descriptor(b + kk * 32, 16, 1024), kb > 0 || kk > 0);
             }
@@ -166,102 +161,28 @@ __device__ __forceinline__ void gemm_tiles(const GemmMaps& maps, int M, int N, i
             // The previous slot's multiplies have finished: release it.
             wgmma_wait<1>();
             fence_registers(acc);
-            if (kb > 0 && lane == 0) mbar_arrive(&empty[(step - 1) % GEMM_STAGES]);
+            if (kb > 0 && lane == 0) mbar_arrive(&empty[(step - 1) % GU_STAGES]);
         }
         wgmma_wait<0>();
         fence_registers(acc);
-        if (lane == 0) mbar_arrive(&empty[(step - 1) % GEMM_STAGES]);
-        epilogue(acc, m0, n_tile, m0 + c * 64 + (warp & 3) * 16 + (lane >> 2));
-    }
-}
+        if (lane == 0) mbar_arrive(&empty[(step - 1) % GU_STAGES]);
 
-// The accumulator layout (per warp of a consumer, 16 of its 64 rows): thread `lane` holds
-// rows row and row + 8 (row = lane / 4 within the warp's 16), columns 2 tq and 2 tq + 1 of
-// each 8-column group j (tq = lane % 4), in acc[4 j + 2 half + e] (half 0: row, 1: row + 8;
-// e: the column's parity).
-
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
-    gate_up_silu_sm90(const __grid_constant__ GemmMaps maps, bf16* __restrict__ out, int M,
-                      int I, int K) {
-    const int tq = threadIdx.x & 3;
-    gemm_tiles(maps, M, 2 * I, K, [&](const float (&acc)[128], int, int n_tile, int row) {
-        // Groups 0..15 are gate columns, 16..31 the matching up.
-        const long col0 = (long)n_tile * (GEMM_BN / 2) + 2 * tq;
+        // Epilogue: rows g and g + 8 of this warp's 16, columns 2 tq, 2 tq + 1 of each
+        // 8-column tile; tiles 0..15 are gate, 16..31 the matching up.
+        const int r0 = m0 + c * 64 + (warp & 3) * 16 + g;
+        const long col0 = (long)nb * (GU_BN / 2) + 2 * tq;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int r = row + 8 * half;
+            const int r = r0 + 8 * half;
             if (r >= M) continue;
-            bf16* dst = out + (long)r * I + col0;
+            bf16* row = out + (long)r * I + col0;
 #pragma unroll
             for (int j = 0; j < 16; ++j) {
-                float y[2];
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float g = as_bf16(acc[4 * j + 2 * half + e]);
-                    const float u = as_bf16(acc[4 * (j + 16) + 2 * half + e]);
-                    y[e] = __fdividef(g, 1.f + __expf(-g)) * u;
-                }
-                *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = __floats2bfloat162_rn(y[0], y[1]);
+                const float* gv = &acc[4 * j + 2 * half];
+                const float* uv = &acc[4 * (j + 16) + 2 * half];
+                *reinterpret_cast<__nv_bfloat162*>(row + 8 * j) =
+                    __floats2bfloat162_rn(silu_times(gv[0], uv[0]), silu_times(gv[1], uv[1]));
             }
         }
-    });
-}
-
-// qkv_rope_sm90: h (M, K) times the weight (N = (H + 2 KV) * 128, K) = [Wq | Wk | Wv]
-// transposed, then qkv_rope's bias (f32, nullable) and rotation (pairs (i, i + 64), as for
-// qwen2; cos/sin tables (positions, 64) f32), into q (M, H, 128), k and v (KV, M, 128) bf16.
-// H * 128 and KV * 128 are multiples of 256 (a tile is two heads of one kind).
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
-    qkv_rope_sm90(const __grid_constant__ GemmMaps maps, const float* __restrict__ bias,
-                  const float* __restrict__ cos_table, const float* __restrict__ sin_table,
-                  const uint32_t* __restrict__ positions, bf16* __restrict__ q,
-                  bf16* __restrict__ k, bf16* __restrict__ v, int M, int H, int KV, int K) {
-    constexpr int D = 128, HALF = 64;
-    const int tq = threadIdx.x & 3;
-    gemm_tiles(maps, M, (H + 2 * KV) * D, K,
-               [&](const float (&acc)[128], int, int n_tile, int row) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int r = row + 8 * half;
-            if (r >= M) continue;
-            const long pos = (long)positions[r] * HALF;
-#pragma unroll
-            for (int head = 0; head < 2; ++head) {
-                const int slot = 2 * n_tile + head;
-                const bool rotate = slot < H + KV;
-                bf16* dst = slot < H        ? q + ((long)r * H + slot) * D
-                            : slot < H + KV ? k + ((long)(slot - H) * M + r) * D
-                                            : v + ((long)(slot - H - KV) * M + r) * D;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const int p = 8 * j + 2 * tq;  // this thread's pairs p and p + 1
-                    float x0[2], x1[2];
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        x0[e] = as_bf16(acc[4 * (16 * head + j) + 2 * half + e]);
-                        x1[e] = as_bf16(acc[4 * (16 * head + j + 8) + 2 * half + e]);
-                        if (bias) {
-                            x0[e] += bias[slot * D + p + e];
-                            x1[e] += bias[slot * D + p + e + HALF];
-                        }
-                    }
-                    if (rotate) {
-                        const float2 c = *reinterpret_cast<const float2*>(cos_table + pos + p);
-                        const float2 s = *reinterpret_cast<const float2*>(sin_table + pos + p);
-                        const float cs[2] = {c.x, c.y}, sn[2] = {s.x, s.y};
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const float y0 = x0[e] * cs[e] - x1[e] * sn[e];
-                            const float y1 = x0[e] * sn[e] + x1[e] * cs[e];
-                            x0[e] = y0;
-                            x1[e] = y1;
-                        }
-                    }
-                    *reinterpret_cast<__nv_bfloat162*>(dst + p) = __floats2bfloat162_rn(x0[0], x0[1]);
-                    *reinterpret_cast<__nv_bfloat162*>(dst + p + HALF) =
-                        __floats2bfloat162_rn(x1[0], x1[1]);
-                }
-            }
-        }
-    });
+    }
 }

@@ -529,13 +529,8 @@ impl Transformer {
             };
             #[cfg(feature = "cuda")]
             if use_fused {
-                let heads = crate::kernels::Heads {
-                    q: n_head,
-                    kv: n_kv_head,
-                    dim: head_dim,
-                };
-                let interleaved = rope == RopeStyle::Interleaved;
-                fused_layers.push(fused::FusedLayer::new(layer, heads, interleaved)?);
+                let widths = (n_head * head_dim, n_kv_head * head_dim);
+                fused_layers.push(fused::FusedLayer::new(layer, widths)?);
                 continue;
             }
             layers.push(layer);
@@ -548,8 +543,8 @@ impl Transformer {
         if use_fused {
             crate::kernels::load_attention(device, head_dim)
                 .map_err(|e| g.err(format!("cannot load the attention kernels: {e}")))?;
-            crate::kernels::load_projections(device)
-                .map_err(|e| g.err(format!("cannot load the projection kernels: {e}")))?;
+            crate::kernels::load_gate_up(device)
+                .map_err(|e| g.err(format!("cannot load the gate/up kernel: {e}")))?;
         }
         #[cfg(feature = "cuda")]
         let tuned = match (device, fused_layers.first()) {

@@ -207,14 +207,9 @@ pub fn load_attention(device: &Device, dim: usize) -> Result<()> {
 /// Multiprocessors of an H200 (the GPU the block counts were measured on).
 const MULTIPROCESSORS: usize = 132;
 
-mod projections;
 mod tensor_maps;
-pub use projections::{
-    gate_up_silu, gate_up_silu_runs_on, load_projections, qkv_rope_fused, qkv_rope_fused_runs_on,
-    GATE_UP_BLOCK,
-};
 pub use tensor_maps::set_tensor_maps;
-use tensor_maps::KeyMaps;
+use tensor_maps::{GateUpMaps, KeyMaps};
 
 /// The CUDA device of a tensor.
 pub(crate) fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
@@ -564,7 +559,7 @@ pub fn silu_mul(gu: &Tensor, block: usize) -> Result<Tensor> {
     let dev = cuda_device(gu)?;
     let (m, width) = gu.dims2()?;
     let i = width / 2;
-    if width % 4 != 0 || block == 0 || !block.is_multiple_of(2) || i % block != 0 {
+    if width % 4 != 0 || block == 0 || block % 2 != 0 || i % block != 0 {
         bail!("silu_mul: {width} columns do not alternate in blocks of {block}");
     }
     let stream = dev.cuda_stream();
@@ -572,7 +567,7 @@ pub fn silu_mul(gu: &Tensor, block: usize) -> Result<Tensor> {
     let input = address(gu, DType::BF16)?;
     // Eight outputs per thread with 16-byte accesses where the widths and address allow it
     // (every model here), else pairs.
-    let (func, cfg) = if i % 8 == 0 && block.is_multiple_of(8) && input % 16 == 0 {
+    let (func, cfg) = if i % 8 == 0 && block % 8 == 0 && input % 16 == 0 {
         (function(&dev, "silu_mul_bf16x8", 0)?, per_row(i / 8, m))
     } else {
         (function(&dev, "silu_mul_bf16", 0)?, elementwise(m * i / 2))
@@ -580,6 +575,70 @@ pub fn silu_mul(gu: &Tensor, block: usize) -> Result<Tensor> {
     let (m32, i32_, b32) = (m as i32, i as i32, block as i32);
     let mut b = stream.launch_builder(&func);
     b.arg(&input).arg(&out).arg(&m32).arg(&i32_).arg(&b32);
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(tensor(out, &dev, (m, i)))
+}
+
+/// PTX of the Hopper gate/up kernel; empty unless built for sm_90 (models/build.rs).
+const GEMM_SM90_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gemm_sm90.ptx"));
+const GEMM_SM90_MODULE: &str = "decide_gemm_sm90";
+const GATE_UP_KERNEL: (&str, &str, &str) = ("gate_up_silu_sm90", GEMM_SM90_MODULE, GEMM_SM90_PTX);
+
+/// The interleave of the weight [`gate_up_silu`] reads: gate and up rows alternate in blocks
+/// of this many (`GU_BN / 2` in gemm_sm90.cu).
+pub const GATE_UP_BLOCK: usize = 128;
+
+/// Shared memory of one block of the gate/up kernel: `GU_STAGES` slots of a 128 x 64 slice of
+/// `h` and a 256 x 64 slice of the weight, and 1 KiB to start on a 1024-byte boundary.
+const GATE_UP_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 1024;
+
+/// Whether [`gate_up_silu`] runs on `device` for a hidden width `k` and FFN width `i`: built
+/// for and running on Hopper, `k` a multiple of the kernel's 64-column slices and `i` of its
+/// [`GATE_UP_BLOCK`].
+pub fn gate_up_silu_runs_on(device: &Device, k: usize, i: usize) -> bool {
+    let Device::Cuda(dev) = device else {
+        return false;
+    };
+    !GEMM_SM90_PTX.is_empty() && is_sm90(dev) && k % 64 == 0 && k > 0 && i % GATE_UP_BLOCK == 0
+}
+
+/// Loads the gate/up kernel where it runs (see [`load_attention`]).
+pub fn load_gate_up(device: &Device) -> Result<()> {
+    match device {
+        Device::Cuda(dev) if !GEMM_SM90_PTX.is_empty() && is_sm90(dev) => {
+            module_function(dev, GATE_UP_KERNEL, GATE_UP_SMEM).map(drop)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `silu(h Wgate) * (h Wup)` `(M, I)` bf16 in one kernel (gemm_sm90.cu), for `h` `(M, K)`
+/// bf16 and the weight `w` `(2 I, K)` bf16 with gate and up rows interleaved in blocks of
+/// [`GATE_UP_BLOCK`] (what `silu_mul(h @ w.t(), GATE_UP_BLOCK)` computes, but the product is
+/// never written). Only where [`gate_up_silu_runs_on`].
+pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let dev = cuda_device(h)?;
+    let (m, k) = h.dims2()?;
+    let (n, wk) = w.dims2()?;
+    let i = n / 2;
+    if wk != k || n % 2 != 0 || !gate_up_silu_runs_on(h.device(), k, i) || m == 0 {
+        bail!("gate_up_silu: ({m}, {k}) times a ({n}, {wk}) weight does not run here");
+    }
+    let maps = GateUpMaps::new(address(h, DType::BF16)?, m, address(w, DType::BF16)?, n, k)
+        .ok_or_else(|| candle_core::Error::Msg("gate_up_silu: TMA refused an operand".into()))?;
+    let func = module_function(&dev, GATE_UP_KERNEL, GATE_UP_SMEM)?;
+    let stream = dev.cuda_stream();
+    let out = unsafe { dev.alloc::<bf16>(m * i)? };
+    let (m32, i32_, k32) = (m as i32, i as i32, k as i32);
+    let mut b = stream.launch_builder(&func);
+    b.arg(&maps).arg(&out).arg(&m32).arg(&i32_).arg(&k32);
+    // Persistent: one block per multiprocessor, each looping over tiles.
+    let tiles = m.div_ceil(128) * (i / GATE_UP_BLOCK);
+    let cfg = LaunchConfig {
+        grid_dim: (tiles.min(multiprocessors(&dev)) as u32, 1, 1),
+        block_dim: (384, 1, 1),
+        shared_mem_bytes: GATE_UP_SMEM as u32,
+    };
     unsafe { b.launch(cfg) }.w()?;
     Ok(tensor(out, &dev, (m, i)))
 }

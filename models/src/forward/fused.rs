@@ -6,12 +6,11 @@
 //! head), so a short read was bound by launch overhead and a long one by the f32 scores.
 //! Here a layer is 9 launches: residual add + RMSNorm, one QKV matmul, `qkv_rope`,
 //! `attention`, the output matmul, residual add + RMSNorm, one gate/up matmul, `silu_mul`,
-//! the down matmul. On Hopper, long passes run the QKV matmul with `qkv_rope`, and the
-//! gate/up matmul with `silu_mul`, as one kernel each ([`FUSED_QKV_MIN_ROWS`],
-//! [`FUSED_GATE_UP_MIN_ROWS`]): 7 launches. The residual stream stays f32 as on the
-//! candle-op path, so rounding does not pile up over the layers (a bf16 stream, as in
-//! Hugging Face's bf16 models, made packed and lone reads of one prompt differ ~300x more on
-//! q15), and keys are read where they lie (cached prefixes are never copied into a pass).
+//! the down matmul (8 on Hopper for passes of [`FUSED_GATE_UP_MIN_ROWS`] rows or more,
+//! where one kernel computes the gate/up projection and its SwiGLU gate together). The residual stream stays f32 as on the candle-op path, so rounding does
+//! not pile up over the layers (a bf16 stream, as in Hugging Face's bf16 models, made packed
+//! and lone reads of one prompt differ ~300x more on q15), and keys are read where they lie
+//! (cached prefixes are never copied into a pass).
 //!
 //! Results differ from the candle-op path by bf16 rounding only (queries, keys, values and
 //! attention weights are bf16 here, f32 there); `forward_bench ... compare` on the GPU
@@ -28,10 +27,8 @@ use crate::kernels::{self, AttentionBlock, Heads, KeySources};
 pub(super) struct FusedLayer {
     /// f32, like `ffn_norm`.
     attn_norm: Tensor,
-    /// `((n_head + 2 n_kv_head) head_dim, hidden)`: `[Wq | Wk | Wv]` transposed.
+    /// `(hidden, (n_head + 2 n_kv_head) head_dim)`: `[Wq | Wk | Wv]` transposed.
     wqkv: Tensor,
-    /// Whether passes of [`FUSED_QKV_MIN_ROWS`] or more run [`kernels::qkv_rope_fused`].
-    fused_qkv: bool,
     /// The concatenated q/k/v biases (f32), when the model has any.
     bqkv: Option<Tensor>,
     wo: Tensor,
@@ -58,8 +55,7 @@ impl FusedLayer {
     }
 
     /// Concatenates a block's dense bf16 weights (the separate ones are dropped with `layer`).
-    /// `interleaved`: the model rotates pairs (2i, 2i + 1) ([`RopeStyle::Interleaved`]).
-    pub(super) fn new(layer: Layer, heads: Heads, interleaved: bool) -> Result<Self> {
+    pub(super) fn new(layer: Layer, widths: (usize, usize)) -> Result<Self> {
         let dense = |l: &Linear| -> Result<Tensor> {
             match l {
                 Linear::Dense(w) if w.dtype() == DType::BF16 => Ok(w.clone()),
@@ -68,9 +64,8 @@ impl FusedLayer {
                 )),
             }
         };
-        let (q_width, kv_width) = (heads.q * heads.dim, heads.kv * heads.dim);
+        let (q_width, kv_width) = widths;
         let (gate, up) = (dense(&layer.gate)?, dense(&layer.up)?);
-        let device = layer.attn_norm.device();
         let (hidden, ffn) = gate.dims2()?;
         let gate_up_block = if ffn % kernels::GATE_UP_BLOCK == 0 {
             kernels::GATE_UP_BLOCK
@@ -99,39 +94,21 @@ impl FusedLayer {
         Ok(Self {
             attn_norm: layer.attn_norm.to_dtype(DType::F32)?,
             wqkv: Tensor::cat(
-                &[
-                    dense(&layer.wq)?.t()?,
-                    dense(&layer.wk)?.t()?,
-                    dense(&layer.wv)?.t()?,
-                ],
-                0,
+                &[dense(&layer.wq)?, dense(&layer.wk)?, dense(&layer.wv)?],
+                1,
             )?,
-            fused_qkv: kernels::qkv_rope_fused_runs_on(device, hidden, heads, interleaved)
-                && switched_on("DECIDE_FUSED_QKV"),
             bqkv,
             wo: dense(&layer.wo)?,
             ffn_norm: layer.ffn_norm.to_dtype(DType::F32)?,
             wgu: gate_up_interleaved(&gate, &up, gate_up_block)?,
             gate_up_block,
             fused_gate_up: gate_up_block == kernels::GATE_UP_BLOCK
-                && kernels::gate_up_silu_runs_on(device, hidden, ffn)
-                && switched_on("DECIDE_FUSED_GATE_UP"),
+                && kernels::gate_up_silu_runs_on(layer.attn_norm.device(), hidden, ffn)
+                && std::env::var("DECIDE_FUSED_GATE_UP").map_or(true, |v| v != "0"),
             down: dense(&layer.down)?,
         })
     }
 }
-
-/// Whether the kernel switch `var` is on: anything but `0`, or unset.
-fn switched_on(var: &str) -> bool {
-    std::env::var(var).map_or(true, |v| v != "0")
-}
-
-/// Rows from which a pass's QKV projection, bias and rotary embedding run as one kernel
-/// ([`kernels::qkv_rope_fused`], Hopper), where the layer allows it (`DECIDE_FUSED_QKV=0`
-/// turns it off). Higher than for gate/up: q15's QKV weight is 8 tiles of 256 rows, so
-/// below 4,096 rows (256 tiles) the kernel leaves many of the H200's 132 multiprocessors
-/// without a second tile.
-pub(super) const FUSED_QKV_MIN_ROWS: usize = 4096;
 
 /// Rows from which a pass's gate/up projection and SwiGLU gate run as one kernel
 /// ([`kernels::gate_up_silu`], Hopper), where the layer allows it (`DECIDE_FUSED_GATE_UP=0`
@@ -306,6 +283,7 @@ impl Transformer {
             kv: self.dims.n_kv_head,
             dim: self.dims.head_dim,
         };
+        let interleaved = self.rope == RopeStyle::Interleaved;
         let mut x = self.embed.embedding(&inputs.ids)?;
         // The last block's output, not yet added to the stream.
         let mut delta: Option<Tensor> = None;
@@ -316,7 +294,15 @@ impl Transformer {
         };
         for (i, l) in layers.iter().enumerate() {
             let (x1, h) = norm(&x, delta.as_ref(), &l.attn_norm)?;
-            let (q, k, v) = self.qkv(l, &h, &inputs.positions, heads)?;
+            let qkv = self.project(Projection::Qkv, &h, &l.wqkv)?;
+            let (q, k, v) = kernels::qkv_rope(
+                &qkv,
+                l.bqkv.as_ref(),
+                (&self.cos, &self.sin),
+                &inputs.positions,
+                heads,
+                interleaved,
+            )?;
             if keep_kv {
                 kv.push((k.clone(), v.clone()));
             }
@@ -366,35 +352,6 @@ impl Transformer {
             None if projection.weight_nk() => Ok(x.matmul(&w.t()?)?),
             None => Ok(x.matmul(w)?),
         }
-    }
-
-    /// Queries, keys and values of `h` at `positions`, rotated: in one kernel on long passes
-    /// where the layer allows it, else the QKV matmul and `qkv_rope`.
-    fn qkv(
-        &self,
-        l: &FusedLayer,
-        h: &Tensor,
-        positions: &Tensor,
-        heads: Heads,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
-        let tables = (&self.cos, &self.sin);
-        if l.fused_qkv && h.dim(0)? >= FUSED_QKV_MIN_ROWS {
-            let bias = l.bqkv.as_ref();
-            return Ok(kernels::qkv_rope_fused(
-                h, &l.wqkv, bias, tables, positions, heads,
-            )?);
-        }
-        let qkv = self.project(Projection::Qkv, h, &l.wqkv)?;
-        let interleaved = self.rope == RopeStyle::Interleaved;
-        let bias = l.bqkv.as_ref();
-        Ok(kernels::qkv_rope(
-            &qkv,
-            bias,
-            tables,
-            positions,
-            heads,
-            interleaved,
-        )?)
     }
 
     /// `silu(h Wgate) * (h Wup)`: in one kernel on long passes where the layer allows it,

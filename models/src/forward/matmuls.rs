@@ -62,12 +62,11 @@ pub(super) enum Projection {
 
 impl Projection {
     /// Whether the layers hold this projection's weight `(n, k)` rather than `(k, n)`: the
-    /// gate/up and QKV weights, which the Hopper projection kernels read in tiles of rows
-    /// (kernels/gemm_sm90.cu); cuBLAS reads either layout at about the same speed (layer_bench,
-    /// 8,192 rows of q15: gate/up 0.652 ms `(n, k)` against 0.686 `(k, n)`, QKV 0.0790 against
-    /// 0.0793).
+    /// gate/up weight, whose rows the Hopper gate/up kernel reads in blocks
+    /// (`gate_up_interleaved` in fused.rs); cuBLAS reads either layout at the same speed
+    /// (layer_bench: 0.652 ms `(n, k)` against 0.686 `(k, n)` for 8,192 rows of q15).
     pub(super) fn weight_nk(self) -> bool {
-        matches!(self, Projection::GateUp | Projection::Qkv)
+        self == Projection::GateUp
     }
 }
 

@@ -1,6 +1,6 @@
 //! TMA tensor maps for the Hopper kernels: the warp-specialized attention kernel's (`KeyMaps`
 //! in kernels/attention_sm90.cu: which launches get them, and the switch that turns them off)
-//! and the projection kernels' (`GemmMaps` in kernels/gemm_sm90.cu). Why its own module: the
+//! and the gate/up kernel's (`GateUpMaps` in kernels/gemm_sm90.cu). Why its own module: the
 //! maps are host-side driver state (encoded per launch with `cuTensorMapEncodeTiled`, passed
 //! by value as a kernel parameter), apart from the launchers that take and return tensors.
 
@@ -105,20 +105,20 @@ fn encode(addr: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Option<[u6
     (result == sys::CUresult::CUDA_SUCCESS).then_some(map.opaque)
 }
 
-/// The tensor maps of one launch of a projection kernel (`GemmMaps` in gemm_sm90.cu, same
-/// layout): the input `h` `(m, k)` in boxes of 64 columns x 128 rows, and the weight
-/// `(n, k)` in boxes of 64 x 256.
+/// The tensor maps of one launch of the gate/up kernel (`GateUpMaps` in gemm_sm90.cu, same
+/// layout): the input `h` `(m, k)` in boxes of 64 columns x 128 rows, and the interleaved
+/// weight `(2 i, k)` in boxes of 64 x 256.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
-pub(super) struct GemmMaps {
+pub(super) struct GateUpMaps {
     h: [u64; 16],
     w: [u64; 16],
 }
 
 // Safety: plain old data, passed by value as a kernel parameter.
-unsafe impl DeviceRepr for GemmMaps {}
+unsafe impl DeviceRepr for GateUpMaps {}
 
-impl GemmMaps {
+impl GateUpMaps {
     /// `None` where the driver refuses either map (a misaligned address).
     pub(super) fn new(h: u64, m: usize, w: u64, n: usize, k: usize) -> Option<Self> {
         let row = (k * 2) as u64;
