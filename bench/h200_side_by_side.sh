@@ -14,9 +14,9 @@
 #           (models/examples/kernel_check: kernel-check.txt/json) and /tmp/gpu/bin/fb
 #           (models/examples/forward_bench: with FB_COMPARE=1 forward.json with `compare`;
 #           `long`, the 28k prefill alone, forward-long.json; again without the Hopper
-#           projection kernels, forward-long-unfused.json, without the QKV one,
-#           forward-long-no-qkv.json, in 16k-row chunks, forward-long-chunk16k.json, and from
-#           /tmp/gpu/bin/fb_old if landed, forward-long-baseline.json);
+#           gate/up kernel, forward-long-unfused.json, in 16k-row chunks,
+#           forward-long-chunk16k.json, and from /tmp/gpu/bin/fb_old if landed,
+#           forward-long-baseline.json);
 #           then starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase; exit 4 when decide
@@ -151,9 +151,9 @@ probes() {
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
-    # The 28k prefill alone: as served; without the Hopper projection kernels (QKV + rope,
-    # gate/up + SwiGLU: DECIDE_FUSED_QKV=0 DECIDE_FUSED_GATE_UP=0) and without the QKV one
-    # alone; in chunks of 16,384 rows (DECIDE_BENCH_CHUNK); and from an earlier commit's
+    # The 28k prefill alone: as served; without the Hopper gate/up kernel (the gate/up
+    # matmul and silu_mul instead: DECIDE_FUSED_GATE_UP=0); in chunks of 16,384 rows
+    # (DECIDE_BENCH_CHUNK); and from an earlier commit's
     # forward_bench when landed at /tmp/gpu/bin/fb_old: the A/Bs on the model alone.
     # (FB_COMPARE=1: first `compare`, the fused kernels against candle's ops, forward.json.)
     fb=(/tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16)
@@ -167,8 +167,7 @@ probes() {
       echo "forward_bench $name ($*) rc=$?: $(cat "$OUT/forward-$name.json")"
     }
     long long
-    long long-unfused DECIDE_FUSED_QKV=0 DECIDE_FUSED_GATE_UP=0
-    long long-no-qkv DECIDE_FUSED_QKV=0
+    long long-unfused DECIDE_FUSED_GATE_UP=0
     long long-chunk16k DECIDE_BENCH_CHUNK=16384
     if [ -x /tmp/gpu/bin/fb_old ]; then
       DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb_old /tmp/gpu/models/q15.gguf cuda bf16 long >"$OUT/forward-long-baseline.json" 2>"$OUT/forward-long-baseline.err"
