@@ -559,7 +559,7 @@ pub fn silu_mul(gu: &Tensor, block: usize) -> Result<Tensor> {
     let dev = cuda_device(gu)?;
     let (m, width) = gu.dims2()?;
     let i = width / 2;
-    if width % 4 != 0 || block == 0 || block % 2 != 0 || i % block != 0 {
+    if width % 4 != 0 || block == 0 || !block.is_multiple_of(2) || i % block != 0 {
         bail!("silu_mul: {width} columns do not alternate in blocks of {block}");
     }
     let stream = dev.cuda_stream();
@@ -567,7 +567,7 @@ pub fn silu_mul(gu: &Tensor, block: usize) -> Result<Tensor> {
     let input = address(gu, DType::BF16)?;
     // Eight outputs per thread with 16-byte accesses where the widths and address allow it
     // (every model here), else pairs.
-    let (func, cfg) = if i % 8 == 0 && block % 8 == 0 && input % 16 == 0 {
+    let (func, cfg) = if i % 8 == 0 && block.is_multiple_of(8) && input % 16 == 0 {
         (function(&dev, "silu_mul_bf16x8", 0)?, per_row(i / 8, m))
     } else {
         (function(&dev, "silu_mul_bf16", 0)?, elementwise(m * i / 2))
@@ -599,7 +599,11 @@ pub fn gate_up_silu_runs_on(device: &Device, k: usize, i: usize) -> bool {
     let Device::Cuda(dev) = device else {
         return false;
     };
-    !GEMM_SM90_PTX.is_empty() && is_sm90(dev) && k % 64 == 0 && k > 0 && i % GATE_UP_BLOCK == 0
+    !GEMM_SM90_PTX.is_empty()
+        && is_sm90(dev)
+        && k.is_multiple_of(64)
+        && k > 0
+        && i.is_multiple_of(GATE_UP_BLOCK)
 }
 
 /// Loads the gate/up kernel where it runs (see [`load_attention`]).
