@@ -189,7 +189,10 @@ fn main() -> anyhow::Result<()> {
         let messages = renderer.render(state, &c, &labels)?;
         let until = Instant::now() + Duration::from_secs(5);
         let mut n = 0u64;
+        // Per-iteration times too: the mean moves with whatever else the machine runs.
+        let mut times = Vec::new();
         while Instant::now() < until {
+            let t = Instant::now();
             match what.as_str() {
                 "template-short" | "template-long" => {
                     model.render_cached(&messages, 7)?;
@@ -221,9 +224,14 @@ fn main() -> anyhow::Result<()> {
                 }
                 other => anyhow::bail!("unknown --loop {other}"),
             }
+            times.push(us(t.elapsed()));
             n += 1;
         }
-        println!("{what}: {:.1} µs per iteration", 5e6 / n as f64);
+        println!(
+            "{what}: {:.1} µs per iteration (median {:.1})",
+            5e6 / n as f64,
+            median(times)
+        );
         return Ok(());
     }
 
