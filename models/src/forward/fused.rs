@@ -7,10 +7,11 @@
 //! Here a layer is 9 launches: residual add + RMSNorm, one QKV matmul, `qkv_rope`,
 //! `attention`, the output matmul, residual add + RMSNorm, one gate/up matmul, `silu_mul`,
 //! the down matmul (8 on Hopper for passes of [`FUSED_GATE_UP_MIN_ROWS`] rows or more,
-//! where one kernel computes the gate/up projection and its SwiGLU gate together). The residual stream stays f32 as on the candle-op path, so rounding does
-//! not pile up over the layers (a bf16 stream, as in Hugging Face's bf16 models, made packed
-//! and lone reads of one prompt differ ~300x more on q15), and keys are read where they lie
-//! (cached prefixes are never copied into a pass).
+//! where one kernel computes the gate/up projection and its SwiGLU gate together). The
+//! residual stream stays f32 as on the candle-op path, so rounding does not pile up over the
+//! layers (a bf16 stream, as in Hugging Face's bf16 models, made packed and lone reads of one
+//! prompt differ ~300x more on q15), and keys are read where they lie (cached prefixes are
+//! never copied into a pass).
 //!
 //! Results differ from the candle-op path by bf16 rounding only (queries, keys, values and
 //! attention weights are bf16 here, f32 there); `forward_bench ... compare` on the GPU
@@ -113,7 +114,9 @@ impl FusedLayer {
 /// Rows from which a pass's gate/up projection and SwiGLU gate run as one kernel
 /// ([`kernels::gate_up_silu`], Hopper), where the layer allows it (`DECIDE_FUSED_GATE_UP=0`
 /// turns it off, for A/B runs). Below, cuBLAS's matmul and `silu_mul`: there the product is
-/// small and cuBLAS picks tiles for the row count, where the kernel always has 128 rows.
+/// small and cuBLAS picks tiles for the row count, where the kernel always has 128 rows
+/// (H200, q15: a tie at 512 rows, 0.099 against 0.103 ms at 1,024, 0.637 against 0.786 at
+/// 8,192; bench/reports/h200-side-by-side-11/probes).
 pub(super) const FUSED_GATE_UP_MIN_ROWS: usize = 1024;
 
 /// The gate/up weight as [`kernels::gate_up_silu`] reads it, from `gate` and `up` `(k, i)`:
