@@ -596,20 +596,18 @@ const GATE_UP_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 1024;
 /// for and running on Hopper, `k` a multiple of the kernel's 64-column slices and `i` of its
 /// [`GATE_UP_BLOCK`].
 pub fn gate_up_silu_runs_on(device: &Device, k: usize, i: usize) -> bool {
-    let Device::Cuda(dev) = device else {
-        return false;
-    };
-    !GEMM_SM90_PTX.is_empty()
-        && is_sm90(dev)
-        && k.is_multiple_of(64)
-        && k > 0
-        && i.is_multiple_of(GATE_UP_BLOCK)
+    gate_up_built_for(device) && k.is_multiple_of(64) && k > 0 && i.is_multiple_of(GATE_UP_BLOCK)
+}
+
+/// Whether the gate/up kernel is built and `device` is a Hopper GPU.
+fn gate_up_built_for(device: &Device) -> bool {
+    matches!(device, Device::Cuda(dev) if !GEMM_SM90_PTX.is_empty() && is_sm90(dev))
 }
 
 /// Loads the gate/up kernel where it runs (see [`load_attention`]).
 pub fn load_gate_up(device: &Device) -> Result<()> {
     match device {
-        Device::Cuda(dev) if !GEMM_SM90_PTX.is_empty() && is_sm90(dev) => {
+        Device::Cuda(dev) if gate_up_built_for(device) => {
             module_function(dev, GATE_UP_KERNEL, GATE_UP_SMEM).map(drop)
         }
         _ => Ok(()),

@@ -63,7 +63,7 @@ pub(super) enum Projection {
 impl Projection {
     /// Whether the layers hold this projection's weight `(n, k)` rather than `(k, n)`: the
     /// gate/up weight, whose rows the Hopper gate/up kernel reads in blocks
-    /// (`gate_up_interleaved` in fused.rs); cuBLAS reads either layout at the same speed
+    /// (`gate_up_interleaved` in fused.rs); cuBLAS reads that layout at least as fast
     /// (layer_bench: 0.652 ms `(n, k)` against 0.686 `(k, n)` for 8,192 rows of q15).
     pub(super) fn weight_nk(self) -> bool {
         self == Projection::GateUp
