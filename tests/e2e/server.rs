@@ -98,6 +98,24 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// [`Server::log`] once a line contains `text` (panics, showing the log, after
+    /// `within`). The lines reach the test through a pipe read by another thread, so a reply
+    /// can arrive before the lines the server wrote ahead of it.
+    pub fn log_once_it_has(&self, text: &str, within: Duration) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let log = self.log();
+            if log.iter().any(|line| line.contains(text)) {
+                return log;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line with {text:?} within {within:?}: {log:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn start_with(extra: &[&str], logged: bool) -> Server {
         let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache");
         let mut command = Command::new(env!("CARGO_BIN_EXE_decide"));
