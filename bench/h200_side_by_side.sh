@@ -13,10 +13,9 @@
 #   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
 #           (models/examples/kernel_check: kernel-check.txt/json) and /tmp/gpu/bin/fb
 #           (models/examples/forward_bench: with FB_COMPARE=1 forward.json with `compare`;
-#           `long`, the 28k prefill alone, forward-long.json; again without the Hopper
-#           gate/up kernel, forward-long-unfused.json, in 16k-row chunks,
-#           forward-long-chunk16k.json, and from /tmp/gpu/bin/fb_old if landed,
-#           forward-long-baseline.json);
+#           `long`, the 28k prefill alone, forward-long.json, then forward-long-*.json
+#           with settings turned off (probes() below says which), and from
+#           /tmp/gpu/bin/fb_old if landed, forward-long-baseline.json);
 #           then starts decide on q15 (CUDA, bf16 weights, one read per question:
 #           `--tune-questions none`), writes the workload files from decide's own prompts
 #           (bench/workloads.py, kept in /tmp/gpu/w for the vLLM phase; exit 4 when decide
@@ -151,10 +150,12 @@ probes() {
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
-    # The 28k prefill alone: as served; without the Hopper gate/up kernel (the gate/up
-    # matmul and silu_mul instead: DECIDE_FUSED_GATE_UP=0); in chunks of 16,384 rows
-    # (DECIDE_BENCH_CHUNK); and from an earlier commit's
-    # forward_bench when landed at /tmp/gpu/bin/fb_old: the A/Bs on the model alone.
+    # The 28k prefill alone: as served; with the output and down projections added to the
+    # stream in their GEMM (DECIDE_RESIDUAL_IN_GEMM=1); with the CUDA memory pool keeping
+    # its free memory mapped (DECIDE_CUDA_POOL_KEEP=1); with both; as served again (the
+    # spread); and from an earlier commit's forward_bench when landed at /tmp/gpu/bin/fb_old:
+    # the A/Bs on the model alone. (Run 11 measured the gate/up kernel's A/B,
+    # DECIDE_FUSED_GATE_UP=0, and 16k-row chunks, DECIDE_BENCH_CHUNK=16384.)
     # (FB_COMPARE=1: first `compare`, the fused kernels against candle's ops, forward.json.)
     fb=(/tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16)
     if [ "${FB_COMPARE:-0}" = 1 ]; then
@@ -167,8 +168,10 @@ probes() {
       echo "forward_bench $name ($*) rc=$?: $(cat "$OUT/forward-$name.json")"
     }
     long long
-    long long-unfused DECIDE_FUSED_GATE_UP=0
-    long long-chunk16k DECIDE_BENCH_CHUNK=16384
+    long long-residual-in-gemm DECIDE_RESIDUAL_IN_GEMM=1
+    long long-pool-keep DECIDE_CUDA_POOL_KEEP=1
+    long long-both DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
+    long long-again
     if [ -x /tmp/gpu/bin/fb_old ]; then
       DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb_old /tmp/gpu/models/q15.gguf cuda bf16 long >"$OUT/forward-long-baseline.json" 2>"$OUT/forward-long-baseline.err"
       echo "forward_bench long, baseline binary rc=$?: $(cat "$OUT/forward-long-baseline.json")"

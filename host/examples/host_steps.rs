@@ -413,3 +413,7 @@ fn main() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The server's allocator (host/src/main.rs), so these figures are the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

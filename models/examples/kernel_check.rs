@@ -315,6 +315,14 @@ fn main() -> Res<()> {
         if none.is_some() {
             return Err("add_rms_norm without a weight returned a norm".into());
         }
+        // The norm alone (a stream the GEMM already added to): the same bits as with a sum.
+        let h_only = kernels::rms_norm(&want_sum, &w, 1e-6)?;
+        let (_, h_sum) = kernels::add_rms_norm(&want_sum, None, Some(&w), 1e-6)?;
+        check(
+            format!("rms_norm against add_rms_norm's norm ({hidden})"),
+            diff(&h_only, &h_sum.expect("norm"))?,
+            0.0,
+        );
     }
 
     // silu_mul against candle's silu times up (f32): 8960 runs the eight-per-thread
@@ -351,6 +359,16 @@ fn main() -> Res<()> {
         let got = kernels::matmul_f32_out(&x, &w)?;
         let want = x.to_dtype(DType::F32)?.matmul(&w.to_dtype(DType::F32)?)?;
         check("matmul_f32_out".into(), diff(&got, &want)?, 1e-4);
+        // The same product added in place to a residual stream (the output and down
+        // projections' epilogue), against the sum of the two.
+        let stream = Tensor::randn(0f32, 3f32, (5, 4099), &dev)?;
+        let acc = stream.copy()?;
+        kernels::matmul_accumulate(&acc, &x, &w)?;
+        check(
+            "matmul_accumulate".into(),
+            diff(&acc, &(&stream + &want)?)?,
+            1e-4,
+        );
     }
 
     // silu_mul over gate and up columns interleaved in blocks of 128 (the layout of the

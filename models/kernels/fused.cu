@@ -174,7 +174,8 @@ extern "C" __global__ void qkv_rope_bf16x2(const bf16* __restrict__ qkv,
 // add_rms_norm: the residual stream stays f32 (so a read rounds like the candle-op path);
 // blocks hand back bf16 outputs. x_out = x + delta (delta bf16, nullable), and when w is
 // given, h = x_out / sqrt(mean(x_out^2) + eps) * w as bf16 (candle's rms_norm formula): the
-// next block's input. One block of threads per row.
+// next block's input. x_out is nullable too: a stream the projection's GEMM already added
+// to is only normed. One block of threads per row.
 extern "C" __global__ void add_rms_norm(const float* __restrict__ x, const bf16* __restrict__ delta,
                                         const float* __restrict__ w, float* __restrict__ x_out,
                                         bf16* __restrict__ h, int hidden, float eps) {
@@ -182,11 +183,11 @@ extern "C" __global__ void add_rms_norm(const float* __restrict__ x, const bf16*
     const long row = blockIdx.x;
     const float* xr = x + row * hidden;
     const bf16* dr = delta ? delta + row * hidden : nullptr;
-    float* xo = x_out + row * hidden;
+    float* xo = x_out ? x_out + row * hidden : nullptr;
     float ss = 0.f;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
         const float v = xr[i] + (dr ? __bfloat162float(dr[i]) : 0.f);
-        xo[i] = v;
+        if (xo) xo[i] = v;
         ss += v * v;
     }
     if (!w) return;
@@ -202,7 +203,8 @@ extern "C" __global__ void add_rms_norm(const float* __restrict__ x, const bf16*
     const float scale = rsqrtf(warp_sums[0] / hidden + eps);
     bf16* hr = h + row * hidden;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-        hr[i] = __float2bfloat16(xo[i] * scale * w[i]);
+        const float v = xr[i] + (dr ? __bfloat162float(dr[i]) : 0.f);
+        hr[i] = __float2bfloat16(v * scale * w[i]);
     }
 }
 
@@ -232,7 +234,7 @@ extern "C" __global__ void add_rms_norm_v4(const float4* __restrict__ x, const u
             a.w += hi.y;
         }
         vals[n] = a;
-        x_out[row * hidden4 + i] = a;
+        if (x_out) x_out[row * hidden4 + i] = a;
         ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     }
     if (!w) return;

@@ -540,6 +540,13 @@ impl Transformer {
         // in the first request that needs the kernel (the Hopper attention module took
         // ~0.4 s on an H200, paid by the first long request of run 10).
         #[cfg(feature = "cuda")]
+        if let Device::Cuda(dev) = device {
+            // A setting for speed only: the model serves without it.
+            if let Err(e) = crate::memory_pool::keep_freed_memory(dev) {
+                tracing::warn!("the CUDA memory pool keeps its default release threshold: {e}");
+            }
+        }
+        #[cfg(feature = "cuda")]
         if use_fused {
             crate::kernels::load_attention(device, head_dim)
                 .map_err(|e| g.err(format!("cannot load the attention kernels: {e}")))?;

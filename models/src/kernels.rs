@@ -400,10 +400,30 @@ pub fn add_rms_norm(
     weight: Option<&Tensor>,
     eps: f32,
 ) -> Result<(Tensor, Option<Tensor>)> {
+    let (sum, h) = launch_norm(x, delta, weight, true, eps)?;
+    Ok((sum.expect("asked for the sum"), h))
+}
+
+/// The RMS norm of the f32 residual stream `x` `(M, hidden)` times `weight` (f32,
+/// `(hidden)`), as bf16: [`add_rms_norm`] for a stream the projection's GEMM already added
+/// to ([`matmul_accumulate`]), which reads the stream once and writes only the norm.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor> {
+    let (_, h) = launch_norm(x, None, Some(weight), false, eps)?;
+    Ok(h.expect("a weight gives a norm"))
+}
+
+/// One launch of `add_rms_norm[_v4]`: the sum when `write_sum`, the norm when `weight`.
+fn launch_norm(
+    x: &Tensor,
+    delta: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    write_sum: bool,
+    eps: f32,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let dev = cuda_device(x)?;
     let (m, hidden) = x.dims2()?;
     let stream = dev.cuda_stream();
-    let x_out = unsafe { dev.alloc::<f32>(m * hidden)? };
+    let x_out = unsafe { dev.alloc::<f32>(if write_sum { m * hidden } else { 1 })? };
     let h_out = unsafe { dev.alloc::<bf16>(if weight.is_some() { m * hidden } else { 1 })? };
     let ptrs = (
         address(x, DType::F32)?,
@@ -416,8 +436,13 @@ pub fn add_rms_norm(
             .transpose()?
             .unwrap_or(0),
     );
+    let x_ptr = if write_sum {
+        x_out.device_ptr(&stream).0
+    } else {
+        0
+    };
     let h_ptr = if weight.is_some() {
-        h_out.device_ptr(&dev.cuda_stream()).0
+        h_out.device_ptr(&stream).0
     } else {
         0
     };
@@ -444,7 +469,7 @@ pub fn add_rms_norm(
     b.arg(&ptrs.0)
         .arg(&ptrs.1)
         .arg(&ptrs.2)
-        .arg(&x_out)
+        .arg(&x_ptr)
         .arg(&h_ptr)
         .arg(&hidden32)
         .arg(&eps);
@@ -454,8 +479,9 @@ pub fn add_rms_norm(
         shared_mem_bytes: 0,
     };
     unsafe { b.launch(cfg) }.w()?;
+    let sum = write_sum.then(|| tensor(x_out, &dev, (m, hidden)));
     let h = weight.is_some().then(|| tensor(h_out, &dev, (m, hidden)));
-    Ok((tensor(x_out, &dev, (m, hidden)), h))
+    Ok((sum, h))
 }
 
 /// `x @ w` for bf16 `x` `(R, K)` and bf16 `w` `(K, V)`, both contiguous, with f32 results
@@ -463,20 +489,42 @@ pub fn add_rms_norm(
 /// rounded to bf16, from weights held in bf16 (half the memory and reads of f32 weights).
 pub fn matmul_f32_out(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let dev = cuda_device(x)?;
+    let (r, v) = (x.dim(0)?, w.dim(1)?);
+    let out = tensor(unsafe { dev.alloc::<f32>(r * v)? }, &dev, (r, v));
+    gemm_f32_into(x, w, &out, 0.0)?;
+    Ok(out)
+}
+
+/// `acc += x @ w`, in place, for the f32 residual stream `acc` `(R, V)`, bf16 `x` `(R, K)`
+/// and bf16 `w` `(K, V)`, all contiguous: an output or down projection added to the stream
+/// in the GEMM's epilogue (cuBLAS's C = A B + C), unrounded, where a bf16 product and a
+/// separate add would write the product and read it back. `acc` must be the caller's own
+/// buffer (no other tensor may share its storage): it is written through its address.
+pub fn matmul_accumulate(acc: &Tensor, x: &Tensor, w: &Tensor) -> Result<()> {
+    gemm_f32_into(x, w, acc, 1.0)
+}
+
+/// `out = x @ w + beta out` (cuBLAS GemmEx, bf16 inputs, f32 `out` and accumulation).
+fn gemm_f32_into(x: &Tensor, w: &Tensor, out: &Tensor, beta: f32) -> Result<()> {
+    let dev = cuda_device(x)?;
     let (r, k) = x.dims2()?;
     let (k2, v) = w.dims2()?;
-    if k != k2 {
-        bail!("matmul_f32_out: ({r}, {k}) times ({k2}, {v})");
+    if k != k2 || out.dims2()? != (r, v) {
+        bail!(
+            "f32 GEMM: ({r}, {k}) times ({k2}, {v}) into {:?}",
+            out.dims()
+        );
     }
-    let out = unsafe { dev.alloc::<f32>(r * v)? };
     if r == 0 {
-        return Ok(tensor(out, &dev, (r, v)));
+        return Ok(());
     }
-    let (xp, wp) = (address(x, DType::BF16)?, address(w, DType::BF16)?);
-    let stream = dev.cuda_stream();
-    let (op, _guard) = out.device_ptr(&stream);
+    let (xp, wp, op) = (
+        address(x, DType::BF16)?,
+        address(w, DType::BF16)?,
+        address(out, DType::F32)?,
+    );
     let blas = dev.cublas_handle();
-    let (alpha, beta) = (1f32, 0f32);
+    let alpha = 1f32;
     // Column-major view: out^T (V x R) = w^T (V x K, w row-major with ld V) * x^T (K x R).
     // SAFETY: the pointers are live device buffers of the stated sizes, on the handle's stream.
     unsafe {
@@ -503,8 +551,7 @@ pub fn matmul_f32_out(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         )
     }
     .map_err(|e| candle_core::Error::Msg(format!("cublasGemmEx: {e:?}")))?;
-    drop(_guard);
-    Ok(tensor(out, &dev, (r, v)))
+    Ok(())
 }
 
 /// Rows `rows` (u32 indices, `(P)`) of `x` (contiguous bf16 or f32, rows along its first

@@ -74,6 +74,8 @@ pub mod kernels;
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
 pub mod lt_gemm;
+#[cfg(feature = "cuda")]
+pub mod memory_pool;
 pub mod prompter;
 mod readout;
 pub mod template;

@@ -7,11 +7,13 @@
 //! Here a layer is 9 launches: residual add + RMSNorm, one QKV matmul, `qkv_rope`,
 //! `attention`, the output matmul, residual add + RMSNorm, one gate/up matmul, `silu_mul`,
 //! the down matmul (8 on Hopper for passes of [`FUSED_GATE_UP_MIN_ROWS`] rows or more,
-//! where one kernel computes the gate/up projection and its SwiGLU gate together). The
-//! residual stream stays f32 as on the candle-op path, so rounding does not pile up over the
-//! layers (a bf16 stream, as in Hugging Face's bf16 models, made packed and lone reads of one
-//! prompt differ ~300x more on q15), and keys are read where they lie (cached prefixes are
-//! never copied into a pass).
+//! where one kernel computes the gate/up projection and its SwiGLU gate together). With
+//! `DECIDE_RESIDUAL_IN_GEMM=1` (not yet measured: [`FusedLayer`]), the output and down
+//! matmuls add their products to the stream in cuBLAS's epilogue (f32, unrounded), so the
+//! norms after them only read the stream. The residual stream stays f32 as on the
+//! candle-op path, so rounding does not pile up over the layers (a bf16 stream, as in Hugging
+//! Face's bf16 models, made packed and lone reads of one prompt differ ~300x more on q15), and
+//! keys are read where they lie (cached prefixes are never copied into a pass).
 //!
 //! Results differ from the candle-op path by bf16 rounding only (queries, keys, values and
 //! attention weights are bf16 here, f32 there); `forward_bench ... compare` on the GPU
@@ -41,6 +43,13 @@ pub(super) struct FusedLayer {
     /// Whether passes of [`FUSED_GATE_UP_MIN_ROWS`] or more run [`kernels::gate_up_silu`].
     fused_gate_up: bool,
     down: Tensor,
+    /// Whether the output and down projections add to the residual stream in their GEMM
+    /// ([`kernels::matmul_accumulate`]). Opt-in (`DECIDE_RESIDUAL_IN_GEMM=1`) until an H200
+    /// run measures it: written in a session without a GPU, it has not run yet (`probes` in
+    /// bench/h200_side_by_side.sh times the 28k prefill with it, kernel_check checks
+    /// `matmul_accumulate` and `rms_norm`). It changes results: the products are added
+    /// unrounded instead of as bf16.
+    residual_in_gemm: bool,
 }
 
 impl FusedLayer {
@@ -107,6 +116,7 @@ impl FusedLayer {
                 && kernels::gate_up_silu_runs_on(layer.attn_norm.device(), hidden, ffn)
                 && std::env::var("DECIDE_FUSED_GATE_UP").map_or(true, |v| v != "0"),
             down: dense(&layer.down)?,
+            residual_in_gemm: std::env::var("DECIDE_RESIDUAL_IN_GEMM").is_ok_and(|v| v == "1"),
         })
     }
 }
@@ -287,16 +297,14 @@ impl Transformer {
             dim: self.dims.head_dim,
         };
         let interleaved = self.rope == RopeStyle::Interleaved;
-        let mut x = self.embed.embedding(&inputs.ids)?;
-        // The last block's output, not yet added to the stream.
-        let mut delta: Option<Tensor> = None;
-        let mut kv = Vec::with_capacity(if keep_kv { layers.len() } else { 0 });
-        let norm = |x: &Tensor, delta: Option<&Tensor>, w: &Tensor| -> Result<(Tensor, Tensor)> {
-            let (x, h) = kernels::add_rms_norm(x, delta, Some(w), self.eps)?;
-            Ok((x, h.expect("a weight gives a norm")))
+        let mut stream = ResidualStream {
+            x: self.embed.embedding(&inputs.ids)?,
+            delta: None,
+            eps: self.eps,
         };
+        let mut kv = Vec::with_capacity(if keep_kv { layers.len() } else { 0 });
         for (i, l) in layers.iter().enumerate() {
-            let (x1, h) = norm(&x, delta.as_ref(), &l.attn_norm)?;
+            let h = stream.norm(&l.attn_norm)?;
             let qkv = self.project(Projection::Qkv, &h, &l.wqkv)?;
             let (q, k, v) = kernels::qkv_rope(
                 &qkv,
@@ -309,19 +317,18 @@ impl Transformer {
             if keep_kv {
                 kv.push((k.clone(), v.clone()));
             }
-            let (q, x1, bounds) = if i + 1 < layers.len() {
-                (q, x1, &inputs.bounds)
+            let (q, bounds) = if i + 1 < layers.len() {
+                (q, &inputs.bounds)
             } else {
                 match &inputs.picks {
-                    Some(p) => (
-                        kernels::gather_rows(&q, &p.rows)?,
-                        kernels::gather_rows(&x1, &p.rows)?,
-                        &p.bounds,
-                    ),
+                    Some(p) => {
+                        stream.x = kernels::gather_rows(&stream.x, &p.rows)?;
+                        (kernels::gather_rows(&q, &p.rows)?, &p.bounds)
+                    }
                     // No row is read out: the keys and values were all this pass was for.
                     // (An empty view: a kernel launched over zero rows is an invalid
                     // argument.)
-                    None => return Ok((x1.narrow(0, 0, 0)?, kv)),
+                    None => return Ok((stream.x.narrow(0, 0, 0)?, kv)),
                 }
             };
             let a = kernels::attention(
@@ -333,15 +340,73 @@ impl Transformer {
                 heads,
                 inputs.block,
             )?;
-            let out = self.project(Projection::Output, &a, &l.wo)?;
-            let (x2, h) = norm(&x1, Some(&out), &l.ffn_norm)?;
+            self.add_projection(&mut stream, l, Projection::Output, &a, &l.wo)?;
+            let h = stream.norm(&l.ffn_norm)?;
             let up = self.gate_up(l, &h)?;
-            delta = Some(self.project(Projection::Down, &up, &l.down)?);
-            x = x2;
+            self.add_projection(&mut stream, l, Projection::Down, &up, &l.down)?;
         }
-        let (x, _) = kernels::add_rms_norm(&x, delta.as_ref(), None, self.eps)?;
+        let x = stream.finish()?;
         debug_assert_eq!(x.dims2()?, (picked, self.dims.hidden));
         Ok((x, kv))
+    }
+}
+
+/// The residual stream (f32) between blocks, and a block's output not yet added to it.
+struct ResidualStream {
+    x: Tensor,
+    /// A block's bf16 output (projected through cuBLAS's bf16 matmul), added by the next
+    /// norm; `None` once the GEMM itself added it ([`kernels::matmul_accumulate`]).
+    delta: Option<Tensor>,
+    eps: f32,
+}
+
+impl ResidualStream {
+    /// The next block's input: the RMS norm of the stream times `weight`, after adding the
+    /// pending output.
+    fn norm(&mut self, weight: &Tensor) -> Result<Tensor> {
+        Ok(match self.delta.take() {
+            None => kernels::rms_norm(&self.x, weight, self.eps)?,
+            Some(delta) => {
+                let (x, h) = kernels::add_rms_norm(&self.x, Some(&delta), Some(weight), self.eps)?;
+                self.x = x;
+                h.expect("a weight gives a norm")
+            }
+        })
+    }
+
+    /// The stream after the last block.
+    fn finish(self) -> Result<Tensor> {
+        Ok(match self.delta {
+            None => self.x,
+            Some(delta) => kernels::add_rms_norm(&self.x, Some(&delta), None, self.eps)?.0,
+        })
+    }
+}
+
+impl Transformer {
+    /// Adds `a @ w` (the output or the down projection) to the stream: in the GEMM's epilogue
+    /// where the layer allows it ([`FusedLayer::residual_in_gemm`]), else as a bf16 product
+    /// the next norm adds.
+    fn add_projection(
+        &self,
+        stream: &mut ResidualStream,
+        l: &FusedLayer,
+        projection: Projection,
+        a: &Tensor,
+        w: &Tensor,
+    ) -> Result<()> {
+        debug_assert!(
+            stream.delta.is_none(),
+            "a norm runs between two projections"
+        );
+        if l.residual_in_gemm {
+            // The stream's buffer is this pass's own: the embedding's output, a norm's sum
+            // or the last layer's gathered rows, never shared with another tensor.
+            kernels::matmul_accumulate(&stream.x, a, w)?;
+        } else {
+            stream.delta = Some(self.project(projection, a, w)?);
+        }
+        Ok(())
     }
 }
 
