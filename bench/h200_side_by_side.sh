@@ -11,7 +11,8 @@
 #   probes: only the kernel and model probes below (a call of their own, as the decide phase
 #           with them may pass a call's 10 minutes); PROBES=0 leaves them out of `decide`.
 #   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
-#           (models/examples/kernel_check: kernel-check.txt/json) and /tmp/gpu/bin/fb
+#           (models/examples/kernel_check: kernel-check.txt/json), /tmp/gpu/bin/hs
+#           (host/examples/host_steps: the 28k read's prepare, host-steps.txt) and /tmp/gpu/bin/fb
 #           (models/examples/forward_bench: with FB_COMPARE=1 forward.json with `compare`;
 #           `long`, the 28k prefill alone, forward-long.json, then forward-long-*.json
 #           with settings turned off (probes() below says which), and from
@@ -37,7 +38,7 @@
 #
 # Then, here: bench/side_by_side.py DIR on the two side/ folders copied into one DIR.
 #
-# Build and pack every binary (decide, decide-loadgen, kc, fb) before the first call, and land
+# Build and pack every binary (decide, decide-loadgen, kc, fb, hs: bench/h200_pack.sh) before the first call, and land
 # the pieces while this machine is otherwise idle: the GPU machine is given back 30 s after a
 # call ends, and with it everything landed (issue 17's notes: ~230 s lost that way once, and
 # uploads slow to 60-80 s a piece while the test suite runs here).
@@ -148,6 +149,15 @@ probes() {
   if [ -x /tmp/gpu/bin/kc ]; then
     /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
+  fi
+  if [ -x /tmp/gpu/bin/hs ]; then
+    # The 28k read's prepare on this machine's cores (host/examples/host_steps): its template
+    # and tokens under a new tenant salt each time (the token cache cold, as in a first
+    # read), and the same text tokenized in one call on one thread.
+    for what in template-long-cold tokenize-long; do
+      /tmp/gpu/bin/hs /tmp/gpu/models/q15.gguf --long-words 18400 --loop $what
+    done >"$OUT/host-steps.txt" 2>&1
+    echo "host_steps: $(grep 'per iteration' "$OUT/host-steps.txt" | tr '\n' ' ')"
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
     # The 28k prefill alone: as served; with the output and down projections added to the

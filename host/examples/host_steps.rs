@@ -204,6 +204,11 @@ fn main() -> anyhow::Result<()> {
                 "render-short" | "render-long" => {
                     renderer.render(state, &c, &labels)?;
                 }
+                // The whole long state in one call on this thread: what
+                // `template-long-cold` costs beyond tokenizing it.
+                "tokenize-long" => {
+                    model.tokenize(&long)?;
+                }
                 "tokenize-tiny" => {
                     model.tokenize("\n")?;
                 }

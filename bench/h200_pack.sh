@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# bench/h200_pack.sh: builds and packs everything a lease on the lent H200 needs for issue 17's
+# runs (bench/h200_side_by_side.sh), here on the development machine. Needs the CUDA toolchain
+# (../shared/tools/cuda-build-env.sh /tmp/cuda-build) and .models/q15.gguf.
+#
+# Writes, all git-ignored:
+#   .gpu/   gpu-pack's pieces: the stripped decide binary, then q15 in 20 pieces of 56 MiB;
+#   .kc/    probes.tar.xz (kernel_check as kc, forward_bench as fb, host_steps as hs, and
+#           decide-loadgen, stripped) and unpack.sh, which puts them in /tmp/gpu/bin.
+# Then, on the GPU, back to back (the machine is given back 30 s after a call ends):
+#   carry .gpu/land.sh .gpu/SHA256SUMS .gpu/bin.xz .kc: bash .gpu/land.sh; bash .kc/unpack.sh
+#   20 calls, each carrying .gpu/land.sh and one .gpu/q15.partNN: bash .gpu/land.sh
+# (.peer/ for vLLM: ../shared/tools/vllm-peer's README.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source /tmp/cuda-build/env.sh
+CUDA_COMPUTE_CAP=90 cargo build --release --features decide/cuda,decide-models/cuda \
+  --target-dir target-cuda -p decide -p decide-models -p decide-loadgen --bins --examples
+pack=$(mktemp -d)
+strip -o "$pack/kc" target-cuda/release/examples/kernel_check
+strip -o "$pack/fb" target-cuda/release/examples/forward_bench
+strip -o "$pack/hs" target-cuda/release/examples/host_steps
+strip -o "$pack/decide-loadgen" target-cuda/release/decide-loadgen
+strip -o "$pack/decide" target-cuda/release/decide
+rm -rf .kc && mkdir -p .kc
+tar -C "$pack" -cf - kc fb hs decide-loadgen | xz -T0 -6 >.kc/probes.tar.xz
+cat >.kc/unpack.sh <<'EOS'
+#!/usr/bin/env bash
+# Unpacks the probe binaries and the load generator this call carried into /tmp/gpu/bin.
+set -eu
+mkdir -p /tmp/gpu/bin
+for f in "$(dirname "$0")"/*.tar.xz; do [ -e "$f" ] && xz -dc "$f" | tar -C /tmp/gpu/bin -xf -; done
+ls -la /tmp/gpu/bin
+EOS
+chmod +x .kc/unpack.sh
+../shared/tools/gpu-pack "$pack/decide" .models/q15.gguf
+rm -rf "$pack"
+du -sh .kc .gpu
+git log --oneline -1
