@@ -80,6 +80,7 @@ pub mod prompter;
 mod readout;
 pub mod template;
 mod token_cache;
+mod tokenize_threads;
 pub mod tokenizer;
 
 pub use error::ModelError;

@@ -27,7 +27,7 @@
 //! [`TokenCache`] under the caller's salt: the same input asked about again, or with another
 //! question after it, is tokenized once.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -45,6 +45,7 @@ use tokenizers::{
 use crate::error::{ModelError, Result};
 use crate::gguf::Gguf;
 use crate::token_cache::{Memo, TokenCache, DEFAULT_BUDGET_BYTES};
+use crate::tokenize_threads::ThreadCopies;
 
 /// Runs of text at least this long go through the token cache in pieces of at least this
 /// size; shorter runs in pieces of about [`TAIL_PIECE_BYTES`]. Measured on a 100 KB input
@@ -109,6 +110,11 @@ pub(crate) struct GgufTokenizer {
     /// The control tokens of template pieces seen before, per caller salt (see
     /// [`GgufTokenizer::encode_parts`]).
     controls: Memo<String, [(u32, usize, usize)]>,
+    /// The threads that tokenize a long run's pieces, each with its own copy of `plain`'s
+    /// pre-tokenizer ([`GgufTokenizer::encode_all`]); started by the first long run.
+    /// `None` when the OS would not start them: runs are then tokenized on the calling
+    /// thread.
+    threads: OnceLock<Option<ThreadCopies<Option<PreTokenizerWrapper>>>>,
 }
 
 impl GgufTokenizer {
@@ -223,6 +229,7 @@ impl GgufTokenizer {
             cache: TokenCache::new(DEFAULT_BUDGET_BYTES),
             cuttable,
             controls: Memo::new(),
+            threads: OnceLock::new(),
         })
     }
 
@@ -245,12 +252,18 @@ impl GgufTokenizer {
     /// of tokenizing, which is most of preparing a first question over a long input. A test
     /// checks the ids against `Tokenizer::encode` on awkward text.
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode_plain_with(text, self.plain.get_pre_tokenizer())
+    }
+
+    /// [`GgufTokenizer::encode_plain`] with `pre`, a copy of `plain`'s pre-tokenizer (or
+    /// itself).
+    fn encode_plain_with(&self, text: &str, pre: Option<&PreTokenizerWrapper>) -> Result<Vec<u32>> {
         let err = |e| ModelError::Tokenizer(format!("cannot tokenize text: {e}"));
         let tok = &self.plain;
         let mut split = tok
             .get_added_vocabulary()
             .extract_and_normalize(self.nfc.then_some(&NfcUnlessNormalized), text);
-        if let Some(pre) = tok.get_pre_tokenizer() {
+        if let Some(pre) = pre {
             pre.pre_tokenize(&mut split).map_err(err)?;
         }
         split
@@ -408,39 +421,33 @@ impl GgufTokenizer {
         Ok(out)
     }
 
-    /// [`GgufTokenizer::encode_plain`] of every text, in order, spread over the available
-    /// cores in contiguous chunks when there are several texts of at least two cache pieces.
+    /// [`GgufTokenizer::encode_plain`] of every text, in order, on the tokenizing threads
+    /// ([`ThreadCopies`], one per available core, each with its own pre-tokenizer) when
+    /// there are several texts of at least two cache pieces.
     fn encode_all(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
         // Little text (a short run's pieces, a long run's tail) is tokenized faster than
-        // threads start.
+        // it is handed to other threads.
         if texts.len() < 2 || texts.iter().map(|t| t.len()).sum::<usize>() < 2 * CACHED_RUN_BYTES {
             return texts.iter().map(|t| self.encode_plain(t)).collect();
         }
-        // Asked only here: it reads the cgroup's CPU quota from files, ~10 µs.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = cores.min(texts.len());
-        if threads <= 1 {
-            return texts.iter().map(|t| self.encode_plain(t)).collect();
+        let threads = self.threads.get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let pre = self.plain.get_pre_tokenizer();
+            ThreadCopies::new("tokenize", cores, || pre.cloned())
+                .inspect_err(|e| {
+                    tracing::warn!("no tokenizing threads ({e}): long inputs tokenize on one")
+                })
+                .ok()
+        });
+        match threads {
+            Some(threads) => threads
+                .map(texts, |text, pre| {
+                    self.encode_plain_with(text, pre.as_ref())
+                })
+                .into_iter()
+                .collect(),
+            None => texts.iter().map(|t| self.encode_plain(t)).collect(),
         }
-        let per = texts.len().div_ceil(threads);
-        let encode = |chunk: &[&str]| -> Result<Vec<Vec<u32>>> {
-            chunk.iter().map(|t| self.encode_plain(t)).collect()
-        };
-        // This thread tokenizes the last chunk instead of waiting idle.
-        let mut chunks = texts.chunks(per);
-        let last = chunks.next_back().unwrap_or_default();
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = chunks
-                .map(|chunk| scope.spawn(move || encode(chunk)))
-                .collect();
-            let last = encode(last);
-            let mut out = Vec::with_capacity(texts.len());
-            for handle in handles {
-                out.extend(handle.join().expect("a tokenizing thread panicked")?);
-            }
-            out.extend(last?);
-            Ok(out)
-        })
     }
 
     /// Text of `ids`, special tokens written out, so decode(encode(x)) == x for byte-level
