@@ -27,7 +27,7 @@
 //! [`TokenCache`] under the caller's salt: the same input asked about again, or with another
 //! question after it, is tokenized once.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -111,10 +111,11 @@ pub(crate) struct GgufTokenizer {
     /// [`GgufTokenizer::encode_parts`]).
     controls: Memo<String, [(u32, usize, usize)]>,
     /// The threads that tokenize a long run's pieces, each with its own copy of `plain`'s
-    /// pre-tokenizer ([`GgufTokenizer::encode_all`]); started by the first long run.
-    /// `None` when the OS would not start them: runs are then tokenized on the calling
-    /// thread.
-    threads: OnceLock<Option<ThreadCopies<Option<PreTokenizerWrapper>>>>,
+    /// pre-tokenizer ([`GgufTokenizer::encode_all`]). Started with the tokenizer, not by
+    /// the first long input: a copy compiles the pre-tokenizer's regex again (~1.3 ms for
+    /// q15's on a 2-core box), and a first read should not wait for 16 of them. `None` when
+    /// the OS would not start them: runs are then tokenized on the calling thread.
+    threads: Option<ThreadCopies<Option<PreTokenizerWrapper>>>,
 }
 
 impl GgufTokenizer {
@@ -217,7 +218,6 @@ impl GgufTokenizer {
         };
         Ok(Self {
             inner,
-            plain,
             nfc,
             control,
             control_strs,
@@ -229,7 +229,8 @@ impl GgufTokenizer {
             cache: TokenCache::new(DEFAULT_BUDGET_BYTES),
             cuttable,
             controls: Memo::new(),
-            threads: OnceLock::new(),
+            threads: tokenizing_threads(plain.get_pre_tokenizer()),
+            plain,
         })
     }
 
@@ -430,16 +431,7 @@ impl GgufTokenizer {
         if texts.len() < 2 || texts.iter().map(|t| t.len()).sum::<usize>() < 2 * CACHED_RUN_BYTES {
             return texts.iter().map(|t| self.encode_plain(t)).collect();
         }
-        let threads = self.threads.get_or_init(|| {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let pre = self.plain.get_pre_tokenizer();
-            ThreadCopies::new("tokenize", cores, || pre.cloned())
-                .inspect_err(|e| {
-                    tracing::warn!("no tokenizing threads ({e}): long inputs tokenize on one")
-                })
-                .ok()
-        });
-        match threads {
+        match &self.threads {
             Some(threads) => threads
                 .map(texts, |text, pre| {
                     self.encode_plain_with(text, pre.as_ref())
@@ -515,6 +507,17 @@ fn pieces(text: &str, size: usize) -> impl Iterator<Item = &str> {
         rest = tail;
         Some(piece)
     })
+}
+
+/// One tokenizing thread per available core, each with its own copy of `pre`
+/// ([`ThreadCopies`]); `None`, with a warning, when the OS would not start them.
+fn tokenizing_threads(
+    pre: Option<&PreTokenizerWrapper>,
+) -> Option<ThreadCopies<Option<PreTokenizerWrapper>>> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    ThreadCopies::new("tokenize", cores, || pre.cloned())
+        .inspect_err(|e| tracing::warn!("no tokenizing threads ({e}): long inputs tokenize on one"))
+        .ok()
 }
 
 /// The pieces a long run is looked up in: [`CACHED_RUN_BYTES`] pieces, the last
