@@ -105,9 +105,6 @@ __device__ __forceinline__ void turn_arrive() {
 __device__ __forceinline__ void turn_wait() {
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
 
 // Issues S = Q K^T for one warpgroup's 64 query rows (q_rows) and a 128-key tile (k_addr),
 // both in the 128-byte swizzle: D / 16 k-steps of 16 over the head (4 steps of 32 bytes in
@@ -235,7 +232,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
         // While the tensor cores work: stage the next tile into the other buffer (the
         // previous iteration's reads of it ended before its closing barrier).
         if (it + 1 < it_end) load(it + 1, stage ^ 1);
-        wgmma_wait_all();
+        wgmma_wait<0>();
         fence_registers(sf);
 
         softmax_update(s, o, st, bands.whole(col0, col0 + BN), col0, b0, b1, tq, scale_log2);
@@ -248,7 +245,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
         wgmma_fence();
         issue_values<BN>(of, p, v_addr);
         wgmma_commit();
-        wgmma_wait_all();
+        wgmma_wait<0>();
         fence_registers(of);
         // Everyone is done with this stage before the next iteration refills it.
         __syncthreads();
