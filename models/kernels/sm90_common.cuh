@@ -1,7 +1,8 @@
 // Hopper (sm_90a) primitives that decide's wgmma kernels share (attention_sm90.cu,
-// gemm_sm90.cu): warpgroup matrix multiply accumulator operands and fences, shared-memory matrix descriptors in the
-// 128-byte swizzle, mbarriers, and TMA tensor maps and copies. Inline PTX, each a few
-// instructions; the PTX ISA's sections of the same names say what they do.
+// gemm_sm90.cu): warpgroup matrix multiply accumulator operands and fences, shared-memory
+// matrix descriptors in the 128-byte swizzle, mbarriers, and TMA tensor maps and copies.
+// Inline PTX, each a few instructions; the PTX ISA's sections of the same names say what
+// they do.
 
 #pragma once
 
