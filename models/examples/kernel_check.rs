@@ -31,25 +31,42 @@ struct Case {
     picks: Vec<u32>,
 }
 
-/// The ways a block shape runs: the warp-specialized kernel with and without TMA staging.
-fn variants(block: AttentionBlock) -> Vec<(String, bool)> {
+/// The ways a block shape runs: `(label, tma, longest_first)`. The warp-specialized kernel
+/// with and without TMA staging, then with TMA and the longest-first block order; the others
+/// in both block orders.
+fn variants(block: AttentionBlock) -> Vec<(String, bool, bool)> {
     if block == AttentionBlock::WgmmaSpecialized {
         vec![
-            (format!("{block:?}"), false),
-            (format!("{block:?}+tma"), true),
+            (format!("{block:?}"), false, false),
+            (format!("{block:?}+tma"), true, false),
+            (format!("{block:?}+tma+longest-first"), true, true),
         ]
     } else {
-        vec![(format!("{block:?}"), true)]
+        vec![
+            (format!("{block:?}"), true, false),
+            (format!("{block:?}+longest-first"), true, true),
+        ]
     }
 }
 
-/// Runs a case on the kernel with blocks of shape `block`.
+/// What one attention case measured: the largest difference from the reference and the
+/// reference's largest magnitude; without timing, the largest difference between the two
+/// block orders (which must be 0: they compute the same blocks); with it, seconds per launch.
+struct CaseResult {
+    diff: (f32, f32),
+    order_diff: Option<(f32, f32)>,
+    secs: Option<f64>,
+}
+
+/// Runs a case on the kernel with blocks of shape `block`, in the block order that
+/// `longest_first` says.
 fn attention_case(
     dev: &Device,
     c: &Case,
     block: AttentionBlock,
+    longest_first: bool,
     timing: bool,
-) -> Res<(f32, f32, Option<f64>)> {
+) -> Res<CaseResult> {
     let Heads { q: h, kv, dim: d } = c.heads;
     let m: usize = c.segments.iter().map(|s| s.1).sum();
     let rand = |shape: &[usize], scale: f64| -> Res<Tensor> {
@@ -96,7 +113,14 @@ fn attention_case(
     };
     let bounds_t = Tensor::new(bounds_run.as_slice(), dev)?;
     let run = || kernels::attention(&q_run, (&k, &v), &sources, 0, &bounds_t, c.heads, block);
+    kernels::set_longest_first(!longest_first);
+    let other_order = if timing { None } else { Some(run()?) };
+    kernels::set_longest_first(longest_first);
     let got = run()?;
+    let order_diff = match other_order {
+        Some(o) => Some(diff(&got, &o)?),
+        None => None,
+    };
 
     // Reference: every key column side by side, a dense mask, f32 softmax.
     let mut ks: Vec<Tensor> = prefix_kv.iter().map(|p| p[0].0.clone()).collect();
@@ -162,7 +186,11 @@ fn attention_case(
     } else {
         None
     };
-    Ok((dmax, mmax, secs))
+    Ok(CaseResult {
+        diff: (dmax, mmax),
+        order_diff,
+        secs,
+    })
 }
 
 /// Median milliseconds of one `f()` over 7 rounds of 20, after 200 ms of warm-up (the
@@ -526,10 +554,13 @@ fn main() -> Res<()> {
                 println!("attention ({block:?}): {}: not on this device", c.name);
                 continue;
             }
-            for (label, tma) in variants(block) {
+            for (label, tma, longest_first) in variants(block) {
                 kernels::set_tensor_maps(tma);
-                let r = attention_case(&dev, c, block, false)?;
-                check(format!("attention ({label}): {}", c.name), (r.0, r.1), 0.02);
+                let r = attention_case(&dev, c, block, longest_first, false)?;
+                check(format!("attention ({label}): {}", c.name), r.diff, 0.02);
+                if let Some(d) = r.order_diff {
+                    check("  same in the other block order".to_string(), d, 0.0);
+                }
             }
         }
     }
@@ -593,12 +624,12 @@ fn main() -> Res<()> {
         };
         let runs = |b: &AttentionBlock| b.runs_on(&dev, heads.dim);
         for block in AttentionBlock::ALL.into_iter().filter(runs) {
-            for (label, tma) in variants(block) {
+            for (label, tma, longest_first) in variants(block) {
                 kernels::set_tensor_maps(tma);
-                let (d, m, secs) = attention_case(&dev, &c, block, true)?;
-                let ms = secs.unwrap_or(0.0) * 1e3;
+                let r = attention_case(&dev, &c, block, longest_first, true)?;
+                let ms = r.secs.unwrap_or(0.0) * 1e3;
                 let tflops = flops / (ms / 1e3) / 1e12;
-                check(format!("attention {key} ({label})"), (d, m), 0.02);
+                check(format!("attention {key} ({label})"), r.diff, 0.02);
                 println!("  {key}, {label}: {ms:.3} ms, {tflops:.1} TFLOP/s");
                 timings.push(format!(
                     r#"{{"case":"{key}","block":"{label}","ms":{ms},"tflops":{tflops}}}"#

@@ -176,6 +176,41 @@ __device__ __forceinline__ KeyTable stage_key_table(
     return kt;
 }
 
+// The most bytes of K and V that the heads running side by side in the longest-first order
+// below should read: FlashAttention-3's SingleTileLPTScheduler's budget, 32 MiB of the
+// H200's 50 MiB L2.
+#define ATT_L2_BUDGET (32l << 20)
+
+// The query rows (the first, row0) and the head a block of BM rows takes, from the launch's
+// grid, of one of two shapes (the launcher's choice, kernels.rs `attention`):
+// - (row blocks, H, splits): head blockIdx.y, and within a head the last rows first. In a
+//   causal pass they see the most keys, so within a head the longest blocks start first.
+//   But every head's short blocks start before the next head's long ones, so the last wave
+//   of a prefill chunk holds long blocks beside idle multiprocessors.
+// - (row blocks x H, 1, splits): longest first across heads, as FlashAttention-3's
+//   SingleTileLPTScheduler orders them: heads in sections whose kv heads' K and V fit in
+//   ATT_L2_BUDGET (`keys`: the key columns of the pass), and within a section the last row
+//   block of every head, then the one before, and so on.
+// Which block computes what changes, not how: the results are the same bit for bit.
+template <int BM>
+__device__ __forceinline__ void block_place(int H, int KV, int D, int keys, int& row0, int& h) {
+    if (gridDim.y == H) {
+        h = blockIdx.y;
+        row0 = (gridDim.x - 1 - blockIdx.x) * BM;
+        return;
+    }
+    const int blocks = gridDim.x / H;
+    const long kv_bytes = (long)max(keys, 1) * D * 2 * (long)sizeof(bf16);
+    const int fit = kv_bytes >= ATT_L2_BUDGET ? 1 : 1 << (31 - __clz((int)(ATT_L2_BUDGET / kv_bytes)));
+    const int section = min(H, fit * (H / KV));
+    const int s = blockIdx.x / (section * blocks);
+    const int in_section = blockIdx.x - s * section * blocks;
+    const int heads_here = min(section, H - s * section);
+    const int b = in_section / heads_here;
+    h = s * section + in_section - b * heads_here;
+    row0 = (blocks - 1 - b) * BM;
+}
+
 // The key tiles (of BN columns) a block of BM rows visits: those meeting the union of its
 // rows' first bands, then those meeting the union of their second bands, as one list.
 // Also stages the rows' bounds in shared memory (rows past M see nothing). Syncs.

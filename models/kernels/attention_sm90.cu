@@ -124,10 +124,9 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 
     const int tid = threadIdx.x, wg = tid >> 7, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
-    const int h = blockIdx.y;
+    int row0, h;
+    block_place<BM>(H, KV, D, own_start + own_rows, row0, h);
     const int kvh = h / (H / KV);
-    // Last rows first, as in fused.cu.
-    const int row0 = (gridDim.x - 1 - blockIdx.x) * BM;
     const int wrow = warp * 16;
     const int r0 = row0 + wrow + g, r1 = r0 + 8;
 
@@ -329,9 +328,9 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     uint64_t* const empty_v = bars + 3 * WS_SLOTS;
 
     const int tid = threadIdx.x, role = tid >> 7, warp = tid >> 5, lane = tid & 31;
-    const int h = blockIdx.y;
+    int row0, h;
+    block_place<BM>(H, KV, D, own_start + own_rows, row0, h);
     const int kvh = h / (H / KV);
-    const int row0 = (gridDim.x - 1 - blockIdx.x) * BM;  // last rows first, as in fused.cu
     if (tid < WS_SLOTS) {
         mbar_init(&full_k[tid], 128);
         mbar_init(&full_v[tid], 128);

@@ -411,11 +411,10 @@ __device__ __forceinline__ void attention_impl(ATTENTION_PARAMS) {
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
-    const int h = blockIdx.y;
+    // Last rows first (block_place): in a causal pass they see the most keys.
+    int row0, h;
+    block_place<ATT_BM>(H, KV, D, own_start + own_rows, row0, h);
     const int kvh = h / (H / KV);
-    // Last rows first: in a causal pass they see the most keys, so the longest blocks start
-    // first and the short ones fill the tail.
-    const int row0 = (gridDim.x - 1 - blockIdx.x) * ATT_BM;
     const int wrow = warp * 16;  // the warp's first row in the block
     // This thread's two rows.
     const int r0 = row0 + wrow + g, r1 = r0 + 8;

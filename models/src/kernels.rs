@@ -19,6 +19,8 @@ use candle_core::op::BackpropOp;
 use candle_core::{bail, DType, Device, Result, Shape, Storage, Tensor};
 use half::bf16;
 
+use crate::switch::Switch;
+
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
 const MODULE: &str = "decide_fused";
 
@@ -838,6 +840,26 @@ pub fn write_u32(t: &Tensor, values: &[u32]) -> Result<()> {
     Ok(())
 }
 
+/// Whether attention blocks start longest first across heads, as FlashAttention-3's
+/// SingleTileLPTScheduler orders them, rather than head by head (`block_place` in
+/// attention_common.cuh says why). The results are the same bit for bit; only the order
+/// differs. A model of the block scheduler (1 block per multiprocessor, 132 of them, blocks
+/// started in launch order) puts the 28k prefill's attention at 98% of its ideal time this
+/// way against 95% head by head (`bench/attention_schedule.py`). Opt-in
+/// (`DECIDE_ATTENTION_LONGEST_FIRST=1`; [`set_longest_first`] in-process) until an H200 run
+/// measures it.
+static LONGEST_FIRST: Switch = Switch::new("DECIDE_ATTENTION_LONGEST_FIRST", false);
+
+/// Turns the longest-first block order on or off for later attention launches
+/// (`kernel_check` runs both ways).
+pub fn set_longest_first(on: bool) {
+    LONGEST_FIRST.set(on);
+}
+
+fn longest_first_on() -> bool {
+    LONGEST_FIRST.on()
+}
+
 /// Attention of queries `q` `(M, heads.q, dim)` over `sources`' prefixes at `layer` plus the
 /// pass's own keys and values `(1, kv, N, dim)`, N at least M (more when only some rows'
 /// queries are asked for: the last layer of a pass reads out a few rows but every row's keys
@@ -922,8 +944,15 @@ pub fn attention(
         maps = KeyMaps::new((ptrs.1, ptrs.2), own_rows, prefix, heads);
         b.arg(&maps);
     }
+    // The grid's shape tells the kernel in which order its blocks take rows and heads
+    // (`block_place` in attention_common.cuh).
+    let grid_dim = if longest_first_on() {
+        ((m.div_ceil(rows) * h) as u32, 1, splits as u32)
+    } else {
+        (m.div_ceil(rows) as u32, h as u32, splits as u32)
+    };
     let cfg = LaunchConfig {
-        grid_dim: (m.div_ceil(rows) as u32, h as u32, splits as u32),
+        grid_dim,
         block_dim: (block.threads(), 1, 1),
         shared_mem_bytes: smem as u32,
     };

@@ -4,36 +4,27 @@
 //! maps are host-side driver state (encoded per launch with `cuTensorMapEncodeTiled`, passed
 //! by value as a kernel parameter), apart from the launchers that take and return tensors.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-
 use candle_core::cuda_backend::cudarc;
 use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
 
 use super::Heads;
+use crate::switch::Switch;
 
 /// Whether the warp-specialized attention kernel stages key tiles that lie inside one source
 /// with TMA (tensor maps, [`KeyMaps`]) rather than with its producer's cp.async copies:
 /// `DECIDE_ATTENTION_TMA=0` turns it off, for A/B runs; [`set_tensor_maps`] in-process. On
 /// an H200 it made that kernel 2-3% faster on the chunks of a 28k-token prefill and the
 /// prefill 251.5 against 255.9 ms (p50 of 5; bench/reports/h200-side-by-side-10/probes).
-static TENSOR_MAPS: AtomicU8 = AtomicU8::new(0);
+static TENSOR_MAPS: Switch = Switch::new("DECIDE_ATTENTION_TMA", true);
 
 /// Turns TMA staging of key tiles on or off for later attention launches (`kernel_check`
 /// runs both ways).
 pub fn set_tensor_maps(on: bool) {
-    TENSOR_MAPS.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+    TENSOR_MAPS.set(on);
 }
 
 fn tensor_maps_on() -> bool {
-    match TENSOR_MAPS.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let on = std::env::var("DECIDE_ATTENTION_TMA").map_or(true, |v| v != "0");
-            set_tensor_maps(on);
-            on
-        }
-    }
+    TENSOR_MAPS.on()
 }
 
 /// The tensor maps one launch of the warp-specialized kernel reads (`KeyMaps` in
