@@ -160,12 +160,15 @@ probes() {
     echo "host_steps: $(grep 'per iteration' "$OUT/host-steps.txt" | tr '\n' ' ')"
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
-    # The 28k prefill alone: as served; with the output and down projections added to the
-    # stream in their GEMM (DECIDE_RESIDUAL_IN_GEMM=1); with the CUDA memory pool keeping
-    # its free memory mapped (DECIDE_CUDA_POOL_KEEP=1); with both; as served again (the
-    # spread); and from an earlier commit's forward_bench when landed at /tmp/gpu/bin/fb_old:
-    # the A/Bs on the model alone. (Run 11 measured the gate/up kernel's A/B,
-    # DECIDE_FUSED_GATE_UP=0, and 16k-row chunks, DECIDE_BENCH_CHUNK=16384.)
+    # The 28k prefill alone: as served (the remainder chunk first); with the remainder
+    # chunk last, as before (DECIDE_BENCH_REMAINDER_LAST=1); with attention blocks longest
+    # first across heads (DECIDE_ATTENTION_LONGEST_FIRST=1); with the output and down
+    # projections added to the stream in their GEMM (DECIDE_RESIDUAL_IN_GEMM=1); with the
+    # CUDA memory pool keeping its free memory mapped (DECIDE_CUDA_POOL_KEEP=1); with all
+    # three settings; as served again (the spread); and from an earlier commit's
+    # forward_bench when landed at /tmp/gpu/bin/fb_old: the A/Bs on the model alone. (Run 11
+    # measured the gate/up kernel's A/B, DECIDE_FUSED_GATE_UP=0, and 16k-row chunks,
+    # DECIDE_BENCH_CHUNK=16384.)
     # (FB_COMPARE=1: first `compare`, the fused kernels against candle's ops, forward.json.)
     fb=(/tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16)
     if [ "${FB_COMPARE:-0}" = 1 ]; then
@@ -178,9 +181,11 @@ probes() {
       echo "forward_bench $name ($*) rc=$?: $(cat "$OUT/forward-$name.json")"
     }
     long long
+    long long-remainder-last DECIDE_BENCH_REMAINDER_LAST=1
+    long long-longest-first DECIDE_ATTENTION_LONGEST_FIRST=1
     long long-residual-in-gemm DECIDE_RESIDUAL_IN_GEMM=1
     long long-pool-keep DECIDE_CUDA_POOL_KEEP=1
-    long long-both DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
+    long long-all DECIDE_ATTENTION_LONGEST_FIRST=1 DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
     long long-again
     if [ -x /tmp/gpu/bin/fb_old ]; then
       DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb_old /tmp/gpu/models/q15.gguf cuda bf16 long >"$OUT/forward-long-baseline.json" 2>"$OUT/forward-long-baseline.err"

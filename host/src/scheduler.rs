@@ -52,7 +52,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use decide_models::{KvCache, Model, ModelError, Readout, Segment, PREFILL_SCORE_BUDGET};
+use decide_models::{
+    chunk_lengths, KvCache, Model, ModelError, Readout, Segment, PREFILL_SCORE_BUDGET,
+};
 
 use crate::cancel::Cancel;
 use crate::metrics::Metrics;
@@ -1091,17 +1093,18 @@ fn job_prefix(
         }
         let prompt = &job.prompts[0];
         // In chunks of one call each, so a cancelled request stops between two (what
-        // `read_and_cache` would run in one call, read for read the same).
+        // `read_and_cache` would run in one call, read for read the same: the remainder
+        // first, `chunk_lengths`).
         let chunk = prefill_rows(worker.model, tokens.len());
         let head = tokens.len().saturating_sub(chunk).max(hit);
         let mut filled = found;
         let mut at = hit;
-        while at < head {
+        for rows in chunk_lengths(head - hit, chunk) {
             step(cache);
             if job.cancel.is_cancelled() {
                 return Err(Stop::Cancelled);
             }
-            let end = head.min(at + chunk);
+            let end = at + rows;
             filled = Some(worker.call(|model| model.prefill(&tokens[at..end], filled.as_ref()))?);
             result.forward_passes += 1;
             at = end;
