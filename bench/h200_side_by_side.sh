@@ -36,6 +36,10 @@
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
+# Every phase also writes gpu-clocks.csv (SM clock, power, throttle reasons every 200 ms), and
+# bench/side_by_side.sh writes side/<server>-times.txt (when each run began and ended):
+# bench/gpu_clocks.py joins the two.
+#
 # Then, here: bench/side_by_side.py DIR on the two side/ folders copied into one DIR.
 #
 # Build and pack every binary (decide, decide-loadgen, kc, fb, hs: bench/h200_pack.sh) before the first call, and land
@@ -54,12 +58,21 @@ phase=${1:?probes, decide, ab or vllm}
 RESULTS=${OUT:-/tmp/gpu/out}
 OUT=/tmp/gpu/out-$phase
 rm -rf "$OUT"
-trap 'tar -C "$OUT" -czf "$RESULTS/$phase.tgz" . && echo "packed $RESULTS/$phase.tgz"' EXIT
+trap 'kill $clocks 2>/dev/null; tar -C "$OUT" -czf "$RESULTS/$phase.tgz" . && echo "packed $RESULTS/$phase.tgz"' EXIT
 W=/tmp/gpu/w
 LOADGEN=/tmp/gpu/bin/decide-loadgen
 export LOADGEN SECONDS_PER_RUN=${SECONDS_PER_RUN:-8} CEILING_SECONDS=${CEILING_SECONDS:-2}
 mkdir -p "$OUT/side" "$W"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+# The GPU's clocks, power and throttle reasons every 200 ms for the whole phase
+# (gpu-clocks.csv): whether a long run of 28k reads runs at lower clocks than single reads
+# do (run 11: 255.5 ms at the server over 64 reads in a row, 248-250 for three alone).
+# (The throttle reasons' field was renamed in driver 535; the older name is the fallback.)
+reasons=clocks_event_reasons.active
+nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons \
+  --format=csv -lms 200 >"$OUT/gpu-clocks.csv" 2>&1 &
+clocks=$!
 
 wait_ready() {  # wait_ready URL PID SECONDS
   for _ in $(seq 1 "$3"); do

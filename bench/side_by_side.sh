@@ -37,8 +37,11 @@ run() {  # run NAME SCENARIO MODE ARGS...
   local workload="$workloads/$server-$scenario.jsonl"
   [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $name "* ]] || return 0
   echo "== $server $name ($mode $*)"
+  # When each run began and ended (UTC, as nvidia-smi's timestamps in gpu-clocks.csv).
+  echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') start $name" >>"$out/$server-times.txt"
   "$loadgen" "$mode" --url "$url" --workload "$workload" --report "$out/$server-$name.json" \
     --timeout 300 --ceiling-duration "$ceiling_seconds" "${header[@]}" "$@" | tail -n 20
+  echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') end $name" >>"$out/$server-times.txt"
 }
 
 for clients in $clients_list; do
