@@ -1158,7 +1158,9 @@ fn shared_start(
     }
     let filled = worker.call(|model| model.prefill(&tokens[hit..store], found.as_ref()))?;
     result.forward_passes += 1;
-    cache.insert(job.salt, &tokens[..store], filled.clone());
+    // In one piece, as every entry (a long stretch extends `found` by a piece of its own:
+    // KvCache), so entries share no memory and their sizes add up.
+    cache.insert(job.salt, &tokens[..store], filled.prefix(store)?);
     Ok(Prefixed::Prefix(JobPrefix {
         cache: Some(filled),
         len: store,

@@ -21,8 +21,9 @@ fn diff(a: &Tensor, b: &Tensor) -> Res<(f32, f32)> {
 }
 
 /// One attention case: prefixes of the given lengths, then segments of own rows, each
-/// `(prefix index or None, rows)`; with `picks`, the queries of those rows alone over every
-/// own row's keys (a pass's last layer), else every row's.
+/// `(prefix index or None, rows)` ([`ALL_PREFIXES`]: every prefix, as the pieces of one cache
+/// are read); with `picks`, the queries of those rows alone over every own row's keys (a
+/// pass's last layer), else every row's.
 struct Case {
     name: &'static str,
     heads: Heads,
@@ -30,6 +31,10 @@ struct Case {
     segments: Vec<(Option<usize>, usize)>,
     picks: Vec<u32>,
 }
+
+/// A segment's prefix index meaning every prefix: a cache held in pieces, each a prefix of
+/// the pass (`KvCache` in models/src/forward.rs), as a long prefill's later chunks read it.
+const ALL_PREFIXES: usize = usize::MAX;
 
 /// The ways a block shape runs: `(label, tma, longest_first)`. The warp-specialized kernel
 /// with and without TMA staging, then with TMA and the longest-first block order; the others
@@ -91,7 +96,11 @@ fn attention_case(
     let mut bounds = Vec::with_capacity(4 * m);
     let mut row = 0;
     for &(p, rows) in &c.segments {
-        let (pc, pl) = p.map_or((0, 0), |i| cols[i]);
+        let (pc, pl) = match p {
+            None => (0, 0),
+            Some(ALL_PREFIXES) => (0, own_start),
+            Some(i) => cols[i],
+        };
         for j in 0..rows {
             bounds
                 .extend([pc, pc + pl, own_start + row, own_start + row + j + 1].map(|x| x as u32));
@@ -547,6 +556,20 @@ fn main() -> Res<()> {
             segments: vec![(Some(0), 3683)],
             picks: vec![3682],
         },
+        Case {
+            name: "300 rows after pieces 1500 + 1300 + 1100 of one cache",
+            heads: q15,
+            prefixes: vec![1500, 1300, 1100],
+            segments: vec![(Some(ALL_PREFIXES), 300)],
+            picks: vec![],
+        },
+        Case {
+            name: "300 rows after pieces 1500 + 1300 + 1100 + 900 + 700 (5: no maps)",
+            heads: q15,
+            prefixes: vec![1500, 1300, 1100, 900, 700],
+            segments: vec![(Some(ALL_PREFIXES), 300)],
+            picks: vec![],
+        },
     ];
     for c in &cases {
         for block in AttentionBlock::ALL {
@@ -613,7 +636,30 @@ fn main() -> Res<()> {
             flops(heads, (n * prefix) as f64 + (n * n) as f64 / 2.0),
         )
     });
-    let timed = causal.into_iter().chain(chunks).chain(over_prefix);
+    // The server's chunks of that prefill (the remainder first, `chunk_lengths`), the cache
+    // in pieces as the fused path now holds it, against one prefix of the same length.
+    let pieces = [
+        (8192usize, vec![3683usize, 8192]),
+        (8192, vec![3683, 8192, 8192]),
+        (8192, vec![11_875]),
+        (8192, vec![20_067]),
+    ]
+    .map(|(n, prefixes)| {
+        let held: usize = prefixes.iter().sum();
+        let name = prefixes.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        (
+            format!("causal {n} after {}", name.join(" + ")),
+            q15,
+            prefixes,
+            vec![(Some(ALL_PREFIXES), n)],
+            flops(q15, (n * held) as f64 + (n * n) as f64 / 2.0),
+        )
+    });
+    let timed = causal
+        .into_iter()
+        .chain(chunks)
+        .chain(pieces)
+        .chain(over_prefix);
     for (key, heads, prefixes, segments, flops) in timed {
         let c = Case {
             name: "timing",

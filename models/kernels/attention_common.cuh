@@ -15,6 +15,10 @@ typedef __nv_bfloat16 bf16;
 // Prefix tables up to this long are copied to shared memory (read for every key row staged).
 #define ATT_SMEM_PREFIXES 64
 
+// The most cached prefixes the warp-specialized kernel reads through tensor maps
+// (`MAPPED_PREFIXES` in models/src/kernels/tensor_maps.rs).
+#define ATT_MAPPED_PREFIXES 4
+
 // 16 bytes global -> shared without registers; zero-filled when !valid.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
@@ -54,6 +58,11 @@ __device__ __forceinline__ float exp2_ftz(float x) {
     return y;
 }
 
+// KeyTable::source_of for columns in the pass's own rows, and for columns in more than one
+// source (or none).
+#define KEYS_OWN -1
+#define KEYS_MIXED -2
+
 // Where the keys and values of a column lie: a cached prefix (address tables, sorted by first
 // column, side by side) or the pass's own rows.
 struct KeyTable {
@@ -82,25 +91,37 @@ struct KeyTable {
         return s;
     }
 
-    // Whether columns [col0, col0 + n) all lie in one source (the usual case: a tile inside
-    // one prefix or inside the own rows); then k and v point at piece `part` of column col0's
-    // key and value rows, and column col0 + j's are j * D elements further.
-    __device__ __forceinline__ bool span(int col0, int n, int part, const bf16*& k,
-                                         const bf16*& v, int D) const {
-        if (col0 >= own_start && col0 + n <= own_start + own_rows) {
+    // Which one source holds all of columns [col0, col0 + n) (the usual case: a tile inside
+    // one prefix or inside the own rows): KEYS_OWN, a prefix's index, or KEYS_MIXED.
+    __device__ __forceinline__ int source_of(int col0, int n) const {
+        if (col0 >= own_start && col0 + n <= own_start + own_rows) return KEYS_OWN;
+        const int s = prefix_at(col0);
+        return s >= 0 && col0 + n <= pstart[s] + plen[s] ? s : KEYS_MIXED;
+    }
+
+    // For columns from col0 in `source` (not KEYS_MIXED): k and v point at piece `part` of
+    // column col0's key and value rows, and column col0 + j's are j * D elements further.
+    __device__ __forceinline__ void span_in(int source, int col0, int part, const bf16*& k,
+                                            const bf16*& v, int D) const {
+        if (source == KEYS_OWN) {
             const long off = ((long)kvh * own_rows + (col0 - own_start)) * D + part * 8;
             k = k_own + off;
             v = v_own + off;
-            return true;
-        }
-        const int s = prefix_at(col0);
-        if (s >= 0 && col0 + n <= pstart[s] + plen[s]) {
+        } else {
+            const int s = source;
             const long off = ((long)kvh * plen[s] + (col0 - pstart[s])) * D + part * 8;
             k = reinterpret_cast<const bf16*>(pk[s]) + off;
             v = reinterpret_cast<const bf16*>(pv[s]) + off;
-            return true;
         }
-        return false;
+    }
+
+    // Whether columns [col0, col0 + n) all lie in one source; then span_in's k and v.
+    __device__ __forceinline__ bool span(int col0, int n, int part, const bf16*& k,
+                                         const bf16*& v, int D) const {
+        const int source = source_of(col0, n);
+        if (source == KEYS_MIXED) return false;
+        span_in(source, col0, part, k, v, D);
+        return true;
     }
 
     // The 16-byte piece `part` of column col's key and value rows (null when no source covers

@@ -258,15 +258,17 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 #define WS_SLOTS 2
 
 // The tensor maps of one launch of the warp-specialized kernel (`KeyMaps` in
-// models/src/kernels/tensor_maps.rs): over the pass's own keys and values and over its one
-// cached prefix's (at this layer), each 3-D (head_dim, rows, kv heads), in boxes of 64
-// columns x 128 rows with the 128-byte swizzle, so one box lands as one 64-column block of a
-// tile in exactly the layout the cp.async path writes (swizzled() above). `present`: bit 0
-// the own maps, bit 1 the prefix's (encoded only for a pass with exactly one prefix; none
-// inside a CUDA graph, whose replays change the prefixes). Passed as a __grid_constant__
-// parameter, so TMA reads the maps from parameter memory.
+// models/src/kernels/tensor_maps.rs): over the pass's own keys and values and over each of
+// its cached prefixes (at this layer; the pieces of one cache held in several, or the
+// prefixes of a packed pass), each 3-D (head_dim, rows, kv heads), in boxes of 64 columns x
+// 128 rows with the 128-byte swizzle, so one box lands as one 64-column block of a tile in
+// exactly the layout the cp.async path writes (swizzled() above). `present`: bit 0 the own
+// maps, bit 1 + p prefix p's (encoded only for a pass with at most ATT_MAPPED_PREFIXES
+// prefixes; none inside a CUDA graph, whose replays change the prefixes). Passed as a
+// __grid_constant__ parameter, so TMA reads the maps from parameter memory.
 struct __align__(64) KeyMaps {
-    TensorMap k_own, v_own, k_prefix, v_prefix;
+    TensorMap k_own, v_own;
+    TensorMap k_prefix[ATT_MAPPED_PREFIXES], v_prefix[ATT_MAPPED_PREFIXES];
     int present;
 };
 
@@ -386,19 +388,19 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
             }
             cp_async_commit();
         };
-        // The tensor maps of a tile inside one source that has them (null: none), and the
-        // tile's first row in that source.
-        auto tile_maps = [&](int col0, int& row, const TensorMap*& mv) -> const TensorMap* {
-            if ((maps.present & 1) && col0 >= own_start && col0 + BN <= own_start + own_rows) {
+        // The tensor maps of a tile inside `source` (KeyTable::source_of) when it has them
+        // (null: none), and the tile's first row in that source.
+        auto tile_maps = [&](int source, int col0, int& row,
+                             const TensorMap*& mv) -> const TensorMap* {
+            if (source == KEYS_OWN && (maps.present & 1)) {
                 row = col0 - own_start;
                 mv = &maps.v_own;
                 return &maps.k_own;
             }
-            if ((maps.present & 2) && n_prefix == 1 && col0 >= keys.pstart[0] &&
-                col0 + BN <= keys.pstart[0] + keys.plen[0]) {
-                row = col0 - keys.pstart[0];
-                mv = &maps.v_prefix;
-                return &maps.k_prefix;
+            if (source >= 0 && source < ATT_MAPPED_PREFIXES && (maps.present & (2 << source))) {
+                row = col0 - keys.pstart[source];
+                mv = maps.v_prefix + source;
+                return maps.k_prefix + source;
             }
             mv = nullptr;
             return nullptr;
@@ -414,11 +416,13 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
         for (int i = 0; i < n; ++i) {
             const int slot = i % WS_SLOTS, use = i / WS_SLOTS;
             const int col0 = tiles.col0(it_begin + i, BN);
-            const bf16 *k, *v;
-            const bool whole = keys.span(col0, BN, part, k, v, D);
+            const bf16 *k = nullptr, *v = nullptr;
+            const int source = keys.source_of(col0, BN);
+            const bool whole = source != KEYS_MIXED;
+            if (whole) keys.span_in(source, col0, part, k, v, D);
             int row = 0;
             const TensorMap* mv = nullptr;
-            const TensorMap* mk = whole ? tile_maps(col0, row, mv) : nullptr;
+            const TensorMap* mk = whole ? tile_maps(source, col0, row, mv) : nullptr;
             // Fills the K (or V) slot once the consumers have released it.
             auto fill = [&](uint64_t* empty, uint64_t* full, uint32_t base, const TensorMap* map,
                             const bf16* src, bool values) {

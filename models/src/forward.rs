@@ -286,13 +286,50 @@ impl Layer {
 /// `(1, n_kv_head, len, head_dim)`, RoPE already applied to K. Immutable; a forward pass
 /// returns a new cache (the old one stays valid), so one prefix cache can seed many suffixes.
 /// Cloning is cheap (tensors are reference-counted).
+///
+/// Held as pieces side by side in position order: one, except where decide's fused CUDA path
+/// extends a cache by a long chunk. There it appends the chunk's keys and values as a piece of
+/// their own (at most [`KvCache::MAX_PIECES`]) instead of copying everything held into longer
+/// tensors: a 28k-token prefill in four chunks copied ~1.7 GB that way, ~1.2 ms of an H200's
+/// time between its chunks. Attention reads the pieces where they lie; the candle path and
+/// [`KvCache::prefix`] see one piece (copied together when there are several).
 #[derive(Clone, Debug)]
 pub struct KvCache {
+    pieces: Vec<KvPiece>,
+    len: usize,
+}
+
+/// `t` in memory of its own: `contiguous` copies a view but returns a contiguous tensor as
+/// is, sharing the memory of the longer cache a prefix is cut from.
+fn own_copy(t: &Tensor) -> candle_core::Result<Tensor> {
+    if t.is_contiguous() {
+        t.copy()
+    } else {
+        t.contiguous()
+    }
+}
+
+/// One piece of a [`KvCache`]: per layer, K and V of `len` positions.
+#[derive(Clone, Debug)]
+struct KvPiece {
     layers: Vec<(Tensor, Tensor)>,
     len: usize,
 }
 
 impl KvCache {
+    /// The most pieces a cache is held in; extending a cache of this many copies it into one
+    /// (attention reads up to four prefixes through tensor maps, `ATT_MAPPED_PREFIXES` in
+    /// models/kernels/attention_common.cuh).
+    pub const MAX_PIECES: usize = 4;
+
+    /// A cache of one piece: `layers` of `len` positions each.
+    pub(crate) fn new(layers: Vec<(Tensor, Tensor)>, len: usize) -> Self {
+        Self {
+            pieces: vec![KvPiece { layers, len }],
+            len,
+        }
+    }
+
     /// Number of token positions held.
     pub fn len(&self) -> usize {
         self.len
@@ -303,21 +340,105 @@ impl KvCache {
         self.len == 0
     }
 
+    /// How many pieces the positions are held in.
+    pub fn pieces(&self) -> usize {
+        self.pieces.len()
+    }
+
+    // Used by the fused CUDA path (and the tests).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    /// Each piece's layers and its positions, in position order.
+    pub(crate) fn piece_layers(&self) -> impl Iterator<Item = (&[(Tensor, Tensor)], usize)> {
+        self.pieces.iter().map(|p| (p.layers.as_slice(), p.len))
+    }
+
+    /// The layers of a cache of one piece (what the candle path reads); a cache in several
+    /// pieces is copied into one first.
+    pub(crate) fn whole(&self) -> Result<std::borrow::Cow<'_, [(Tensor, Tensor)]>> {
+        Ok(match self.pieces.as_slice() {
+            [one] => std::borrow::Cow::Borrowed(one.layers.as_slice()),
+            _ => std::borrow::Cow::Owned(self.joined(self.len)?),
+        })
+    }
+
+    // Used by the fused CUDA path (and the tests).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    /// This cache and `layers` of `len` more positions after it, as one more piece (the
+    /// fused path's long chunks; the caller checks [`KvCache::MAX_PIECES`]).
+    pub(crate) fn with_piece(&self, layers: Vec<(Tensor, Tensor)>, len: usize) -> Self {
+        let mut pieces = self.pieces.clone();
+        pieces.push(KvPiece { layers, len });
+        Self {
+            pieces,
+            len: self.len + len,
+        }
+    }
+
+    // Used by the fused CUDA path (and the tests).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    /// This cache and `layers` of `len` more positions after it, copied into one piece.
+    pub(crate) fn joined_with(&self, layers: Vec<(Tensor, Tensor)>, len: usize) -> Result<Self> {
+        let joined = layers
+            .into_iter()
+            .enumerate()
+            .map(|(i, (k, v))| {
+                let mut ks: Vec<&Tensor> = self.pieces.iter().map(|p| &p.layers[i].0).collect();
+                let mut vs: Vec<&Tensor> = self.pieces.iter().map(|p| &p.layers[i].1).collect();
+                ks.push(&k);
+                vs.push(&v);
+                Ok((Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?))
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Self::new(joined, self.len + len))
+    }
+
+    /// Per layer, K and V of the first `len` positions in one tensor each, copied from the
+    /// pieces (`len` at most [`KvCache::len`]).
+    fn joined(&self, len: usize) -> candle_core::Result<Vec<(Tensor, Tensor)>> {
+        let layers = self.pieces[0].layers.len();
+        (0..layers)
+            .map(|i| {
+                let mut ks = Vec::with_capacity(self.pieces.len());
+                let mut vs = Vec::with_capacity(self.pieces.len());
+                let mut at = 0;
+                for p in &self.pieces {
+                    let take = p.len.min(len - at);
+                    if take == 0 {
+                        break;
+                    }
+                    let (k, v) = &p.layers[i];
+                    ks.push(k.narrow(2, 0, take)?);
+                    vs.push(v.narrow(2, 0, take)?);
+                    at += take;
+                }
+                if ks.len() == 1 {
+                    Ok((own_copy(&ks[0])?, own_copy(&vs[0])?))
+                } else {
+                    Ok((Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?))
+                }
+            })
+            .collect()
+    }
+
     /// Whether `other` is this cache or a clone of it (the same tensors, so the same keys
     /// and values): a packed pass holds such prefixes once, as the prefix cache hands every
     /// job that hits one entry its own clone.
     pub fn same_as(&self, other: &KvCache) -> bool {
         self.len == other.len
-            && self.layers.len() == other.layers.len()
-            && self
-                .layers
-                .iter()
-                .zip(&other.layers)
-                .all(|((k, v), (ok, ov))| k.id() == ok.id() && v.id() == ov.id())
+            && self.pieces.len() == other.pieces.len()
+            && self.pieces.iter().zip(&other.pieces).all(|(a, b)| {
+                a.len == b.len
+                    && a.layers.len() == b.layers.len()
+                    && a.layers
+                        .iter()
+                        .zip(&b.layers)
+                        .all(|((k, v), (ok, ov))| k.id() == ok.id() && v.id() == ov.id())
+            })
     }
 
-    /// The cache of the first `len` positions, as a copy (so the longer cache's memory can
-    /// be freed): what a prefix cache keeps at a block boundary.
+    /// The cache of the first `len` positions in one piece: what a prefix cache keeps at a
+    /// block boundary. A copy (so the longer cache's memory can be freed), except for the
+    /// whole of a cache already in one piece, which is a clone.
     pub fn prefix(&self, len: usize) -> Result<KvCache> {
         if len > self.len {
             return Err(ModelError::Cache(format!(
@@ -325,26 +446,17 @@ impl KvCache {
                 self.len
             )));
         }
-        if len == self.len {
+        if len == self.len && self.pieces.len() == 1 {
             return Ok(self.clone());
         }
-        let layers = self
-            .layers
-            .iter()
-            .map(|(k, v)| {
-                Ok((
-                    k.narrow(2, 0, len)?.contiguous()?,
-                    v.narrow(2, 0, len)?.contiguous()?,
-                ))
-            })
-            .collect::<candle_core::Result<_>>()?;
-        Ok(KvCache { layers, len })
+        Ok(KvCache::new(self.joined(len)?, len))
     }
 
     /// Bytes of device memory held by the keys and values (f32, or bf16 on the fused path).
     pub fn size_bytes(&self) -> usize {
-        self.layers
+        self.pieces
             .iter()
+            .flat_map(|p| &p.layers)
             .map(|(k, v)| {
                 k.elem_count() * k.dtype().size_in_bytes()
                     + v.elem_count() * v.dtype().size_in_bytes()
@@ -681,9 +793,10 @@ impl Transformer {
         let cos = self.cos.narrow(0, start_pos, n)?;
         let sin = self.sin.narrow(0, start_pos, n)?;
 
+        let past_layers = cache.map(KvCache::whole).transpose()?;
         let mut new_cache = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
-            let past = cache.map(|c| &c.layers[i]);
+            let past = past_layers.as_ref().map(|l| &l[i]);
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
             let (attn, kv) = self.attention(
                 layer,
@@ -711,13 +824,7 @@ impl Transformer {
             let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
             x.index_select(&Tensor::new(idx.as_slice(), &self.device)?, 0)?
         };
-        Ok((
-            picked,
-            KvCache {
-                layers: new_cache,
-                len: total,
-            },
-        ))
+        Ok((picked, KvCache::new(new_cache, total)))
     }
 
     /// Runs several token suffixes against one shared prefix in a single pass, each suffix
@@ -812,12 +919,12 @@ impl Transformer {
         }
         #[cfg(feature = "cuda")]
         if !self.fused.is_empty() {
-            let keys = fused::PassKeys {
-                prefixes: prefixes.iter().map(|c| c.layers.as_slice()).collect(),
-                cols: layout.prefix_cols.clone(),
-                own_start: layout.row_pieces[0].2,
-                block: self.attention_block(m),
-            };
+            let starts = layout.prefix_cols.iter().map(|&(col, _)| col);
+            let keys = fused::PassKeys::new(
+                prefixes.iter().copied().zip(starts),
+                layout.row_pieces[0].2,
+                self.attention_block(m),
+            );
             let flat: Vec<u32> = (0..m)
                 .flat_map(|r| bounds.iter().map(move |b| b[r]))
                 .collect();
@@ -839,9 +946,13 @@ impl Transformer {
 
         let ids = Tensor::new(tokens.as_slice(), &self.device)?;
         let mut x = self.embed.embedding(&ids)?.unsqueeze(0)?;
+        let prefix_layers = prefixes
+            .iter()
+            .map(|c| c.whole())
+            .collect::<Result<Vec<_>>>()?;
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_prefixes: Vec<&(Tensor, Tensor)> =
-                prefixes.iter().map(|c| &c.layers[i]).collect();
+                prefix_layers.iter().map(|l| &l[i]).collect();
             let keys = Keys::Packed {
                 prefixes: &layer_prefixes,
                 layout: &layout,
@@ -859,10 +970,14 @@ impl Transformer {
 
     /// A cache made by this model.
     fn check_cache(&self, c: &KvCache) -> Result<()> {
-        if c.layers.len() != self.dims.n_layers {
+        if let Some(p) = c
+            .pieces
+            .iter()
+            .find(|p| p.layers.len() != self.dims.n_layers)
+        {
             return Err(ModelError::Cache(format!(
                 "the cache has {} layers, this model {}",
-                c.layers.len(),
+                p.layers.len(),
                 self.dims.n_layers
             )));
         }
@@ -1130,10 +1245,75 @@ mod tests {
 
     fn cache(len: usize) -> KvCache {
         let layer = || Tensor::zeros((1, 2, len, 4), DType::F32, &Device::Cpu).unwrap();
-        KvCache {
-            layers: vec![(layer(), layer()), (layer(), layer())],
-            len,
+        KvCache::new(vec![(layer(), layer()), (layer(), layer())], len)
+    }
+
+    /// A cache of `len` positions from `first` on whose values are their positions (layer
+    /// i's V: position + 1000 i), in one piece.
+    fn numbered(first: usize, len: usize) -> KvCache {
+        let layer = |i: usize| {
+            let k = Tensor::arange(first as f32, (first + len) as f32, &Device::Cpu)
+                .unwrap()
+                .reshape((1, 1, len, 1))
+                .unwrap()
+                .repeat((1, 2, 1, 4))
+                .unwrap();
+            let v = (&k + 1000.0 * i as f64).unwrap();
+            (k, v)
+        };
+        KvCache::new(vec![layer(0), layer(1)], len)
+    }
+
+    fn positions(c: &KvCache, layer: usize) -> (Vec<f32>, Vec<f32>) {
+        let whole = c.whole().unwrap();
+        let (k, v) = &whole[layer];
+        let column = |t: &Tensor| {
+            use candle_core::IndexOp;
+            t.i((0, 1, .., 3)).unwrap().to_vec1::<f32>().unwrap()
+        };
+        (column(k), column(v))
+    }
+
+    #[test]
+    fn pieces_read_as_one_cache_and_a_prefix_copies_them_into_one() {
+        let first = numbered(0, 5);
+        let second = numbered(5, 3);
+        let c = first.with_piece(second.whole().unwrap().into_owned(), 3);
+        assert_eq!((c.len(), c.pieces()), (8, 2));
+        let all: Vec<f32> = (0..8).map(|p| p as f32).collect();
+        assert_eq!(
+            positions(&c, 1),
+            (all.clone(), all.iter().map(|p| p + 1000.0).collect())
+        );
+        assert_eq!(c.size_bytes(), first.size_bytes() + second.size_bytes());
+        assert!(c.same_as(&c.clone()));
+        assert!(!c.same_as(
+            &first
+                .with_piece(second.whole().unwrap().into_owned(), 3)
+                .prefix(8)
+                .unwrap()
+        ));
+
+        for len in [8, 6, 5, 2] {
+            let p = c.prefix(len).unwrap();
+            assert_eq!((p.len(), p.pieces()), (len, 1), "prefix {len}");
+            assert_eq!(positions(&p, 0).0, all[..len], "prefix {len}");
+            assert!(!p.same_as(&c));
         }
+        // A prefix inside the first piece is a copy, not a view of it.
+        let cut = c.prefix(5).unwrap();
+        assert_ne!(
+            cut.whole().unwrap()[0].0.id(),
+            first.whole().unwrap()[0].0.id()
+        );
+
+        let joined = c
+            .joined_with(numbered(8, 2).whole().unwrap().into_owned(), 2)
+            .unwrap();
+        assert_eq!((joined.len(), joined.pieces()), (10, 1));
+        let ten: Vec<f32> = (0..10).map(|p| p as f32).collect();
+        assert_eq!(positions(&joined, 1).0, ten);
+        assert!(c.prefix(9).is_err());
     }
 
     #[test]

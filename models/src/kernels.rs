@@ -211,6 +211,7 @@ const MULTIPROCESSORS: usize = 132;
 
 mod tensor_maps;
 pub use tensor_maps::set_tensor_maps;
+use tensor_maps::MAPPED_PREFIXES;
 use tensor_maps::{GateUpMaps, KeyMaps};
 
 /// The CUDA device of a tensor.
@@ -730,16 +731,18 @@ pub struct KeySources {
     n_prefix: usize,
     /// First key column of the pass's own rows.
     own_start: usize,
-    /// With exactly one prefix and `prefix_maps`: per layer, its K and V addresses and its
-    /// length, for the warp-specialized kernel's tensor maps ([`KeyMaps`]).
-    sole_prefix: Vec<(u64, u64, usize)>,
+    /// With at most [`MAPPED_PREFIXES`] prefixes and `prefix_maps`: per layer, each
+    /// prefix's K and V addresses and length, for the warp-specialized kernel's tensor maps
+    /// ([`KeyMaps`]); empty otherwise.
+    mapped_prefixes: Vec<Vec<(u64, u64, usize)>>,
 }
 
 impl KeySources {
     /// `prefixes[p]` holds every layer's `(K, V)` of prefix `p`; `cols[p]` its first key
     /// column. Own rows start at `own_start`. `prefix_maps`: whether launches may encode
-    /// tensor maps over a sole prefix; not for a CUDA graph, whose launches keep the maps
-    /// of its capture while [`KeySources::write`] moves the prefixes.
+    /// tensor maps over the prefixes (when there are at most [`MAPPED_PREFIXES`]); not for
+    /// a CUDA graph, whose launches keep the maps of its capture while
+    /// [`KeySources::write`] moves the prefixes.
     pub fn new(
         dev: &Device,
         prefixes: &[&[(Tensor, Tensor)]],
@@ -753,13 +756,18 @@ impl KeySources {
         };
         let (k_table, v_table, starts, lens) = Self::tables(prefixes, cols, layers)?;
         let stream = dev.cuda_stream();
-        let sole_prefix = match (prefix_maps, cols) {
-            (true, [(_, len)]) => k_table
-                .iter()
-                .zip(&v_table)
-                .map(|(&k, &v)| (k, v, *len))
-                .collect(),
-            _ => Vec::new(),
+        let n = prefixes.len();
+        let mapped_prefixes = if prefix_maps && (1..=MAPPED_PREFIXES).contains(&n) {
+            // The tables hold layer after layer, each with its prefixes in order.
+            (0..layers)
+                .map(|layer| {
+                    (0..n)
+                        .map(|p| (k_table[layer * n + p], v_table[layer * n + p], cols[p].1))
+                        .collect()
+                })
+                .collect()
+        } else {
+            Vec::new()
         };
         Ok(Self {
             k_table: stream.clone_htod(&k_table).w()?,
@@ -768,7 +776,7 @@ impl KeySources {
             lens: stream.clone_htod(&lens).w()?,
             n_prefix: prefixes.len(),
             own_start,
-            sole_prefix,
+            mapped_prefixes,
         })
     }
 
@@ -788,7 +796,7 @@ impl KeySources {
         }
         let layers = self.k_table.len() / self.n_prefix.max(1);
         let (k_table, v_table, starts, lens) = Self::tables(prefixes, cols, layers)?;
-        self.sole_prefix.clear();
+        self.mapped_prefixes.clear();
         let stream = self.k_table.stream().clone();
         stream.memcpy_htod(&k_table, &mut self.k_table).w()?;
         stream.memcpy_htod(&v_table, &mut self.v_table).w()?;
@@ -940,8 +948,11 @@ pub fn attention(
     b.arg(&splits32).arg(&part_o).arg(&part_ml);
     let maps;
     if block == AttentionBlock::WgmmaSpecialized {
-        let prefix = sources.sole_prefix.get(layer).copied();
-        maps = KeyMaps::new((ptrs.1, ptrs.2), own_rows, prefix, heads);
+        let prefixes = sources
+            .mapped_prefixes
+            .get(layer)
+            .map_or(&[][..], Vec::as_slice);
+        maps = KeyMaps::new((ptrs.1, ptrs.2), own_rows, prefixes, heads);
         b.arg(&maps);
     }
     // The grid's shape tells the kernel in which order its blocks take rows and heads

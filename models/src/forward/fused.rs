@@ -179,6 +179,39 @@ fn pick_bounds(bounds: &[u32], picks: &[u32]) -> Vec<u32> {
         .collect()
 }
 
+/// Rows from which a pass's own keys and values extend a cache as a piece of their own
+/// rather than copied together with it ([`KvCache`]): long prefill chunks. Shorter
+/// extensions (a question after its input, a short stretch stored for the next prompt) copy
+/// little, and keep the pieces of the caches that short passes read few.
+const PIECE_MIN_ROWS: usize = 1024;
+
+impl<'a> PassKeys<'a> {
+    /// The keys of a pass over cached prefixes, each `(cache, its first key column)`: every
+    /// piece of each ([`KvCache`] says why a cache may be held in several) as a prefix of its
+    /// own, side by side from the cache's first column; the pass's own rows from `own_start`.
+    pub(super) fn new(
+        caches: impl IntoIterator<Item = (&'a KvCache, usize)>,
+        own_start: usize,
+        block: AttentionBlock,
+    ) -> Self {
+        let mut prefixes = Vec::new();
+        let mut cols = Vec::new();
+        for (cache, mut col) in caches {
+            for (layers, len) in cache.piece_layers() {
+                prefixes.push(layers);
+                cols.push((col, len));
+                col += len;
+            }
+        }
+        Self {
+            prefixes,
+            cols,
+            own_start,
+            block,
+        }
+    }
+}
+
 impl PassInputs {
     /// `graph`: for a CUDA graph's capture (see [`KeySources::new`]).
     pub(super) fn upload(
@@ -447,7 +480,9 @@ impl Transformer {
 
     /// [`Transformer::forward`] on the fused layers: `tokens` continue `cache` (one prefix),
     /// each row sees the prefix and, causally, the earlier rows. Returns the hidden states at
-    /// `rows` (f32) and the cache extended by `tokens` (bf16).
+    /// `rows` (f32) and the cache extended by `tokens` (bf16): by a piece of their own when
+    /// they are [`PIECE_MIN_ROWS`] or more and the cache has room for one
+    /// ([`KvCache::MAX_PIECES`]), else copied together with the cache's pieces.
     pub(super) fn fused_forward(
         &self,
         tokens: &[u32],
@@ -461,12 +496,7 @@ impl Transformer {
         let bounds: Vec<u32> = (0..n)
             .flat_map(|j| [0, held as u32, held as u32, (held + j + 1) as u32])
             .collect();
-        let keys = PassKeys {
-            prefixes: cache.map(|c| c.layers.as_slice()).into_iter().collect(),
-            cols: cache.map(|c| (0, c.len)).into_iter().collect(),
-            own_start: held,
-            block: self.attention_block(n),
-        };
+        let keys = PassKeys::new(cache.map(|c| (c, 0)), held, self.attention_block(n));
         let picks: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
         let (picked, own) = self.fused_pass(
             &self.fused,
@@ -477,24 +507,14 @@ impl Transformer {
             &keys,
             true,
         )?;
-        let layers = match cache {
-            Some(c) => c
-                .layers
-                .iter()
-                .zip(own)
-                .map(|((pk, pv), (k, v))| {
-                    Ok((Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?))
-                })
-                .collect::<Result<Vec<_>>>()?,
-            None => own,
+        let extended = match cache {
+            None => KvCache::new(own, start_pos + n),
+            Some(c) if n >= PIECE_MIN_ROWS && c.pieces() < KvCache::MAX_PIECES => {
+                c.with_piece(own, n)
+            }
+            Some(c) => c.joined_with(own, n)?,
         };
         // No rows (a prefill): `picked` is an empty f32 view.
-        Ok((
-            picked,
-            KvCache {
-                layers,
-                len: start_pos + n,
-            },
-        ))
+        Ok((picked, extended))
     }
 }

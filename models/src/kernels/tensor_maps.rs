@@ -27,16 +27,22 @@ fn tensor_maps_on() -> bool {
     TENSOR_MAPS.on()
 }
 
+/// The most cached prefixes a launch of the warp-specialized kernel reads through tensor maps
+/// (`ATT_MAPPED_PREFIXES` in attention_common.cuh): a cache held in pieces
+/// ([`crate::forward::KvCache`]) has at most this many.
+pub(super) const MAPPED_PREFIXES: usize = 4;
+
 /// The tensor maps one launch of the warp-specialized kernel reads (`KeyMaps` in
-/// attention_sm90.cu, same layout): over the pass's own keys and values, and over its one
-/// cached prefix's; `present` bit 0 / bit 1 says which were encoded.
+/// attention_sm90.cu, same layout): over the pass's own keys and values, and over each of
+/// its first [`MAPPED_PREFIXES`] cached prefixes'; `present` bit 0 says the own maps were
+/// encoded, bit 1 + p prefix p's.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 pub(super) struct KeyMaps {
     k_own: [u64; 16],
     v_own: [u64; 16],
-    k_prefix: [u64; 16],
-    v_prefix: [u64; 16],
+    k_prefix: [[u64; 16]; MAPPED_PREFIXES],
+    v_prefix: [[u64; 16]; MAPPED_PREFIXES],
     present: i32,
 }
 
@@ -122,18 +128,19 @@ impl GateUpMaps {
 
 impl KeyMaps {
     /// The maps for one launch: the own keys and values `(own, own_rows)` (device addresses
-    /// of K and V), and the sole prefix's at this layer when the sources carry it.
+    /// of K and V), and each of `prefixes` at this layer (K and V addresses, length; at most
+    /// [`MAPPED_PREFIXES`], the sources' own choice).
     pub(super) fn new(
         own: (u64, u64),
         own_rows: usize,
-        prefix: Option<(u64, u64, usize)>,
+        prefixes: &[(u64, u64, usize)],
         heads: Heads,
     ) -> Self {
         let mut maps = KeyMaps {
             k_own: [0; 16],
             v_own: [0; 16],
-            k_prefix: [0; 16],
-            v_prefix: [0; 16],
+            k_prefix: [[0; 16]; MAPPED_PREFIXES],
+            v_prefix: [[0; 16]; MAPPED_PREFIXES],
             present: 0,
         };
         if !tensor_maps_on() {
@@ -144,10 +151,10 @@ impl KeyMaps {
             (maps.k_own, maps.v_own) = (k, v);
             maps.present |= 1;
         }
-        if let Some((kp, vp, rows)) = prefix {
+        for (p, &(kp, vp, rows)) in prefixes.iter().take(MAPPED_PREFIXES).enumerate() {
             if let (Some(k), Some(v)) = (map(kp, rows), map(vp, rows)) {
-                (maps.k_prefix, maps.v_prefix) = (k, v);
-                maps.present |= 2;
+                (maps.k_prefix[p], maps.v_prefix[p]) = (k, v);
+                maps.present |= 2 << p;
             }
         }
         maps
