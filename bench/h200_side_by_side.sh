@@ -173,12 +173,13 @@ probes() {
     echo "host_steps: $(grep 'per iteration' "$OUT/host-steps.txt" | tr '\n' ' ')"
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
-    # The 28k prefill alone: as served (the remainder chunk first); with the remainder
-    # chunk last, as before (DECIDE_BENCH_REMAINDER_LAST=1); with attention blocks longest
-    # first across heads (DECIDE_ATTENTION_LONGEST_FIRST=1); with the output and down
-    # projections added to the stream in their GEMM (DECIDE_RESIDUAL_IN_GEMM=1); with the
-    # CUDA memory pool keeping its free memory mapped (DECIDE_CUDA_POOL_KEEP=1); with all
-    # three settings; as served again (the spread); and from an earlier commit's
+    # The 28k prefill alone: as served (the remainder chunk first, the cache in pieces);
+    # with the remainder chunk last, as before (DECIDE_BENCH_REMAINDER_LAST=1); with each
+    # chunk's keys copied onto the cache, as before (DECIDE_KV_PIECES=0); with attention
+    # blocks longest first across heads (DECIDE_ATTENTION_LONGEST_FIRST=1); with the output
+    # and down projections added to the stream in their GEMM (DECIDE_RESIDUAL_IN_GEMM=1);
+    # with the CUDA memory pool keeping its free memory mapped (DECIDE_CUDA_POOL_KEEP=1);
+    # with those three settings; as served again (the spread); and from an earlier commit's
     # forward_bench when landed at /tmp/gpu/bin/fb_old: the A/Bs on the model alone. (Run 11
     # measured the gate/up kernel's A/B, DECIDE_FUSED_GATE_UP=0, and 16k-row chunks,
     # DECIDE_BENCH_CHUNK=16384.)
@@ -195,6 +196,7 @@ probes() {
     }
     long long
     long long-remainder-last DECIDE_BENCH_REMAINDER_LAST=1
+    long long-no-pieces DECIDE_KV_PIECES=0
     long long-longest-first DECIDE_ATTENTION_LONGEST_FIRST=1
     long long-residual-in-gemm DECIDE_RESIDUAL_IN_GEMM=1
     long long-pool-keep DECIDE_CUDA_POOL_KEEP=1

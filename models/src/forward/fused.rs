@@ -25,6 +25,7 @@ use super::matmuls::Projection;
 use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
 use crate::error::{ModelError, Result};
 use crate::kernels::{self, AttentionBlock, Heads, KeySources};
+use crate::switch::Switch;
 
 /// One decoder block's weights, projections concatenated so each runs as one matmul.
 pub(super) struct FusedLayer {
@@ -184,6 +185,10 @@ fn pick_bounds(bounds: &[u32], picks: &[u32]) -> Vec<u32> {
 /// extensions (a question after its input, a short stretch stored for the next prompt) copy
 /// little, and keep the pieces of the caches that short passes read few.
 const PIECE_MIN_ROWS: usize = 1024;
+
+/// Whether long chunks extend a cache by pieces (`DECIDE_KV_PIECES=0` copies them together,
+/// as before, for A/B runs: written without a GPU, the pieces have not been timed yet).
+static KV_PIECES: Switch = Switch::new("DECIDE_KV_PIECES", true);
 
 impl<'a> PassKeys<'a> {
     /// The keys of a pass over cached prefixes, each `(cache, its first key column)`: every
@@ -509,7 +514,9 @@ impl Transformer {
         )?;
         let extended = match cache {
             None => KvCache::new(own, start_pos + n),
-            Some(c) if n >= PIECE_MIN_ROWS && c.pieces() < KvCache::MAX_PIECES => {
+            Some(c)
+                if n >= PIECE_MIN_ROWS && c.pieces() < KvCache::MAX_PIECES && KV_PIECES.on() =>
+            {
                 c.with_piece(own, n)
             }
             Some(c) => c.joined_with(own, n)?,
