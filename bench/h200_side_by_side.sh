@@ -191,7 +191,7 @@ probes() {
     fi
     long() {  # long NAME [VAR=VALUE ...]: forward-NAME.json
       local name=$1; shift
-      env "$@" DECIDE_BENCH_LONG=28259 "${fb[@]}" long >"$OUT/forward-$name.json" 2>"$OUT/forward-$name.err"
+      env "$@" DECIDE_BENCH_LONG=28259 DECIDE_BENCH_RUNS=9 "${fb[@]}" long >"$OUT/forward-$name.json" 2>"$OUT/forward-$name.err"
       echo "forward_bench $name ($*) rc=$?: $(cat "$OUT/forward-$name.json")"
     }
     long long

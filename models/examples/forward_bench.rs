@@ -26,7 +26,8 @@
 //!   the same full prompt (4 checked);
 //! - `prefill_long_ms`, `prefill_long_tokens`: a long state (`DECIDE_BENCH_LONG`, default
 //!   30000 tokens, capped by the context) prefilled in chunks: tokens/s against the roofline.
-//!   With `long`, only this: one warm-up and five timed runs (`prefill_long_ms`, sorted);
+//!   With `long`, only this: one warm-up and five timed runs (`DECIDE_BENCH_RUNS` sets how
+//!   many; `prefill_long_ms`, sorted);
 //!   `DECIDE_BENCH_CHUNK` sets the most rows per chunk (default: the model's own, 8,192 on
 //!   the fused path), to see what longer passes would gain. Chunks are cut with the
 //!   remainder first, as the server cuts them (`decide_models::chunk_lengths`);
@@ -245,7 +246,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let step = |what: &str| eprintln!("forward_bench: {what}");
-    // With `long` among the options: only the long prefill, one warm-up and five timed runs
+    // With `long` among the options: only the long prefill, one warm-up and `DECIDE_BENCH_RUNS` (5) timed runs
     // (what a GPU lease with little time left can still measure).
     if rest.iter().any(|a| a == "long") {
         let tokens = long_prefill_tokens(&model)?;
@@ -253,8 +254,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok()
             .and_then(|v| v.parse().ok());
         let remainder_last = std::env::var("DECIDE_BENCH_REMAINDER_LAST").is_ok_and(|v| v == "1");
+        let timed: usize = std::env::var("DECIDE_BENCH_RUNS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5);
         let mut runs = Vec::new();
-        for i in 0..6 {
+        for i in 0..=timed.max(1) {
             sync(&device)?;
             let t = Instant::now();
             drop(match chunk {
