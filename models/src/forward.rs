@@ -345,9 +345,8 @@ impl KvCache {
         self.pieces.len()
     }
 
-    // Used by the fused CUDA path (and the tests).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     /// Each piece's layers and its positions, in position order.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the fused path's (and the tests')
     pub(crate) fn piece_layers(&self) -> impl Iterator<Item = (&[(Tensor, Tensor)], usize)> {
         self.pieces.iter().map(|p| (p.layers.as_slice(), p.len))
     }
@@ -361,10 +360,9 @@ impl KvCache {
         })
     }
 
-    // Used by the fused CUDA path (and the tests).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     /// This cache and `layers` of `len` more positions after it, as one more piece (the
     /// fused path's long chunks; the caller checks [`KvCache::MAX_PIECES`]).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the fused path's (and the tests')
     pub(crate) fn with_piece(&self, layers: Vec<(Tensor, Tensor)>, len: usize) -> Self {
         let mut pieces = self.pieces.clone();
         pieces.push(KvPiece { layers, len });
@@ -372,24 +370,6 @@ impl KvCache {
             pieces,
             len: self.len + len,
         }
-    }
-
-    // Used by the fused CUDA path (and the tests).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    /// This cache and `layers` of `len` more positions after it, copied into one piece.
-    pub(crate) fn joined_with(&self, layers: Vec<(Tensor, Tensor)>, len: usize) -> Result<Self> {
-        let joined = layers
-            .into_iter()
-            .enumerate()
-            .map(|(i, (k, v))| {
-                let mut ks: Vec<&Tensor> = self.pieces.iter().map(|p| &p.layers[i].0).collect();
-                let mut vs: Vec<&Tensor> = self.pieces.iter().map(|p| &p.layers[i].1).collect();
-                ks.push(&k);
-                vs.push(&v);
-                Ok((Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?))
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(Self::new(joined, self.len + len))
     }
 
     /// Per layer, K and V of the first `len` positions in one tensor each, copied from the
@@ -1307,12 +1287,6 @@ mod tests {
             first.whole().unwrap()[0].0.id()
         );
 
-        let joined = c
-            .joined_with(numbered(8, 2).whole().unwrap().into_owned(), 2)
-            .unwrap();
-        assert_eq!((joined.len(), joined.pieces()), (10, 1));
-        let ten: Vec<f32> = (0..10).map(|p| p as f32).collect();
-        assert_eq!(positions(&joined, 1).0, ten);
         assert!(c.prefix(9).is_err());
     }
 

@@ -519,7 +519,8 @@ impl Transformer {
             {
                 c.with_piece(own, n)
             }
-            Some(c) => c.joined_with(own, n)?,
+            // Copied together with the cache's pieces, as one.
+            Some(c) => c.with_piece(own, n).prefix(held + n)?,
         };
         // No rows (a prefill): `picked` is an empty f32 view.
         Ok((picked, extended))
