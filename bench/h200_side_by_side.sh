@@ -30,9 +30,13 @@
 #           short-c64 runs: decide-baseline.log, saturation-baseline-c*.json, side-baseline/.
 #           BASELINE_FLAGS may hold several sets of flags separated by ';': each is run in
 #           turn, named baseline-1, baseline-2, ... (baseline-flags.txt says which is which).
-#   ab:     only an A/B of decide's settings: AB_FLAGS holds sets of flags separated by ';';
-#           per set, decide started with them, the saturation runs and short-c1/short-c64
-#           (saturation-ab-N-c*.json, side-ab-N/, ab-flags.txt).
+#   ab:     only an A/B of decide's settings: AB_FLAGS holds sets of flags separated by ';'
+#           (a set may start with VAR=VALUE words: decide's environment, e.g. the GPU
+#           settings DECIDE_ATTENTION_LONGEST_FIRST=1); per set, decide started with them, the
+#           saturation runs and short-c1/short-c64/long-first (saturation-ab-N-c*.json,
+#           side-ab-N/, ab-flags.txt). AB_RUNS picks other runs of bench/side_by_side.sh, and
+#           SATURATION_CLIENTS= (empty) leaves the saturation runs out: e.g. the 28k read alone
+#           per setting, AB_RUNS=long-first SATURATION_CLIENTS= .
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
@@ -94,9 +98,11 @@ stop() {  # stop PID: TERM, then KILL the process and whatever it started
 }
 
 url=http://127.0.0.1:8125
-start_decide() {  # start_decide LOG BINARY [FLAGS...]: decide on q15 as measured, FLAGS added
+start_decide() {  # start_decide LOG BINARY [VAR=VALUE...] [FLAGS...]: decide on q15 as measured, FLAGS added, VARs in its environment
   local log=$1 bin=$2; shift 2
-  "$bin" serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
+  local vars=()
+  while [[ ${1:-} =~ ^[A-Z_][A-Z0-9_]*= ]]; do vars+=("$1"); shift; done
+  env "${vars[@]}" "$bin" serve --model /tmp/gpu/models/q15.gguf --device cuda --weights bf16 \
     --port 8125 --tune-questions none --prefix-cache-mib 16384 --max-queued-requests 4096 \
     --calibration-dir /tmp/gpu/calibration --cache-dir /tmp/gpu/wasm "$@" >/dev/null 2>"$log" &
   server=$!
@@ -121,7 +127,7 @@ smoke() {
 
 # Where short-prompt throughput goes at saturation (worker busy time, pass efficiency).
 saturation() {  # saturation NAME: bench/saturation.py at each of SATURATION_CLIENTS
-  for clients in ${SATURATION_CLIENTS:-8 64 256 1024}; do
+  for clients in ${SATURATION_CLIENTS-8 64 256 1024}; do
     python3 bench/saturation.py --url "$url" --workload "$W/decide-short.jsonl" --clients $clients \
       --seconds "$SECONDS_PER_RUN" --loadgen "$LOADGEN" --report "$OUT/$1-c$clients.json"
   done
@@ -150,7 +156,7 @@ variants() {
     start_decide "$OUT/decide-$name.log" "$2" ${flag_sets[$i]}
     smoke "$name"
     saturation "saturation-$name"
-    RUNS="short-c1 short-c64 long-first" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-$name"
+    RUNS="${AB_RUNS:-short-c1 short-c64 long-first}" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-$name"
     answers "$name"
     stop $server
   done
