@@ -14,6 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source /tmp/cuda-build/env.sh
+rustup target add wasm32-wasip2  # the host build compiles the built-in plugins (guests/)
 CUDA_COMPUTE_CAP=90 cargo build --release --features decide/cuda,decide-models/cuda \
   --target-dir target-cuda -p decide -p decide-models -p decide-loadgen --bins --examples
 pack=$(mktemp -d)
