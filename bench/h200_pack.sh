@@ -4,12 +4,12 @@
 # (../shared/tools/cuda-build-env.sh /tmp/cuda-build) and .models/q15.gguf.
 #
 # Writes, all git-ignored:
-#   .gpu/   gpu-pack's pieces: the stripped decide binary, then q15 in 20 pieces of 56 MiB;
+#   .gpu/   gpu-pack's pieces: the stripped decide binary, then q15 in 23 pieces of 48 MiB;
 #   .kc/    probes.tar.xz (kernel_check as kc, forward_bench as fb, host_steps as hs, and
 #           decide-loadgen, stripped) and unpack.sh, which puts them in /tmp/gpu/bin.
 # Then, on the GPU, back to back (the machine is given back 30 s after a call ends):
 #   carry .gpu/land.sh .gpu/SHA256SUMS .gpu/bin.xz .kc: bash .gpu/land.sh; bash .kc/unpack.sh
-#   20 calls, each carrying .gpu/land.sh and one .gpu/q15.partNN: bash .gpu/land.sh
+#   23 calls, each carrying .gpu/land.sh and one .gpu/q15.partNN: bash .gpu/land.sh
 # (.peer/ for vLLM: ../shared/tools/vllm-peer's README.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +35,11 @@ ls -la /tmp/gpu/bin
 EOS
 chmod +x .kc/unpack.sh
 ../shared/tools/gpu-pack "$pack/decide" .models/q15.gguf
+# A call carries at most 64 MiB, the tracked tree included (7.7 MB by session 26), and
+# gpu-pack's 56 MiB pieces no longer fit beside it: the model again in 48 MiB pieces (its
+# land.sh assembles any number of .partNN and checks the sha256).
+rm -f .gpu/q15.part[0-9][0-9]
+split -b 48M -d -a 2 .models/q15.gguf .gpu/q15.part
 rm -rf "$pack"
 du -sh .kc .gpu
 git log --oneline -1

@@ -51,7 +51,7 @@
 # call ends, and with it everything landed (issue 17's notes: ~230 s lost that way once, and
 # uploads slow to 60-80 s a piece while the test suite runs here).
 # Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh;
-# SATURATION_CLIENTS ("8 64 256 1024");
+# PROBE_TIMEOUT (240 s per probe); SATURATION_CLIENTS ("8 64 256 1024");
 # BASELINE_FLAGS (none) and BASELINE_BIN (none) for the decide phase; DECIDE_* variables
 # reach decide's settings (e.g. DECIDE_BATCH_REJOIN_US=0), RUNS selects scenarios
 # (bench/side_by_side.sh).
@@ -165,8 +165,12 @@ variants() {
 # The kernel and model probes (kernel_check, forward_bench), before any server: they must not
 # share the GPU with it.
 probes() {
+  # Each probe under a time limit (PROBE_TIMEOUT, 240 s): a kernel that hangs costs its own
+  # step, not the call (session 26 lost a whole probes call and its landed files when the
+  # machine stopped answering ~7 minutes in, the cause unknown).
+  local t=(timeout "${PROBE_TIMEOUT:-240}")
   if [ -x /tmp/gpu/bin/kc ]; then
-    /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
+    "${t[@]}" /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
   fi
   if [ -x /tmp/gpu/bin/hs ]; then
@@ -174,7 +178,7 @@ probes() {
     # and tokens under a new tenant salt each time (the token cache cold, as in a first
     # read), and the same text tokenized in one call on one thread.
     for what in template-long-cold tokenize-long; do
-      /tmp/gpu/bin/hs /tmp/gpu/models/q15.gguf --long-words 18400 --loop $what
+      "${t[@]}" /tmp/gpu/bin/hs /tmp/gpu/models/q15.gguf --long-words 18400 --loop $what
     done >"$OUT/host-steps.txt" 2>&1
     echo "host_steps: $(grep 'per iteration' "$OUT/host-steps.txt" | tr '\n' ' ')"
   fi
@@ -192,12 +196,12 @@ probes() {
     # (FB_COMPARE=1: first `compare`, the fused kernels against candle's ops, forward.json.)
     fb=(/tmp/gpu/bin/fb /tmp/gpu/models/q15.gguf cuda bf16)
     if [ "${FB_COMPARE:-0}" = 1 ]; then
-      "${fb[@]}" compare >"$OUT/forward.json" 2>"$OUT/forward.err"
+      "${t[@]}" "${fb[@]}" compare >"$OUT/forward.json" 2>"$OUT/forward.err"
       echo "forward_bench compare rc=$?: $(cat "$OUT/forward.json")"
     fi
     long() {  # long NAME [VAR=VALUE ...]: forward-NAME.json
       local name=$1; shift
-      env "$@" DECIDE_BENCH_LONG=28259 DECIDE_BENCH_RUNS=9 "${fb[@]}" long >"$OUT/forward-$name.json" 2>"$OUT/forward-$name.err"
+      "${t[@]}" env "$@" DECIDE_BENCH_LONG=28259 DECIDE_BENCH_RUNS=9 "${fb[@]}" long >"$OUT/forward-$name.json" 2>"$OUT/forward-$name.err"
       echo "forward_bench $name ($*) rc=$?: $(cat "$OUT/forward-$name.json")"
     }
     long long
@@ -209,7 +213,7 @@ probes() {
     long long-all DECIDE_ATTENTION_LONGEST_FIRST=1 DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
     long long-again
     if [ -x /tmp/gpu/bin/fb_old ]; then
-      DECIDE_BENCH_LONG=28259 /tmp/gpu/bin/fb_old /tmp/gpu/models/q15.gguf cuda bf16 long >"$OUT/forward-long-baseline.json" 2>"$OUT/forward-long-baseline.err"
+      DECIDE_BENCH_LONG=28259 "${t[@]}" /tmp/gpu/bin/fb_old /tmp/gpu/models/q15.gguf cuda bf16 long >"$OUT/forward-long-baseline.json" 2>"$OUT/forward-long-baseline.err"
       echo "forward_bench long, baseline binary rc=$?: $(cat "$OUT/forward-long-baseline.json")"
     fi
   fi
