@@ -10,7 +10,8 @@
 # Then, on the GPU, back to back (the machine is given back 30 s after a call ends):
 #   carry .gpu/land.sh .gpu/SHA256SUMS .gpu/bin.xz .kc: bash .gpu/land.sh; bash .kc/unpack.sh
 #   23 calls, each carrying .gpu/land.sh and one .gpu/q15.partNN: bash .gpu/land.sh
-# (.peer/ for vLLM: ../shared/tools/vllm-peer's README.)
+# (.peer/ for vLLM: ../shared/tools/vllm-peer's README; pack it with `bash .peer/pack.sh 48`, as its
+# default 56 MiB pieces no longer fit a call beside the tracked tree.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source /tmp/cuda-build/env.sh
