@@ -4,7 +4,7 @@
 # (../shared/tools/cuda-build-env.sh /tmp/cuda-build) and .models/q15.gguf.
 #
 # Writes, all git-ignored:
-#   .gpu/   gpu-pack's pieces: the stripped decide binary, then q15 in 23 pieces of 48 MiB;
+#   .gpu/   gpu-pack's stripped decide binary and land.sh, then q15 in 23 pieces of 48 MiB;
 #   .kc/    probes.tar.xz (kernel_check as kc, forward_bench as fb, host_steps as hs, and
 #           decide-loadgen, stripped) and unpack.sh, which puts them in /tmp/gpu/bin.
 # Then, on the GPU, back to back (the machine is given back 30 s after a call ends):
