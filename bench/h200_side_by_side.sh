@@ -10,6 +10,8 @@
 #
 #   probes: only the kernel and model probes below (a call of their own, as the decide phase
 #           with them may pass a call's 10 minutes); PROBES=0 leaves them out of `decide`.
+#           Ends with bench/pick_settings.py: the GPU settings that won (settings.txt; kept on
+#           the machine for SETTINGS=auto below).
 #   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
 #           (models/examples/kernel_check: kernel-check.txt/json), /tmp/gpu/bin/hs
 #           (host/examples/host_steps: the 28k read's prepare, host-steps.txt) and /tmp/gpu/bin/fb
@@ -51,7 +53,9 @@
 # call ends, and with it everything landed (issue 17's notes: ~230 s lost that way once, and
 # uploads slow to 60-80 s a piece while the test suite runs here).
 # Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh;
-# PROBE_TIMEOUT (240 s per probe); SATURATION_CLIENTS ("8 64 256 1024");
+# PROBE_TIMEOUT (240 s per probe); SATURATION_CLIENTS ("8 64 256 1024"); SETTINGS=auto (the
+# decide and ab phases run decide with the settings the last probes on this machine picked:
+# no time to choose by hand, as the machine goes 30 s after a call; AB_FLAGS add to them);
 # BASELINE_FLAGS (none) and BASELINE_BIN (none) for the decide phase; DECIDE_* variables
 # reach decide's settings (e.g. DECIDE_BATCH_REJOIN_US=0), RUNS selects scenarios
 # (bench/side_by_side.sh).
@@ -64,6 +68,7 @@ OUT=/tmp/gpu/out-$phase
 rm -rf "$OUT"
 trap 'kill $clocks 2>/dev/null; tar -C "$OUT" -czf "$RESULTS/$phase.tgz" . && echo "packed $RESULTS/$phase.tgz"' EXIT
 W=/tmp/gpu/w
+PICKED=/tmp/gpu/settings.env
 LOADGEN=/tmp/gpu/bin/decide-loadgen
 export LOADGEN SECONDS_PER_RUN=${SECONDS_PER_RUN:-8} CEILING_SECONDS=${CEILING_SECONDS:-2}
 mkdir -p "$OUT/side" "$W"
@@ -184,7 +189,7 @@ probes() {
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
     # The 28k prefill alone: as served (the remainder chunk first, the cache in pieces);
-    # with the remainder chunk last, as before (DECIDE_BENCH_REMAINDER_LAST=1); with each
+    # with the remainder chunk last, as before (DECIDE_PREFILL_REMAINDER_FIRST=0); with each
     # chunk's keys copied onto the cache, as before (DECIDE_KV_PIECES=0); with attention
     # blocks longest first across heads (DECIDE_ATTENTION_LONGEST_FIRST=1); with the output
     # and down projections added to the stream in their GEMM (DECIDE_RESIDUAL_IN_GEMM=1);
@@ -205,7 +210,7 @@ probes() {
       echo "forward_bench $name ($*) rc=$?: $(cat "$OUT/forward-$name.json")"
     }
     long long
-    long long-remainder-last DECIDE_BENCH_REMAINDER_LAST=1
+    long long-remainder-last DECIDE_PREFILL_REMAINDER_FIRST=0
     long long-no-pieces DECIDE_KV_PIECES=0
     long long-longest-first DECIDE_ATTENTION_LONGEST_FIRST=1
     long long-residual-in-gemm DECIDE_RESIDUAL_IN_GEMM=1
@@ -217,6 +222,23 @@ probes() {
       echo "forward_bench long, baseline binary rc=$?: $(cat "$OUT/forward-long-baseline.json")"
     fi
   fi
+  # The settings a later phase runs with under SETTINGS=auto (bench/pick_settings.py says
+  # how it picks): settings.env, or none when kernel_check failed what no setting turns off.
+  rm -f "$PICKED"
+  python3 bench/pick_settings.py "$OUT" --env "$PICKED" --json "$OUT/settings.json" | tee "$OUT/settings.txt"
+}
+
+# SETTINGS=auto: the decide or ab phase runs decide with the settings that this machine's
+# last probes picked ($PICKED, kept on the machine between calls), and records them.
+use_picked_settings() {
+  [ "${SETTINGS:-}" = auto ] || return 0
+  [ -f "$PICKED" ] || { echo "SETTINGS=auto: no $PICKED (run the probes phase first; see its settings.txt)"; exit 2; }
+  cp "$PICKED" "$OUT/settings.env"
+  echo "SETTINGS=auto: $(tr '\n' ' ' <"$PICKED")"
+  set -a
+  # shellcheck disable=SC1090 # written by bench/pick_settings.py
+  . "$PICKED"
+  set +a
 }
 
 case $phase in
@@ -229,6 +251,7 @@ ab)
   # Only the A/B: decide with each of AB_FLAGS (';'-separated sets), after writing the
   # workload files from the first one's prompts.
   export CUDA_CACHE_PATH=/tmp/gpu/nvcache
+  use_picked_settings
   start_decide "$OUT/decide-workloads.log" /tmp/gpu/bin/decide
   python3 bench/workloads.py --url "$url" --out "$W" >"$OUT/workloads.txt" || {
     echo "workloads.py failed: decide refused its questions; stopping the phase"; stop $server; exit 4; }
@@ -238,6 +261,7 @@ ab)
 decide)
   export CUDA_CACHE_PATH=/tmp/gpu/nvcache
   [ "${PROBES:-1}" = 1 ] && probes
+  use_picked_settings
   start_decide "$OUT/decide.log" /tmp/gpu/bin/decide
   echo "decide ready after $SECONDS s"
   python3 bench/workloads.py --url "$url" --out "$W" | tee "$OUT/workloads.txt"

@@ -31,7 +31,8 @@
 //!   `DECIDE_BENCH_CHUNK` sets the most rows per chunk (default: the model's own, 8,192 on
 //!   the fused path), to see what longer passes would gain. Chunks are cut with the
 //!   remainder first, as the server cuts them (`decide_models::chunk_lengths`);
-//!   `DECIDE_BENCH_REMAINDER_LAST=1` cuts them with the remainder last, as before.
+//!   `DECIDE_PREFILL_REMAINDER_FIRST=0` cuts them with the remainder last, as before (the
+//!   library's setting: the server takes it too).
 use std::path::Path;
 use std::time::Instant;
 
@@ -253,7 +254,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let chunk: Option<usize> = std::env::var("DECIDE_BENCH_CHUNK")
             .ok()
             .and_then(|v| v.parse().ok());
-        let remainder_last = std::env::var("DECIDE_BENCH_REMAINDER_LAST").is_ok_and(|v| v == "1");
+        // As the library reads it (`DECIDE_PREFILL_REMAINDER_FIRST`, `chunk_lengths`).
+        let remainder_first =
+            std::env::var("DECIDE_PREFILL_REMAINDER_FIRST").map_or(true, |v| v != "0");
         let timed: usize = std::env::var("DECIDE_BENCH_RUNS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -263,15 +266,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             sync(&device)?;
             let t = Instant::now();
             drop(match chunk {
-                _ if remainder_last => {
-                    // One call per chunk, each within the model's chunk (one pass each).
-                    let rows = chunk.unwrap_or_else(|| model.prefill_chunk_rows(tokens.len()));
-                    let mut cache = None;
-                    for piece in tokens.chunks(rows) {
-                        cache = Some(model.prefill_in_chunks(piece, cache.as_ref(), rows)?);
-                    }
-                    cache.expect("a long state has tokens")
-                }
                 Some(rows) => model.prefill_in_chunks(&tokens, None, rows)?,
                 None => model.prefill(&tokens, None)?,
             });
@@ -284,7 +278,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{}",
             serde_json::json!({"prefill_long_tokens": tokens.len(), "prefill_long_ms": runs,
-                               "chunk_rows": chunk, "remainder_last": remainder_last,
+                               "chunk_rows": chunk, "remainder_first": remainder_first,
                                "prefill_long_ms_p50": runs[runs.len() / 2],
                                "matmuls": format!("{matmuls:?}"), "load_s": load_s})
         );

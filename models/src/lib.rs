@@ -78,7 +78,7 @@ pub mod lt_gemm;
 pub mod memory_pool;
 pub mod prompter;
 mod readout;
-// Used by the CUDA launchers only; built everywhere so its test runs in CI.
+// Mostly the CUDA launchers' (`chunk_lengths` reads one everywhere); `set` is theirs alone.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod switch;
 pub mod template;
@@ -107,8 +107,14 @@ pub const PREFILL_MAX_CHUNK: usize = 4096;
 /// chunk costs a pass's fixed launch overhead, so a 4.4k-token input prefills in one pass.
 pub const FUSED_PREFILL_MAX_CHUNK: usize = 8192;
 
+/// Whether long prefills cut their chunks with the remainder first ([`chunk_lengths`]);
+/// `DECIDE_PREFILL_REMAINDER_FIRST=0` puts it last, as before, for A/B runs on a GPU
+/// (forward_bench's `long` and the server alike). On until an H200 run measures it.
+static REMAINDER_FIRST: switch::Switch =
+    switch::Switch::new("DECIDE_PREFILL_REMAINDER_FIRST", true);
+
 /// The lengths of the chunks `total` rows are cut into, at most `chunk` each: the remainder
-/// first, then whole chunks.
+/// first, then whole chunks (the remainder last with `DECIDE_PREFILL_REMAINDER_FIRST=0`).
 ///
 /// Why the remainder first: a chunk's attention reads every key before it, and a short chunk
 /// fills the GPU's last wave of attention blocks less evenly (or is split over the keys,
@@ -116,12 +122,25 @@ pub const FUSED_PREFILL_MAX_CHUNK: usize = 8192;
 /// keys. `bench/attention_schedule.py` models the 28k-token prefill's attention on an H200
 /// at 113.6 ms this way against 115.0 ms with the remainder last. The sum is the same work.
 pub fn chunk_lengths(total: usize, chunk: usize) -> impl Iterator<Item = usize> {
+    chunks_in_order(total, chunk, REMAINDER_FIRST.on())
+}
+
+/// [`chunk_lengths`] with the remainder first or last.
+fn chunks_in_order(
+    total: usize,
+    chunk: usize,
+    remainder_first: bool,
+) -> impl Iterator<Item = usize> {
     let chunk = chunk.max(1);
-    let first = total % chunk;
-    (first > 0)
-        .then_some(first)
-        .into_iter()
-        .chain(std::iter::repeat_n(chunk, total / chunk))
+    let rest = total % chunk;
+    let remainder = (rest > 0).then_some(rest);
+    let whole = std::iter::repeat_n(chunk, total / chunk);
+    let (first, last) = if remainder_first {
+        (remainder, None)
+    } else {
+        (None, remainder)
+    };
+    first.into_iter().chain(whole).chain(last)
 }
 
 /// One chat message, as the renderer plugins produce them (`role` is `system`, `user` or
@@ -591,15 +610,24 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
-    use super::chunk_lengths;
+    use super::chunks_in_order;
 
     #[test]
     fn chunk_lengths_put_the_remainder_first_and_cover_every_row() {
-        let cut = |total, chunk| chunk_lengths(total, chunk).collect::<Vec<_>>();
+        let cut = |total, chunk| chunks_in_order(total, chunk, true).collect::<Vec<_>>();
         assert_eq!(cut(28_259, 8192), [3683, 8192, 8192, 8192]);
         assert_eq!(cut(16_384, 8192), [8192, 8192]);
         assert_eq!(cut(5, 8192), [5]);
         assert_eq!(cut(0, 8192), Vec::<usize>::new());
         assert_eq!(cut(3, 0), [1, 1, 1], "a zero chunk is one row");
+    }
+
+    #[test]
+    fn chunk_lengths_can_put_the_remainder_last() {
+        let cut = |total, chunk| chunks_in_order(total, chunk, false).collect::<Vec<_>>();
+        assert_eq!(cut(28_259, 8192), [8192, 8192, 8192, 3683]);
+        assert_eq!(cut(16_384, 8192), [8192, 8192]);
+        assert_eq!(cut(5, 8192), [5]);
+        assert_eq!(cut(0, 8192), Vec::<usize>::new());
     }
 }
