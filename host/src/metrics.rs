@@ -94,6 +94,11 @@ impl Metrics {
     pub fn record_batch(&self, jobs: usize, cache: &CacheStats) {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.batched_jobs.fetch_add(jobs as u64, Ordering::Relaxed);
+        self.record_cache(cache);
+    }
+
+    /// Records what the prefix cache has done and holds.
+    pub fn record_cache(&self, cache: &CacheStats) {
         for (counter, value) in [
             (&self.cache_hits, cache.hits),
             (&self.cache_misses, cache.misses),

@@ -14,9 +14,11 @@
 //!   exceed the budget (`--prefix-cache-mib`). An entry larger than the whole budget is not
 //!   stored.
 //!
-//! Entries are independent copies ([`KvCache::prefix`]): two stored prefixes of one prompt
-//! hold their common part twice. That trades memory for simplicity; paged sharing of blocks
-//! between entries is a later refinement.
+//! Entries are mostly independent copies ([`KvCache::prefix`]): two stored prefixes of one
+//! prompt hold their common part twice, except for whole pieces of a cache both were cut from
+//! (a long prefill's chunks on the GPU), which they share. Each entry's budget counts all it
+//! holds, shared or not, so the memory held never exceeds the budget. That trades memory for
+//! simplicity; paged sharing of blocks between entries is a later refinement.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -38,6 +40,8 @@ pub trait CachedPrefix: Clone {
     fn positions(&self) -> usize;
     /// Memory held, in bytes.
     fn bytes(&self) -> usize;
+    /// The first `len` positions, to store (`KvCache::prefix`); `None` when that failed.
+    fn first(&self, len: usize) -> Option<Self>;
 }
 
 impl CachedPrefix for KvCache {
@@ -47,6 +51,19 @@ impl CachedPrefix for KvCache {
     fn bytes(&self) -> usize {
         self.size_bytes()
     }
+    fn first(&self, len: usize) -> Option<Self> {
+        self.prefix(len)
+            .inspect_err(|e| tracing::warn!("a prefix was not stored: {e}"))
+            .ok()
+    }
+}
+
+/// A prefix [`PrefixCache::insert_later`] took, stored by the next [`PrefixCache::flush`]:
+/// the first `tokens.len()` positions of `cache`.
+struct Pending<C> {
+    salt: u64,
+    tokens: Vec<u32>,
+    cache: C,
 }
 
 /// A stored prefix.
@@ -80,6 +97,7 @@ pub struct PrefixCache<C = KvCache> {
     clock: u64,
     stats: CacheStats,
     recent: RecentStarts,
+    pending: Vec<Pending<C>>,
 }
 
 impl<C: CachedPrefix> PrefixCache<C> {
@@ -91,6 +109,7 @@ impl<C: CachedPrefix> PrefixCache<C> {
             clock: 0,
             stats: CacheStats::default(),
             recent: RecentStarts::default(),
+            pending: Vec::new(),
         }
     }
 
@@ -107,6 +126,7 @@ impl<C: CachedPrefix> PrefixCache<C> {
         if self.budget_bytes == 0 {
             return None;
         }
+        self.flush();
         let keys = block_keys(salt, tokens);
         self.clock += 1;
         for (blocks, key) in keys.iter().enumerate().rev() {
@@ -131,6 +151,43 @@ impl<C: CachedPrefix> PrefixCache<C> {
             return 0;
         }
         self.recent.common_start(salt, tokens)
+    }
+
+    /// Stores the first `tokens.len()` positions of `cache` (at most all it holds) at the
+    /// next [`PrefixCache::flush`] or lookup, whichever comes first; [`PrefixCache::insert`]
+    /// says which prefixes are kept.
+    ///
+    /// Why later: cutting the prefix and evicting to make room are host work (on a GPU, a
+    /// copy and its launches, and a free per evicted tensor; a few ms for a 28k-token
+    /// input's entry). After a lone prompt's read the worker answers first and stores
+    /// after, while the reply goes out; a later lookup still finds the entry.
+    pub fn insert_later(&mut self, salt: u64, tokens: &[u32], cache: C) {
+        if self.budget_bytes == 0 || tokens.len() > cache.positions() {
+            return;
+        }
+        self.pending.push(Pending {
+            salt,
+            tokens: tokens.to_vec(),
+            cache,
+        });
+    }
+
+    /// Stores what [`PrefixCache::insert_later`] took; whether there was any.
+    pub fn flush(&mut self) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        for p in std::mem::take(&mut self.pending) {
+            let cut = if p.cache.positions() == p.tokens.len() {
+                Some(p.cache)
+            } else {
+                p.cache.first(p.tokens.len())
+            };
+            if let Some(cut) = cut {
+                self.insert(p.salt, &p.tokens, cut);
+            }
+        }
+        true
     }
 
     /// Stores the KV of `tokens` (whose length must be a multiple of [`BLOCK_TOKENS`] and
@@ -229,6 +286,35 @@ mod tests {
         fn bytes(&self) -> usize {
             self.1
         }
+        fn first(&self, len: usize) -> Option<Self> {
+            Some(Kv(len, self.1 * len / self.0))
+        }
+    }
+
+    #[test]
+    fn a_prefix_stored_later_is_found_by_the_next_lookup_or_after_a_flush() {
+        let prompt: Vec<u32> = (0..100).collect();
+        let mut cache = PrefixCache::new(1000);
+        cache.insert_later(7, &prompt[..96], Kv(100, 50));
+        assert_eq!(cache.stats().entries, 0, "nothing stored yet");
+        assert_eq!(
+            cache.lookup(7, &prompt),
+            Some(Kv(96, 48)),
+            "cut to its tokens"
+        );
+        assert_eq!(cache.stats().inserts, 1);
+
+        cache.insert_later(8, &prompt[..64], Kv(64, 10));
+        assert!(cache.flush());
+        assert_eq!(cache.stats().entries, 2);
+        assert!(!cache.flush(), "nothing left to store");
+        assert_eq!(cache.stats().inserts, 2, "a flush stores each once");
+        assert_eq!(cache.lookup(8, &prompt), Some(Kv(64, 10)));
+
+        let mut off = PrefixCache::new(0);
+        off.insert_later(7, &prompt[..96], Kv(100, 50));
+        off.flush();
+        assert_eq!(off.stats().inserts, 0, "budget 0 stores nothing");
     }
 
     #[test]

@@ -694,6 +694,10 @@ fn work(worker: &Worker<'_>, config: &SchedulerConfig, queue: &Receiver<Job>) {
             Mode::Shared | Mode::Sparse => rejoin.shared(),
         }
         worker.answer(batch, results);
+        // What the batch's lone reads left to store, while the answers go out.
+        if cache.flush() {
+            metrics.record_cache(&cache.stats());
+        }
         for flow in flows {
             fair.done(flow);
         }
@@ -791,6 +795,10 @@ fn serve(
         fair.done(job.flow);
     }
     worker.answer(batch, results);
+    // What the batch's lone reads left to store, while the answers go out.
+    if cache.flush() {
+        worker.metrics.record_cache(&cache.stats());
+    }
 }
 
 /// The answer thread: replies to each batch the worker read, in order, until the worker is
@@ -1117,9 +1125,10 @@ fn job_prefix(
             model.read_and_cache(&tokens[at..], filled.as_ref(), &prompt.label_ids)
         })?;
         result.forward_passes += passes;
+        // Stored once the batch is answered (`work`, `serve`): the reply does not wait.
         let store = shared / BLOCK_TOKENS * BLOCK_TOKENS;
         if store > hit {
-            cache.insert(job.salt, &tokens[..store], filled.prefix(store)?);
+            cache.insert_later(job.salt, &tokens[..store], filled);
         }
         return Ok(Prefixed::Read(read, hit));
     }
@@ -1158,8 +1167,8 @@ fn shared_start(
     }
     let filled = worker.call(|model| model.prefill(&tokens[hit..store], found.as_ref()))?;
     result.forward_passes += 1;
-    // In one piece, as every entry (a long stretch extends `found` by a piece of its own:
-    // KvCache), so entries share no memory and their sizes add up.
+    // `prefix` copies only the piece its cut falls in (a long stretch extends `found` by a
+    // piece of its own: KvCache); the whole pieces before it are shared with `filled`.
     cache.insert(job.salt, &tokens[..store], filled.prefix(store)?);
     Ok(Prefixed::Prefix(JobPrefix {
         cache: Some(filled),

@@ -291,8 +291,9 @@ impl Layer {
 /// extends a cache by a long chunk. There it appends the chunk's keys and values as a piece of
 /// their own (at most [`KvCache::MAX_PIECES`]) instead of copying everything held into longer
 /// tensors: a 28k-token prefill in four chunks copied ~1.7 GB that way, ~1.2 ms of an H200's
-/// time between its chunks. Attention reads the pieces where they lie; the candle path and
-/// [`KvCache::prefix`] see one piece (copied together when there are several).
+/// time between its chunks. Attention reads the pieces where they lie; the candle path sees
+/// one piece (copied together when there are several). [`KvCache::prefix`] shares the whole
+/// pieces before its cut and copies only the piece the cut falls in.
 #[derive(Clone, Debug)]
 pub struct KvCache {
     pieces: Vec<KvPiece>,
@@ -314,6 +315,23 @@ fn own_copy(t: &Tensor) -> candle_core::Result<Tensor> {
 struct KvPiece {
     layers: Vec<(Tensor, Tensor)>,
     len: usize,
+}
+
+impl KvPiece {
+    /// Its first `len` positions, in memory of their own.
+    fn first(&self, len: usize) -> candle_core::Result<KvPiece> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    own_copy(&k.narrow(2, 0, len)?)?,
+                    own_copy(&v.narrow(2, 0, len)?)?,
+                ))
+            })
+            .collect::<candle_core::Result<_>>()?;
+        Ok(KvPiece { layers, len })
+    }
 }
 
 impl KvCache {
@@ -356,7 +374,7 @@ impl KvCache {
     pub(crate) fn whole(&self) -> Result<std::borrow::Cow<'_, [(Tensor, Tensor)]>> {
         Ok(match self.pieces.as_slice() {
             [one] => std::borrow::Cow::Borrowed(one.layers.as_slice()),
-            _ => std::borrow::Cow::Owned(self.joined(self.len)?),
+            _ => std::borrow::Cow::Owned(self.joined()?),
         })
     }
 
@@ -372,30 +390,17 @@ impl KvCache {
         }
     }
 
-    /// Per layer, K and V of the first `len` positions in one tensor each, copied from the
-    /// pieces (`len` at most [`KvCache::len`]).
-    fn joined(&self, len: usize) -> candle_core::Result<Vec<(Tensor, Tensor)>> {
+    /// Per layer, K and V of every position in one tensor each, copied from the pieces.
+    fn joined(&self) -> candle_core::Result<Vec<(Tensor, Tensor)>> {
         let layers = self.pieces[0].layers.len();
         (0..layers)
             .map(|i| {
-                let mut ks = Vec::with_capacity(self.pieces.len());
-                let mut vs = Vec::with_capacity(self.pieces.len());
-                let mut at = 0;
-                for p in &self.pieces {
-                    let take = p.len.min(len - at);
-                    if take == 0 {
-                        break;
-                    }
-                    let (k, v) = &p.layers[i];
-                    ks.push(k.narrow(2, 0, take)?);
-                    vs.push(v.narrow(2, 0, take)?);
-                    at += take;
-                }
-                if ks.len() == 1 {
-                    Ok((own_copy(&ks[0])?, own_copy(&vs[0])?))
-                } else {
-                    Ok((Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?))
-                }
+                let (ks, vs): (Vec<&Tensor>, Vec<&Tensor>) = self
+                    .pieces
+                    .iter()
+                    .map(|p| (&p.layers[i].0, &p.layers[i].1))
+                    .unzip();
+                Ok((Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?))
             })
             .collect()
     }
@@ -416,20 +421,47 @@ impl KvCache {
             })
     }
 
-    /// The cache of the first `len` positions in one piece: what a prefix cache keeps at a
-    /// block boundary. A copy (so the longer cache's memory can be freed), except for the
-    /// whole of a cache already in one piece, which is a clone.
+    /// The cache of the first `len` positions: what a prefix cache keeps at a block boundary.
+    /// The pieces wholly before `len` are shared (clones of their tensors); the piece `len`
+    /// falls inside is copied up to `len`, so the longer cache's memory past the cut can be
+    /// freed. A cache of one piece cut short is one copied piece, as it always was; its whole
+    /// length is a clone.
+    ///
+    /// Why not one copied piece always: after a 28k-token first read (four pieces, the last
+    /// cut to a block boundary) joining them all copied ~800 MB and launched ~280 copies and
+    /// allocations on the host before the read was answered; the cut piece alone is a quarter
+    /// of the bytes and 112 launches. Attention reads a cache's pieces where they lie.
     pub fn prefix(&self, len: usize) -> Result<KvCache> {
-        if len > self.len {
+        if len == 0 || len > self.len {
             return Err(ModelError::Cache(format!(
                 "a prefix of {len} positions asked from a cache of {}",
                 self.len
             )));
         }
-        if len == self.len && self.pieces.len() == 1 {
-            return Ok(self.clone());
+        let mut pieces = Vec::with_capacity(self.pieces.len());
+        let mut at = 0;
+        for piece in &self.pieces {
+            if at == len {
+                break;
+            }
+            let take = piece.len.min(len - at);
+            pieces.push(if take == piece.len {
+                piece.clone()
+            } else {
+                piece.first(take)?
+            });
+            at += take;
         }
-        Ok(KvCache::new(self.joined(len)?, len))
+        Ok(KvCache { pieces, len })
+    }
+
+    /// This cache in one piece: a clone when it is, else its pieces copied together.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the fused path's (and the tests')
+    pub(crate) fn in_one_piece(&self) -> Result<KvCache> {
+        Ok(match self.pieces.as_slice() {
+            [_] => self.clone(),
+            _ => KvCache::new(self.joined()?, self.len),
+        })
     }
 
     /// Bytes of device memory held by the keys and values (f32, or bf16 on the fused path).
@@ -1254,8 +1286,15 @@ mod tests {
         (column(k), column(v))
     }
 
+    /// The K tensor of layer 0 of each piece (which memory each piece is).
+    fn piece_ids(c: &KvCache) -> Vec<candle_core::TensorId> {
+        c.piece_layers()
+            .map(|(layers, _)| layers[0].0.id())
+            .collect()
+    }
+
     #[test]
-    fn pieces_read_as_one_cache_and_a_prefix_copies_them_into_one() {
+    fn pieces_read_as_one_cache_and_copy_together_into_one() {
         let first = numbered(0, 5);
         let second = numbered(5, 3);
         let c = first.with_piece(second.whole().unwrap().into_owned(), 3);
@@ -1267,27 +1306,51 @@ mod tests {
         );
         assert_eq!(c.size_bytes(), first.size_bytes() + second.size_bytes());
         assert!(c.same_as(&c.clone()));
-        assert!(!c.same_as(
-            &first
-                .with_piece(second.whole().unwrap().into_owned(), 3)
-                .prefix(8)
-                .unwrap()
-        ));
 
-        for len in [8, 6, 5, 2] {
-            let p = c.prefix(len).unwrap();
-            assert_eq!((p.len(), p.pieces()), (len, 1), "prefix {len}");
-            assert_eq!(positions(&p, 0).0, all[..len], "prefix {len}");
-            assert!(!p.same_as(&c));
-        }
-        // A prefix inside the first piece is a copy, not a view of it.
-        let cut = c.prefix(5).unwrap();
-        assert_ne!(
-            cut.whole().unwrap()[0].0.id(),
-            first.whole().unwrap()[0].0.id()
+        let one = c.in_one_piece().unwrap();
+        assert_eq!((one.len(), one.pieces()), (8, 1));
+        assert_eq!(positions(&one, 1), positions(&c, 1));
+        assert!(!c.same_as(&one));
+        assert!(
+            one.same_as(&one.in_one_piece().unwrap()),
+            "one piece: a clone"
         );
+    }
 
+    #[test]
+    fn a_prefix_shares_the_whole_pieces_before_its_cut_and_copies_the_cut_one() {
+        let first = numbered(0, 5);
+        let c = first.with_piece(numbered(5, 3).whole().unwrap().into_owned(), 3);
+        let all: Vec<f32> = (0..8).map(|p| p as f32).collect();
+        let [whole_first, whole_second] = piece_ids(&c)[..] else {
+            panic!("two pieces")
+        };
+        for (len, pieces, shared) in [
+            (8, 2, vec![true, true]),
+            (6, 2, vec![true, false]),
+            (5, 1, vec![true]),
+            (2, 1, vec![false]),
+        ] {
+            let p = c.prefix(len).unwrap();
+            assert_eq!((p.len(), p.pieces()), (len, pieces), "prefix {len}");
+            assert_eq!(positions(&p, 1).0, all[..len], "prefix {len}");
+            assert_eq!(
+                positions(&p, 1).1,
+                all[..len].iter().map(|x| x + 1000.0).collect::<Vec<_>>()
+            );
+            let kept: Vec<bool> = piece_ids(&p)
+                .iter()
+                .zip([whole_first, whole_second])
+                .map(|(id, whole)| *id == whole)
+                .collect();
+            assert_eq!(kept, shared, "prefix {len}: which pieces are shared");
+            assert_eq!(p.same_as(&c), len == 8, "prefix {len}");
+        }
+        // The cut piece holds only its own positions: the longer one's memory can go.
+        let cut = c.prefix(6).unwrap();
+        assert_eq!(cut.size_bytes(), first.size_bytes() * 6 / 5);
         assert!(c.prefix(9).is_err());
+        assert!(c.prefix(0).is_err());
     }
 
     #[test]

@@ -520,7 +520,7 @@ impl Transformer {
                 c.with_piece(own, n)
             }
             // Copied together with the cache's pieces, as one.
-            Some(c) => c.with_piece(own, n).prefix(held + n)?,
+            Some(c) => c.with_piece(own, n).in_one_piece()?,
         };
         // No rows (a prefill): `picked` is an empty f32 view.
         Ok((picked, extended))
