@@ -63,6 +63,7 @@ use std::time::Instant;
 pub use candle_core::Device;
 pub use candle_core::Tensor;
 
+mod byte_level;
 mod error;
 pub mod forward;
 mod gguf;
@@ -78,7 +79,8 @@ pub mod lt_gemm;
 pub mod memory_pool;
 pub mod prompter;
 mod readout;
-// Mostly the CUDA launchers' (`chunk_lengths` reads one everywhere); `set` is theirs alone.
+// Mostly the CUDA launchers' (`chunk_lengths` and the tokenizer read one everywhere); `set`
+// is theirs alone.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod switch;
 pub mod template;

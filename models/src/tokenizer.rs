@@ -26,6 +26,10 @@
 //! pipeline here tokenizes across (see [`pieces`]), and each piece's ids are looked up in a
 //! [`TokenCache`] under the caller's salt: the same input asked about again, or with another
 //! question after it, is tokenized once.
+//!
+//! Plain text is tokenized without tokenizers' pipeline objects where the ids are the same
+//! ([`crate::byte_level`]: the same splits, the same BPE model), off with
+//! `DECIDE_TOKENIZE_DIRECT=0`.
 
 use std::sync::Arc;
 
@@ -42,8 +46,10 @@ use tokenizers::{
     SplitDelimiterBehavior, Tokenizer,
 };
 
+use crate::byte_level::{DirectPath, WordIds, GPT2_REGEX};
 use crate::error::{ModelError, Result};
 use crate::gguf::Gguf;
+use crate::switch::Switch;
 use crate::token_cache::{Memo, TokenCache, DEFAULT_BUDGET_BYTES};
 use crate::tokenize_threads::ThreadCopies;
 
@@ -72,6 +78,10 @@ const MEMO_PIECE_BYTES: usize = 4096;
 /// Qwen2's pre-tokenizer regex: the one in its tokenizer.json, with the case-insensitive
 /// contraction group `(?i:'s|'t|...)` spelled out per letter (same as candle's conversion).
 const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Whether plain text is tokenized straight from the text ([`crate::byte_level`]) where that
+/// gives the same ids; `DECIDE_TOKENIZE_DIRECT=0` runs tokenizers' pipeline for all of it.
+static DIRECT: Switch = Switch::new("DECIDE_TOKENIZE_DIRECT", true);
 
 /// llama.cpp token types (`tokenizer.ggml.token_type`).
 const TOKEN_TYPE_CONTROL: i64 = 3;
@@ -115,7 +125,20 @@ pub(crate) struct GgufTokenizer {
     /// the first long input: a copy compiles the pre-tokenizer's regex again (~1.3 ms for
     /// q15's on a 2-core box), and a first read should not wait for 16 of them. `None` when
     /// the OS would not start them: runs are then tokenized on the calling thread.
-    threads: Option<ThreadCopies<Option<PreTokenizerWrapper>>>,
+    threads: Option<ThreadCopies<ThreadTokenizer>>,
+    /// The direct path for the calling thread (`None`: the pipeline has none).
+    direct: Option<DirectPath>,
+    /// The user-defined added tokens: text holding one goes through tokenizers' pipeline,
+    /// which matches them.
+    user_tokens: Vec<String>,
+}
+
+/// What one tokenizing thread tokenizes with: its own copies of the pre-tokenizer and of the
+/// direct path (each with its own regex), and its own cache of split ids.
+struct ThreadTokenizer {
+    pre: Option<PreTokenizerWrapper>,
+    direct: Option<DirectPath>,
+    words: WordIds,
 }
 
 impl GgufTokenizer {
@@ -181,6 +204,7 @@ impl GgufTokenizer {
         // Control and user-defined tokens are matched in text before BPE.
         let mut control = vec![false; tokens.len()];
         let mut control_strs = Vec::new();
+        let mut user_tokens = Vec::new();
         let mut cuttable = true;
         if let Some(types) = g.int_array_opt("tokenizer.ggml.token_type")? {
             let mut special = Vec::new();
@@ -195,6 +219,7 @@ impl GgufTokenizer {
                     }
                     TOKEN_TYPE_USER_DEFINED => {
                         cuttable &= !t.contains('\n');
+                        user_tokens.push(t.clone());
                         user.push(AddedToken::from(t.clone(), false).normalized(false))
                     }
                     _ => {}
@@ -210,6 +235,8 @@ impl GgufTokenizer {
 
         let mut plain = inner.clone();
         plain.set_encode_special_tokens(true);
+        let threads = tokenizing_threads(&pre, plain.get_pre_tokenizer());
+        let direct = direct_path(&pre);
 
         let id = |key: &str| {
             g.usize_opt(key)
@@ -229,7 +256,9 @@ impl GgufTokenizer {
             cache: TokenCache::new(DEFAULT_BUDGET_BYTES),
             cuttable,
             controls: Memo::new(),
-            threads: tokenizing_threads(plain.get_pre_tokenizer()),
+            threads,
+            direct,
+            user_tokens,
             plain,
         })
     }
@@ -253,14 +282,28 @@ impl GgufTokenizer {
     /// of tokenizing, which is most of preparing a first question over a long input. A test
     /// checks the ids against `Tokenizer::encode` on awkward text.
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
-        self.encode_plain_with(text, self.plain.get_pre_tokenizer())
+        self.encode_plain_with(
+            text,
+            self.plain.get_pre_tokenizer(),
+            self.direct.as_ref(),
+            None,
+        )
     }
 
     /// [`GgufTokenizer::encode_plain`] with `pre`, a copy of `plain`'s pre-tokenizer (or
-    /// itself).
-    fn encode_plain_with(&self, text: &str, pre: Option<&PreTokenizerWrapper>) -> Result<Vec<u32>> {
+    /// itself), or `direct` with `words` where it gives the same ids ([`crate::byte_level`]).
+    fn encode_plain_with(
+        &self,
+        text: &str,
+        pre: Option<&PreTokenizerWrapper>,
+        direct: Option<&DirectPath>,
+        words: Option<&WordIds>,
+    ) -> Result<Vec<u32>> {
         let err = |e| ModelError::Tokenizer(format!("cannot tokenize text: {e}"));
         let tok = &self.plain;
+        if let Some(direct) = direct.filter(|_| self.direct_covers(text)) {
+            return direct.encode(text, tok.get_model(), words).map_err(err);
+        }
         let mut split = tok
             .get_added_vocabulary()
             .extract_and_normalize(self.nfc.then_some(&NfcUnlessNormalized), text);
@@ -275,6 +318,14 @@ impl GgufTokenizer {
             .into_iter()
             .flat_map(|(_, _, tokens)| tokens.iter().flatten().map(|t| t.id))
             .collect())
+    }
+
+    /// Whether the direct path gives `text`'s ids: it is on, NFC (where the pipeline
+    /// normalizes) leaves the text as it is, and no user-defined added token is in it.
+    fn direct_covers(&self, text: &str) -> bool {
+        DIRECT.on()
+            && (!self.nfc || unicode_normalization_alignments::is_nfc(text))
+            && !self.user_tokens.iter().any(|t| text.contains(t.as_str()))
     }
 
     /// Whether `id` is a control token (`<|im_start|>`, `<|endoftext|>`, ...).
@@ -433,8 +484,13 @@ impl GgufTokenizer {
         }
         match &self.threads {
             Some(threads) => threads
-                .map(texts, |text, pre| {
-                    self.encode_plain_with(text, pre.as_ref())
+                .map(texts, |text, own| {
+                    self.encode_plain_with(
+                        text,
+                        own.pre.as_ref(),
+                        own.direct.as_ref(),
+                        Some(&own.words),
+                    )
                 })
                 .into_iter()
                 .collect(),
@@ -509,15 +565,21 @@ fn pieces(text: &str, size: usize) -> impl Iterator<Item = &str> {
     })
 }
 
-/// One tokenizing thread per available core, each with its own copy of `pre`
-/// ([`ThreadCopies`]); `None`, with a warning, when the OS would not start them.
+/// One tokenizing thread per available core, each with its own copy of `pre` and of the
+/// direct path of pipeline `pipeline` ([`ThreadCopies`]); `None`, with a warning, when the
+/// OS would not start them.
 fn tokenizing_threads(
+    pipeline: &str,
     pre: Option<&PreTokenizerWrapper>,
-) -> Option<ThreadCopies<Option<PreTokenizerWrapper>>> {
+) -> Option<ThreadCopies<ThreadTokenizer>> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    ThreadCopies::new("tokenize", cores, || pre.cloned())
-        .inspect_err(|e| tracing::warn!("no tokenizing threads ({e}): long inputs tokenize on one"))
-        .ok()
+    ThreadCopies::new("tokenize", cores, || ThreadTokenizer {
+        pre: pre.cloned(),
+        direct: direct_path(pipeline),
+        words: WordIds::default(),
+    })
+    .inspect_err(|e| tracing::warn!("no tokenizing threads ({e}): long inputs tokenize on one"))
+    .ok()
 }
 
 /// The pieces a long run is looked up in: [`CACHED_RUN_BYTES`] pieces, the last
@@ -582,6 +644,17 @@ impl tokenizers::Normalizer for NfcUnlessNormalized {
         }
         Ok(())
     }
+}
+
+/// The direct path ([`crate::byte_level`]) of a `tokenizer.ggml.pre` value, splitting by the
+/// regex its pre-tokenizer splits by ([`pipeline`]).
+fn direct_path(pre: &str) -> Option<DirectPath> {
+    let regex = if pre == "qwen2" {
+        QWEN2_REGEX
+    } else {
+        GPT2_REGEX
+    };
+    DirectPath::new(pre, regex)
 }
 
 /// The normalizer and pre-tokenizer for a `tokenizer.ggml.pre` value.
@@ -828,6 +901,116 @@ mod tests {
                     "{key}: {text:?}"
                 );
             }
+        }
+    }
+
+    /// The direct path ([`crate::byte_level`]) on its own, with a word cache filled by the
+    /// first round and read by the second: the library's ids on every text it covers, and
+    /// it covers all but text NFC changes (qwen2) or with a user-defined token in it.
+    #[test]
+    fn the_direct_path_gives_the_library_ids() {
+        for key in ["smol", "q05", "q15"] {
+            let Some(tok) = tokenizer(key) else { continue };
+            let direct = tok
+                .direct
+                .as_ref()
+                .expect("every supported pipeline has one");
+            let words = WordIds::default();
+            let mut texts = vec![tricky_text(), long_state(20_000), String::new()];
+            texts.extend((1000..1600).map(random_text));
+            // The same without what the direct path leaves to the library: combining marks
+            // (NFC composes them) and user-defined tokens.
+            let plain_texts: Vec<String> = texts
+                .iter()
+                .map(|t| {
+                    let mut t = t.replace(|c| ('\u{300}'..='\u{36f}').contains(&c), "");
+                    for user in &tok.user_tokens {
+                        t = t.replace(user.as_str(), "");
+                    }
+                    t
+                })
+                .collect();
+            assert!(plain_texts.iter().all(|t| tok.direct_covers(t)), "{key}");
+            texts.extend(plain_texts);
+            let mut covered = 0;
+            for round in 0..2 {
+                for text in &texts {
+                    let library = tok.plain.encode(text.as_str(), false).unwrap();
+                    if !tok.direct_covers(text) {
+                        assert!(
+                            tok.nfc && !unicode_normalization_alignments::is_nfc(text)
+                                || tok.user_tokens.iter().any(|t| text.contains(t.as_str())),
+                            "{key}: not covered, yet NFC and without user tokens: {text:?}"
+                        );
+                        continue;
+                    }
+                    covered += 1;
+                    let model = tok.plain.get_model();
+                    assert_eq!(
+                        direct.encode(text, model, Some(&words)).unwrap(),
+                        library.get_ids(),
+                        "{key}, round {round}: {text:?}"
+                    );
+                    assert_eq!(direct.encode(text, model, None).unwrap(), library.get_ids());
+                }
+            }
+            assert!(
+                covered >= texts.len(),
+                "{key}: the direct path covered {covered}"
+            );
+        }
+    }
+
+    /// Text of random characters from every class the pre-tokenizers' regexes and the digit
+    /// split tell apart: letters and numbers of several scripts (`½`, `٣` and `Ⅻ` are
+    /// numeric), marks, kinds of whitespace and line breaks, apostrophes, symbols, emoji,
+    /// control characters.
+    fn random_chars(seed: u64) -> String {
+        const POOL: &[char] = &[
+            'a', 'Z', 'é', 'ß', 'Ω', 'ж', 'ع', '中', 'ア', '한', '0', '9', '½', '٣', 'Ⅻ', '²',
+            '\u{301}', '\u{93f}', ' ', ' ', '\t', '\n', '\r', '\u{b}', '\u{c}', '\u{85}', '\u{a0}',
+            '\u{2028}', '\u{2029}', '\u{3000}', '\'', '’', 's', 't', 'l', 'L', 'D', '.', ',', '-',
+            '_', '$', '€', '(', '"', '😀', '\u{200d}', '\u{fe0f}', '\u{0}', '\u{7f}', '\u{ad}',
+            '\u{feff}',
+        ];
+        let mut state = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let len = next() % 80;
+        (0..len)
+            .map(|_| POOL[(next() % POOL.len() as u64) as usize])
+            .collect()
+    }
+
+    /// [`random_chars`] through the direct path and the library: the same ids wherever the
+    /// direct path covers the text.
+    #[test]
+    fn the_direct_path_gives_the_library_ids_on_random_characters() {
+        for key in ["smol", "q05", "q15"] {
+            let Some(tok) = tokenizer(key) else { continue };
+            let direct = tok
+                .direct
+                .as_ref()
+                .expect("every supported pipeline has one");
+            let words = WordIds::default();
+            let mut covered = 0;
+            for seed in 0..4000 {
+                let text = random_chars(seed);
+                if !tok.direct_covers(&text) {
+                    continue;
+                }
+                covered += 1;
+                let library = tok.plain.encode(text.as_str(), false).unwrap();
+                let ids = direct
+                    .encode(&text, tok.plain.get_model(), Some(&words))
+                    .unwrap();
+                assert_eq!(ids, library.get_ids(), "{key}: {text:?}");
+            }
+            assert!(covered > 1000, "{key}: {covered} covered");
         }
     }
 
