@@ -181,9 +181,14 @@ probes() {
   if [ -x /tmp/gpu/bin/hs ]; then
     # The 28k read's prepare on this machine's cores (host/examples/host_steps): its template
     # and tokens under a new tenant salt each time (the token cache cold, as in a first
-    # read), and the same text tokenized in one call on one thread.
-    for what in template-long-cold tokenize-long; do
-      "${t[@]}" /tmp/gpu/bin/hs /tmp/gpu/models/q15.gguf --long-words 18400 --loop $what
+    # read), the same through tokenizers' pipeline (DECIDE_TOKENIZE_DIRECT=0, as before
+    # models/src/byte_level.rs), and the same text tokenized in one call on one thread.
+    for what in template-long-cold direct-off tokenize-long; do
+      echo "== $what"
+      case $what in
+        direct-off) DECIDE_TOKENIZE_DIRECT=0 "${t[@]}" /tmp/gpu/bin/hs /tmp/gpu/models/q15.gguf --long-words 18400 --loop template-long-cold ;;
+        *) "${t[@]}" /tmp/gpu/bin/hs /tmp/gpu/models/q15.gguf --long-words 18400 --loop $what ;;
+      esac
     done >"$OUT/host-steps.txt" 2>&1
     echo "host_steps: $(grep 'per iteration' "$OUT/host-steps.txt" | tr '\n' ' ')"
   fi
