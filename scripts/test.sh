@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need (the wasm target, the small
-# test model SmolLM2-135M), then the guest plugins' shared-logic tests, the unit tests of every
+# test model SmolLM2-135M, and Qwen2.5-0.5B for the default model's tokenizer), then the guest plugins' shared-logic tests, the unit tests of every
 # crate, the end-to-end tests against the real binary (tests/e2e; traces go to an OTLP receiver
 # the test starts), the client SDKs and MCP client, a short soak under faults (bench/soak.py),
 # schemathesis against /openapi.json, three replicas on a shared Postgres behind HAProxy
@@ -13,6 +13,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rustup target add wasm32-wasip2 >/dev/null
 python3 -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 export DECIDE_TEST_MODEL="${DECIDE_TEST_MODEL:-$(scripts/fetch-model.sh smol)}"
+# The tokenizer tests of the default model's pipeline (qwen2: q15 has q05's tokenizer) read
+# q05.gguf from .models (DECIDE_MODELS_DIR); without it they skip.
+scripts/fetch-model.sh q05 >/dev/null
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
