@@ -1,8 +1,8 @@
 //! Token ids of plain text for the supported byte-level BPE pipelines, straight from the
-//! text: the pre-tokenizer's splits by the same regex (tokenizers' own `SysRegex`; for
-//! `smollm` each numeric character first), each split's bytes through GPT-2's byte-to-
-//! character map, and the BPE model's ids for each split, remembered per thread by the
-//! split's bytes ([`WordIds`]).
+//! text: the pre-tokenizer's splits (its regex, for `smollm` after each numeric character is
+//! set apart; [`Splitter`] runs the regex without its lookahead), each split's bytes through
+//! GPT-2's byte-to-character map, and the BPE model's ids for each split, remembered per
+//! thread by the split's bytes ([`WordIds`]).
 //!
 //! Why: on a first read over a long input, tokenizing is most of preparing the prompt (a
 //! 28k-token input: ~10 ms on 2 cores), and tokenizers' pipeline spends most of that on what
@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use tokenizers::utils::SysRegex;
+use regex::Regex;
 use tokenizers::{Model, ModelWrapper};
 
 /// GPT-2's pre-tokenizing regex, as tokenizers' ByteLevel pre-tokenizer writes it.
@@ -27,13 +27,73 @@ pub(crate) const GPT2_REGEX: &str =
 /// own: ~1 MiB per thread). A long input's distinct words are a few thousand.
 const WORDS_KEPT: usize = 1 << 13;
 
-/// One pipeline's splitting: `regex`'s matches and the text between them (tokenizers'
+/// One pipeline's splitting: the regex's matches and the text between them (tokenizers'
 /// `Isolated` behaviour), within pieces that isolate each numeric character first when
 /// `digits` (the `smollm` pipeline's `Digits(individual_digits)`).
 pub(crate) struct DirectPath {
-    regex: SysRegex,
+    splitter: Splitter,
     digits: bool,
     chars: [char; 256],
+}
+
+/// A pre-tokenizer regex ending in `\s+(?!\S)|\s+` (GPT-2's and Qwen2's), run without the
+/// lookahead: that tail as `\s+`, then a whitespace run that ends before a character and is
+/// longer than one character gives its last character back, as `\s+(?!\S)` does when it
+/// backtracks one character. The matches are the same as the regex's.
+///
+/// Why: the lookahead makes fancy-regex run the whole alternation in its backtracking VM,
+/// which was ~55% of the direct path's time (`perf`); without it the `regex` crate's automata
+/// run it. Why the rule holds: the earlier alternatives are unchanged and tried first, as
+/// both engines match leftmost-first; a match of the tail is a whole whitespace run, which
+/// `\s+(?!\S)` takes whole at the end of the text, less its last character before a
+/// non-space one, and not at all when that leaves nothing (then `\s+` takes the one
+/// character). A match is the tail's when it is all whitespace, except that with
+/// `newline_alternative` (Qwen2's `\s*[\r\n]+`, tried before the tail) a run holding
+/// `\r` or `\n` is that alternative's: the tail never gets such a run there.
+struct Splitter {
+    regex: Regex,
+    newline_alternative: bool,
+}
+
+/// The tail [`Splitter`] runs without its lookahead.
+const LOOKAHEAD_TAIL: &str = r"\s+(?!\S)|\s+";
+
+impl Splitter {
+    fn new(pattern: &str) -> Option<Self> {
+        let head = pattern.strip_suffix(LOOKAHEAD_TAIL)?;
+        Some(Self {
+            regex: Regex::new(&format!(r"{head}\s+")).ok()?,
+            newline_alternative: head.contains(r"|\s*[\r\n]+|"),
+        })
+    }
+
+    /// `(start, end)` of each match in `text`, in order.
+    fn matches<'t>(&'t self, text: &'t str) -> impl Iterator<Item = (usize, usize)> + 't {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            if at > text.len() {
+                return None;
+            }
+            let m = self.regex.find_at(text, at)?;
+            let (start, mut end) = (m.start(), m.end());
+            let s = m.as_str();
+            let tail = s.chars().all(char::is_whitespace)
+                && !(self.newline_alternative && s.contains(['\r', '\n']));
+            if tail && end < text.len() {
+                let last = s.chars().next_back().map_or(0, char::len_utf8);
+                if s.len() > last {
+                    end -= last;
+                }
+            }
+            // (No alternative matches empty text; were one to, the search moves on.)
+            at = if end > start {
+                end
+            } else {
+                end + text[end..].chars().next().map_or(1, char::len_utf8)
+            };
+            Some((start, end))
+        })
+    }
 }
 
 /// A split's bytes and its ids.
@@ -55,7 +115,7 @@ impl DirectPath {
             _ => return None,
         };
         Some(Self {
-            regex: SysRegex::new(regex).ok()?,
+            splitter: Splitter::new(regex)?,
             digits,
             chars: byte_chars(),
         })
@@ -91,7 +151,7 @@ impl DirectPath {
         };
         for piece in digit_pieces(text, self.digits) {
             let mut prev = 0;
-            for (start, end) in self.regex.find_iter(piece) {
+            for (start, end) in self.splitter.matches(piece) {
                 if prev != start {
                     split(&piece[prev..start])?;
                 }
