@@ -904,6 +904,13 @@ mod tests {
         }
     }
 
+    /// A tokenizer's direct path ([`crate::byte_level`]).
+    fn direct_of(tok: &GgufTokenizer) -> &DirectPath {
+        tok.direct
+            .as_ref()
+            .expect("every supported pipeline has one")
+    }
+
     /// The direct path ([`crate::byte_level`]) on its own, with a word cache filled by the
     /// first round and read by the second: the library's ids on every text it covers, and
     /// it covers all but text NFC changes (qwen2) or with a user-defined token in it.
@@ -911,10 +918,7 @@ mod tests {
     fn the_direct_path_gives_the_library_ids() {
         for key in ["smol", "q05", "q15"] {
             let Some(tok) = tokenizer(key) else { continue };
-            let direct = tok
-                .direct
-                .as_ref()
-                .expect("every supported pipeline has one");
+            let direct = direct_of(&tok);
             let words = WordIds::default();
             let mut texts = vec![tricky_text(), long_state(20_000), String::new()];
             texts.extend((1000..1600).map(random_text));
@@ -992,10 +996,7 @@ mod tests {
     fn the_direct_path_gives_the_library_ids_on_random_characters() {
         for key in ["smol", "q05", "q15"] {
             let Some(tok) = tokenizer(key) else { continue };
-            let direct = tok
-                .direct
-                .as_ref()
-                .expect("every supported pipeline has one");
+            let direct = direct_of(&tok);
             let words = WordIds::default();
             let mut covered = 0;
             for seed in 0..4000 {
