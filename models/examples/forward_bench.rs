@@ -254,9 +254,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let chunk: Option<usize> = std::env::var("DECIDE_BENCH_CHUNK")
             .ok()
             .and_then(|v| v.parse().ok());
-        // As the library reads it (`DECIDE_PREFILL_REMAINDER_FIRST`, `chunk_lengths`).
-        let remainder_first =
-            std::env::var("DECIDE_PREFILL_REMAINDER_FIRST").map_or(true, |v| v != "0");
+        let remainder_first = decide_models::prefill_remainder_first();
         let timed: usize = std::env::var("DECIDE_BENCH_RUNS")
             .ok()
             .and_then(|v| v.parse().ok())

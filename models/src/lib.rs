@@ -127,6 +127,12 @@ pub fn chunk_lengths(total: usize, chunk: usize) -> impl Iterator<Item = usize> 
     chunks_in_order(total, chunk, REMAINDER_FIRST.on())
 }
 
+/// Whether [`chunk_lengths`] puts the remainder first (`DECIDE_PREFILL_REMAINDER_FIRST`), for
+/// benchmarks' reports.
+pub fn prefill_remainder_first() -> bool {
+    REMAINDER_FIRST.on()
+}
+
 /// [`chunk_lengths`] with the remainder first or last.
 fn chunks_in_order(
     total: usize,
