@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The GPU's SM clock and power during each benchmark run: joins gpu-clocks.csv (nvidia-smi
-every 200 ms, written by bench/h200_side_by_side.sh) with the runs' start and end times
+every GPU_CLOCKS_MS, written by bench/h200_side_by_side.sh) with the runs' start and end times
 (`<server>-times.txt`, written by bench/side_by_side.sh).
 
     python3 bench/gpu_clocks.py GPU_CLOCKS_CSV TIMES_TXT [TIMES_TXT ...] [--json FILE]
