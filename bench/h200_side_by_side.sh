@@ -199,8 +199,10 @@ probes() {
     echo "host_steps: $(grep 'per iteration' "$OUT/host-steps.txt" | tr '\n' ' ')"
   fi
   if [ -x /tmp/gpu/bin/fb ]; then
-    # The 28k prefill alone: as served (the remainder chunk first, the cache in pieces);
-    # with the remainder chunk last, as before (DECIDE_PREFILL_REMAINDER_FIRST=0); with each
+    # The 28k prefill alone: as served (the remainder chunk first, the cuts on the
+    # attention's key tiles, the cache in pieces); with the remainder chunk last, as before
+    # (DECIDE_PREFILL_REMAINDER_FIRST=0); with the cuts where the plain lengths fall
+    # (DECIDE_PREFILL_ALIGN=0, as before); with each
     # chunk's keys copied onto the cache, as before (DECIDE_KV_PIECES=0); with attention
     # blocks longest first across heads (DECIDE_ATTENTION_LONGEST_FIRST=1); with the output
     # and down projections added to the stream in their GEMM (DECIDE_RESIDUAL_IN_GEMM=1);
@@ -222,6 +224,7 @@ probes() {
     }
     long long
     long long-remainder-last DECIDE_PREFILL_REMAINDER_FIRST=0
+    long long-unaligned DECIDE_PREFILL_ALIGN=0
     long long-no-pieces DECIDE_KV_PIECES=0
     long long-longest-first DECIDE_ATTENTION_LONGEST_FIRST=1
     long long-residual-in-gemm DECIDE_RESIDUAL_IN_GEMM=1

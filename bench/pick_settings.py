@@ -21,7 +21,7 @@ The rules, written down so a reader of the report knows what ran:
   fastest run is below the as-served fastest too. The as-served figure is the better of
   `long` and `long-again` (run first and last); the margin is 1 ms or the gap between those
   two, whichever is more (one lease's drift).
-- Reverting a default (no-pieces, remainder-last) applies when the revert wins. Of the opt-in
+- Reverting a default (no-pieces, remainder-last, unaligned) applies when the revert wins. Of the opt-in
   settings (longest-first, residual-in-gemm, pool-keep) that win, the best alone is turned on;
   all three only when all three win and `long-all` (the three together) wins and beats each.
 Exit 0 with the env file written (possibly empty: the defaults), 3 as above, 2 on bad usage.
@@ -37,6 +37,7 @@ from pathlib import Path
 VARIANTS = {
     "long-no-pieces": ("DECIDE_KV_PIECES", "0", "revert"),
     "long-remainder-last": ("DECIDE_PREFILL_REMAINDER_FIRST", "0", "revert"),
+    "long-unaligned": ("DECIDE_PREFILL_ALIGN", "0", "revert"),
     "long-longest-first": ("DECIDE_ATTENTION_LONGEST_FIRST", "1", "opt-in"),
     "long-residual-in-gemm": ("DECIDE_RESIDUAL_IN_GEMM", "1", "opt-in"),
     "long-pool-keep": ("DECIDE_CUDA_POOL_KEEP", "1", "opt-in"),

@@ -53,7 +53,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use decide_models::{
-    chunk_lengths, KvCache, Model, ModelError, Readout, Segment, PREFILL_SCORE_BUDGET,
+    chunk_lengths, last_chunk_start, KvCache, Model, ModelError, Readout, Segment,
+    PREFILL_SCORE_BUDGET,
 };
 
 use crate::cancel::Cancel;
@@ -1102,12 +1103,12 @@ fn job_prefix(
         let prompt = &job.prompts[0];
         // In chunks of one call each, so a cancelled request stops between two (what
         // `read_and_cache` would run in one call, read for read the same: the remainder
-        // first, `chunk_lengths`).
+        // first, the cuts on the attention's key tiles, `chunk_lengths`).
         let chunk = prefill_rows(worker.model, tokens.len());
-        let head = tokens.len().saturating_sub(chunk).max(hit);
+        let head = hit + last_chunk_start(hit, tokens.len() - hit, chunk);
         let mut filled = found;
         let mut at = hit;
-        for rows in chunk_lengths(head - hit, chunk) {
+        for rows in chunk_lengths(hit, head - hit, chunk) {
             step(cache);
             if job.cancel.is_cancelled() {
                 return Err(Stop::Cancelled);

@@ -30,9 +30,10 @@
 //!   many; `prefill_long_ms`, sorted);
 //!   `DECIDE_BENCH_CHUNK` sets the most rows per chunk (default: the model's own, 8,192 on
 //!   the fused path), to see what longer passes would gain. Chunks are cut with the
-//!   remainder first, as the server cuts them (`decide_models::chunk_lengths`);
-//!   `DECIDE_PREFILL_REMAINDER_FIRST=0` cuts them with the remainder last, as before (the
-//!   library's setting: the server takes it too).
+//!   remainder first and the cuts on the attention's key tiles, as the server cuts them
+//!   (`decide_models::chunk_lengths`); `DECIDE_PREFILL_REMAINDER_FIRST=0` cuts them with
+//!   the remainder last and `DECIDE_PREFILL_ALIGN=0` where the plain lengths fall, as before
+//!   (the library's settings: the server takes them too).
 use std::path::Path;
 use std::time::Instant;
 
@@ -255,6 +256,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok()
             .and_then(|v| v.parse().ok());
         let remainder_first = decide_models::prefill_remainder_first();
+        let aligned = decide_models::prefill_aligned();
         let timed: usize = std::env::var("DECIDE_BENCH_RUNS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -276,7 +278,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{}",
             serde_json::json!({"prefill_long_tokens": tokens.len(), "prefill_long_ms": runs,
-                               "chunk_rows": chunk, "remainder_first": remainder_first,
+                               "chunk_rows": chunk, "remainder_first": remainder_first, "aligned": aligned,
                                "prefill_long_ms_p50": runs[runs.len() / 2],
                                "matmuls": format!("{matmuls:?}"), "load_s": load_s})
         );

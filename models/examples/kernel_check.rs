@@ -636,8 +636,9 @@ fn main() -> Res<()> {
             flops(heads, (n * prefix) as f64 + (n * n) as f64 / 2.0),
         )
     });
-    // The server's chunks of that prefill (the remainder first, `chunk_lengths`), the cache
-    // in pieces as the fused path now holds it, against one prefix of the same length.
+    // That prefill's chunks cut where the plain lengths fall (the server's before
+    // `DECIDE_PREFILL_ALIGN`), the cache in pieces as the fused path holds it, against one
+    // prefix of the same length.
     let pieces = [
         (8192usize, vec![3683usize, 8192]),
         (8192, vec![3683, 8192, 8192]),
@@ -682,6 +683,47 @@ fn main() -> Res<()> {
                 ));
             }
         }
+    }
+    // The 28,259-token prefill's attention in one layer, chunk by chunk as the server cuts it
+    // (`decide_models::chunk_lengths`), the cache in pieces, on the served kernel: the cuts
+    // where the plain lengths fall (99 rows into a key tile: `DECIDE_PREFILL_ALIGN=0`)
+    // against the cuts on the tiles.
+    let served = AttentionBlock::WgmmaSpecialized;
+    let schedules = [
+        ("plain cuts", [3683usize, 8192, 8192, 8192]),
+        ("aligned cuts", [3712, 8192, 8192, 8163]),
+    ];
+    for (what, lengths) in schedules
+        .into_iter()
+        .filter(|_| served.runs_on(&dev, q15.dim))
+    {
+        let mut layer_ms = 0.0;
+        for (i, &n) in lengths.iter().enumerate() {
+            let held: usize = lengths[..i].iter().sum();
+            let segment = (i > 0).then_some(ALL_PREFIXES);
+            let c = Case {
+                name: "timing",
+                heads: q15,
+                prefixes: lengths[..i].to_vec(),
+                segments: vec![(segment, n)],
+                picks: vec![],
+            };
+            kernels::set_tensor_maps(true);
+            let r = attention_case(&dev, &c, served, false, true)?;
+            let ms = r.secs.unwrap_or(0.0) * 1e3;
+            layer_ms += ms;
+            let tflops = flops(q15, (n * held) as f64 + (n * n) as f64 / 2.0) / (ms / 1e3) / 1e12;
+            let key = format!("28k prefill, {what}: {n} after {held}");
+            check(format!("attention {key}"), r.diff, 0.02);
+            println!("  {key}: {ms:.3} ms, {tflops:.1} TFLOP/s");
+            timings.push(format!(
+                r#"{{"case":"{key}","block":"{served:?}+tma","ms":{ms},"tflops":{tflops}}}"#
+            ));
+        }
+        println!(
+            "  28k prefill attention, {what}: {layer_ms:.3} ms a layer, {:.1} ms over 28 layers",
+            layer_ms * 28.0
+        );
     }
     report.extend(timings);
     if let Some(p) = json_path {

@@ -64,6 +64,7 @@ pub use candle_core::Device;
 pub use candle_core::Tensor;
 
 mod byte_level;
+mod chunking;
 mod error;
 pub mod forward;
 mod gguf;
@@ -79,7 +80,7 @@ pub mod lt_gemm;
 pub mod memory_pool;
 pub mod prompter;
 mod readout;
-// Mostly the CUDA launchers' (`chunk_lengths` and the tokenizer read one everywhere); `set`
+// Mostly the CUDA launchers' (`chunking` and the tokenizer read some everywhere); `set`
 // is theirs alone.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod switch;
@@ -88,6 +89,9 @@ mod token_cache;
 mod tokenize_threads;
 pub mod tokenizer;
 
+pub use chunking::{
+    chunk_lengths, last_chunk_start, prefill_aligned, prefill_remainder_first, PREFILL_ALIGN,
+};
 pub use error::ModelError;
 pub use forward::{Kernels, KvCache, Matmuls, Numerics, Segment, Transformer, WeightFormat};
 pub use gguf::LoadProgress;
@@ -108,48 +112,6 @@ pub const PREFILL_MAX_CHUNK: usize = 4096;
 /// [`PREFILL_MAX_CHUNK`] on decide's fused CUDA kernels: no scores are materialised and every
 /// chunk costs a pass's fixed launch overhead, so a 4.4k-token input prefills in one pass.
 pub const FUSED_PREFILL_MAX_CHUNK: usize = 8192;
-
-/// Whether long prefills cut their chunks with the remainder first ([`chunk_lengths`]);
-/// `DECIDE_PREFILL_REMAINDER_FIRST=0` puts it last, as before, for A/B runs on a GPU
-/// (forward_bench's `long` and the server alike). On until an H200 run measures it.
-static REMAINDER_FIRST: switch::Switch =
-    switch::Switch::new("DECIDE_PREFILL_REMAINDER_FIRST", true);
-
-/// The lengths of the chunks `total` rows are cut into, at most `chunk` each: the remainder
-/// first, then whole chunks (the remainder last with `DECIDE_PREFILL_REMAINDER_FIRST=0`).
-///
-/// Why the remainder first: a chunk's attention reads every key before it, and a short chunk
-/// fills the GPU's last wave of attention blocks less evenly (or is split over the keys,
-/// with partial results to merge), so the short chunk costs least where it sees the fewest
-/// keys. `bench/attention_schedule.py` models the 28k-token prefill's attention on an H200
-/// at 113.6 ms this way against 115.0 ms with the remainder last. The sum is the same work.
-pub fn chunk_lengths(total: usize, chunk: usize) -> impl Iterator<Item = usize> {
-    chunks_in_order(total, chunk, REMAINDER_FIRST.on())
-}
-
-/// Whether [`chunk_lengths`] puts the remainder first (`DECIDE_PREFILL_REMAINDER_FIRST`), for
-/// benchmarks' reports.
-pub fn prefill_remainder_first() -> bool {
-    REMAINDER_FIRST.on()
-}
-
-/// [`chunk_lengths`] with the remainder first or last.
-fn chunks_in_order(
-    total: usize,
-    chunk: usize,
-    remainder_first: bool,
-) -> impl Iterator<Item = usize> {
-    let chunk = chunk.max(1);
-    let rest = total % chunk;
-    let remainder = (rest > 0).then_some(rest);
-    let whole = std::iter::repeat_n(chunk, total / chunk);
-    let (first, last) = if remainder_first {
-        (remainder, None)
-    } else {
-        (None, remainder)
-    };
-    first.into_iter().chain(whole).chain(last)
-}
 
 /// One chat message, as the renderer plugins produce them (`role` is `system`, `user` or
 /// `assistant`; the template decides what it accepts).
@@ -519,7 +481,7 @@ impl Model {
         }
         let held = cache.map_or(0, KvCache::len);
         let chunk = self.chunk_rows(held + tokens.len(), self.max_chunk());
-        let head = tokens.len().saturating_sub(chunk);
+        let head = last_chunk_start(held, tokens.len(), chunk);
         let (cache, mut passes) = if head > 0 {
             let filled = self.prefill(&tokens[..head], cache)?;
             (Some(filled), head.div_ceil(chunk))
@@ -584,7 +546,7 @@ impl Model {
         let held = cache.as_ref().map_or(0, |c| c.len());
         let rows = self.chunk_rows(held + tokens.len(), max_chunk);
         let mut done = 0;
-        for n in chunk_lengths(tokens.len(), rows) {
+        for n in chunk_lengths(held, tokens.len(), rows) {
             let held = cache.as_ref().map_or(0, |c| c.len());
             let (_, next) =
                 self.transformer
@@ -613,29 +575,5 @@ impl Model {
     /// The id of a stored vocabulary string.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.prompter.token_id(token)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::chunks_in_order;
-
-    #[test]
-    fn chunk_lengths_put_the_remainder_first_and_cover_every_row() {
-        let cut = |total, chunk| chunks_in_order(total, chunk, true).collect::<Vec<_>>();
-        assert_eq!(cut(28_259, 8192), [3683, 8192, 8192, 8192]);
-        assert_eq!(cut(16_384, 8192), [8192, 8192]);
-        assert_eq!(cut(5, 8192), [5]);
-        assert_eq!(cut(0, 8192), Vec::<usize>::new());
-        assert_eq!(cut(3, 0), [1, 1, 1], "a zero chunk is one row");
-    }
-
-    #[test]
-    fn chunk_lengths_can_put_the_remainder_last() {
-        let cut = |total, chunk| chunks_in_order(total, chunk, false).collect::<Vec<_>>();
-        assert_eq!(cut(28_259, 8192), [8192, 8192, 8192, 3683]);
-        assert_eq!(cut(16_384, 8192), [8192, 8192]);
-        assert_eq!(cut(5, 8192), [5]);
-        assert_eq!(cut(0, 8192), Vec::<usize>::new());
     }
 }
