@@ -53,8 +53,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use decide_models::{
-    chunk_lengths, last_chunk_start, KvCache, Model, ModelError, Readout, Segment,
-    PREFILL_SCORE_BUDGET,
+    chunk_lengths, last_chunk_start, prefill_aligned, KvCache, Model, ModelError, Readout, Segment,
+    PREFILL_ALIGN, PREFILL_SCORE_BUDGET,
 };
 
 use crate::cancel::Cancel;
@@ -1215,7 +1215,12 @@ fn chunked_prefix(
         if job.cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
-        let end = shared.min(at.saturating_add(cap.max(1)));
+        let mut end = shared.min(at.saturating_add(cap.max(1)));
+        // Cut on the attention's key tiles where the pass still gets rows (`chunk_lengths`).
+        let tile = end / PREFILL_ALIGN * PREFILL_ALIGN;
+        if end < shared && tile > at && prefill_aligned() {
+            end = tile;
+        }
         filled = Some(worker.call(|model| model.prefill(&tokens[at..end], filled.as_ref()))?);
         at = end;
     }
