@@ -681,16 +681,22 @@ fn check_packed_prefixes(key: &'static str) {
     eprintln!("{key}: 5 segments over 2 prefixes (+1 without) read exactly like single reads");
 }
 
+/// A ~560-token question (smol and q05 alike): more key columns than candle's CPU gemm sums
+/// in one block (~512).
+fn long_parcel_prompt(m: &Model) -> decide_models::Prompt {
+    let story = "The parcel was sent on Monday, waited two days at the depot and arrived on \
+                 Friday with a torn corner and a wet label. ";
+    let text = format!("{}Was it damaged? A yes B no.", story.repeat(20));
+    m.render(&user(&text)).unwrap()
+}
+
 /// A prefix prefilled in chunks cut on the attention's key tiles (`chunk_lengths`: 128-row
 /// chunks after a 50-token cached start, so every cut moves off where the plain lengths
 /// fall) reads exactly like the same prefix prefilled in one pass. (Not always like the
 /// prompt read alone: see `check_long_prefix_splits`.)
 fn check_aligned_chunks(key: &'static str) {
     let Some(m) = load(key) else { return };
-    let story = "The parcel was sent on Monday, waited two days at the depot and arrived on \
-                 Friday with a torn corner and a wet label. ";
-    let text = format!("{}Was it damaged? A yes B no.", story.repeat(20));
-    let prompt = m.render(&user(&text)).unwrap();
+    let prompt = long_parcel_prompt(m);
     let ids = m.label_ids(&prompt, &strings(&["A", "B"])).unwrap();
     // The prefix ends where tile-aligned cuts need no more chunks than the plain ones (after
     // 50 rows, 128-row chunks: up to 78 rows past a multiple of 128 from `held`).
@@ -733,10 +739,7 @@ fn check_aligned_chunks(key: &'static str) {
 /// with a tolerance anyway), so they are not checked here.
 fn check_long_prefix_splits(key: &'static str) {
     let Some(m) = load(key) else { return };
-    let story = "The parcel was sent on Monday, waited two days at the depot and arrived on \
-                 Friday with a torn corner and a wet label. ";
-    let text = format!("{}Was it damaged? A yes B no.", story.repeat(20));
-    let prompt = m.render(&user(&text)).unwrap();
+    let prompt = long_parcel_prompt(m);
     assert!(prompt.tokens.len() > 540, "{key}: {}", prompt.tokens.len());
     let (ids, singles) = ab_reads_alone(m, std::slice::from_ref(&prompt));
     for n in [48, 200] {
