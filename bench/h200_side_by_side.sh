@@ -42,9 +42,11 @@
 #   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
 #           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
 #
-# Every phase also writes gpu-clocks.csv (SM clock, power, throttle reasons every GPU_CLOCKS_MS), and
-# bench/side_by_side.sh writes side/<server>-times.txt (when each run began and ended):
-# bench/gpu_clocks.py joins the two.
+# Every phase also writes host-cpu.txt (/proc/stat every 500 ms), side/<server>-gpu-clocks-long-first.csv
+# (SM clock, power, throttle reasons during long-first; the whole phase into gpu-clocks.csv with
+# GPU_CLOCKS_MS), and bench/side_by_side.sh writes side/<server>-times.txt (when each run began
+# and ended): bench/gpu_clocks.py joins clocks and times; bench/stalls.py sets the slow moments
+# of a run (the loadgen report's timeline) beside host-cpu.txt.
 #
 # Then, here: bench/side_by_side.py DIR on the two side/ folders copied into one DIR.
 #
@@ -53,7 +55,7 @@
 # call ends, and with it everything landed (issue 17's notes: ~230 s lost that way once, and
 # uploads slow to 60-80 s a piece while the test suite runs here).
 # Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh;
-# GPU_CLOCKS_MS (1000; 0: no clock sampler);
+# GPU_CLOCKS_MS (0: the clock sampler only during long-first; N: every N ms the whole phase);
 # PROBE_TIMEOUT (240 s per probe); SATURATION_CLIENTS ("8 64 256 1024"); SETTINGS=auto (the
 # decide and ab phases run decide with the settings the last probes on this machine picked:
 # no time to choose by hand, as the machine goes 30 s after a call; AB_FLAGS add to them);
@@ -67,27 +69,28 @@ phase=${1:?probes, decide, ab or vllm}
 RESULTS=${OUT:-/tmp/gpu/out}
 OUT=/tmp/gpu/out-$phase
 rm -rf "$OUT"
-trap '[ -n "$clocks" ] && kill $clocks 2>/dev/null; tar -C "$OUT" -czf "$RESULTS/$phase.tgz" . && echo "packed $RESULTS/$phase.tgz"' EXIT
+trap '[ -n "$clocks" ] && bash bench/gpu_clock_sampler.sh stop "$clocks"; kill ${host_cpu:-} 2>/dev/null; tar -C "$OUT" -czf "$RESULTS/$phase.tgz" . && echo "packed $RESULTS/$phase.tgz"' EXIT
 W=/tmp/gpu/w
 PICKED=/tmp/gpu/settings.env
 LOADGEN=/tmp/gpu/bin/decide-loadgen
 export LOADGEN SECONDS_PER_RUN=${SECONDS_PER_RUN:-8} CEILING_SECONDS=${CEILING_SECONDS:-2}
 mkdir -p "$OUT/side" "$W"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
-# The GPU's clocks, power and throttle reasons for the whole phase (gpu-clocks.csv): run 12
-# found 64 28k reads in a row power-capped at ~1.7 GHz (a read alone runs at 1.98), which is
-# why the loadgen's long-first is ~8 ms slower at the server than three reads alone.
-# (The throttle reasons' field was renamed in driver 535; the older name is the fallback.)
-reasons=clocks_event_reasons.active
-nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
-# GPU_CLOCKS_MS sets the period (1000 ms); 0 leaves the sampler out: each NVML read takes the
-# driver's lock, which may stall the servers' launches (the A/B in run 12's README).
+# The GPU's clocks, power and throttle reasons: bench/side_by_side.sh samples them during
+# long-first (its CLOCKS_RUNS), where run 12 found 64 28k reads in a row power-capped at ~1.7
+# GHz; GPU_CLOCKS_MS (0: off) samples the whole phase into gpu-clocks.csv. Off by default since
+# run 13: each NVML read takes the driver's lock, which may stall the servers' launches (run
+# 12's tails; call 27b of bench/H200_LEASE.md is the A/B).
 clocks=
-if [ "${GPU_CLOCKS_MS:-1000}" != 0 ]; then
-  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons \
-    --format=csv -lms "${GPU_CLOCKS_MS:-1000}" >"$OUT/gpu-clocks.csv" 2>&1 &
-  clocks=$!
+if [ "${GPU_CLOCKS_MS:-0}" != 0 ]; then
+  bash bench/gpu_clock_sampler.sh start "$OUT/gpu-clocks.csv" "$GPU_CLOCKS_MS"
+  clocks=$OUT/gpu-clocks.csv
 fi
+# The host's CPU time by kind every 500 ms (host-cpu.txt: unix time, then /proc/stat's cpu line:
+# user nice system idle iowait irq softirq steal ...): steal time on a virtual machine, or the
+# cores all busy, would stall the servers' threads; bench/stalls.py sets it beside the slow moments.
+( while sleep 0.5; do echo "$(date +%s.%N) $(head -n 1 /proc/stat)"; done ) >"$OUT/host-cpu.txt" 2>/dev/null &
+host_cpu=$!
 
 wait_ready() {  # wait_ready URL PID SECONDS
   for _ in $(seq 1 "$3"); do

@@ -16,7 +16,9 @@
 # `ceiling` block of each report). QUICK=1 shortens every run (a CPU check of the harness).
 # Environment: LOADGEN (decide-loadgen binary; default target/release/decide-loadgen),
 # SECONDS_PER_RUN (10), CEILING_SECONDS (3: seconds of each ceiling run), RATES (the sweep's
-# offered units/s), RUNS (only these runs, by name, e.g. "short-c256 short-sweep").
+# offered units/s), RUNS (only these runs, by name, e.g. "short-c256 short-sweep"),
+# CLOCKS_RUNS (long-first: the runs during which bench/gpu_clock_sampler.sh samples the GPU's
+# clocks into OUT/<server>-gpu-clocks-<run>.csv, every CLOCKS_MS, 1000; "" for none).
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n '2,19p' "$0"; exit 2; }
 server=$1 url=$2 workloads=$3 out=$4 quick=${5:-${QUICK:-0}}
@@ -39,8 +41,12 @@ run() {  # run NAME SCENARIO MODE ARGS...
   echo "== $server $name ($mode $*)"
   # When each run began and ended (UTC, as nvidia-smi's timestamps in gpu-clocks.csv).
   echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') start $name" >>"$out/$server-times.txt"
+  local clocks=
+  [[ " ${CLOCKS_RUNS-long-first} " == *" $name "* ]] && clocks=$out/$server-gpu-clocks-$name.csv
+  [ -z "$clocks" ] || bash "$(dirname "$0")/gpu_clock_sampler.sh" start "$clocks" "${CLOCKS_MS:-1000}"
   "$loadgen" "$mode" --url "$url" --workload "$workload" --report "$out/$server-$name.json" \
     --timeout 300 --ceiling-duration "$ceiling_seconds" "${header[@]}" "$@" | tail -n 20
+  [ -z "$clocks" ] || bash "$(dirname "$0")/gpu_clock_sampler.sh" stop "$clocks"
   echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') end $name" >>"$out/$server-times.txt"
 }
 

@@ -19,6 +19,7 @@ pub mod report;
 pub mod runner;
 pub mod schedule;
 pub mod stats;
+pub mod timeline;
 pub mod trivial;
 pub mod workload;
 

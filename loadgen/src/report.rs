@@ -17,6 +17,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::stats::Stats;
+use crate::timeline::TimelineFigures;
 
 /// Below this share of the offered rate an open-loop run is saturated: the server (or, against
 /// the trivial server, the generator) no longer keeps up.
@@ -86,6 +87,9 @@ pub struct Figures {
     pub decisions_per_s: f64,
     pub units_per_s: f64,
     pub latency_ms: Latencies,
+    /// When the successful units ended and the slowest per 100 ms (`crate::timeline`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<TimelineFigures>,
 }
 
 impl Figures {
@@ -129,6 +133,7 @@ impl Figures {
                 server: Percentiles::of(&stats.server_time),
                 start_lag: Percentiles::of(&stats.start_lag),
             },
+            timeline: stats.timeline.figures(),
         }
     }
 

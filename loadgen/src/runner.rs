@@ -101,7 +101,7 @@ pub async fn closed(plan: &Plan, clients: usize, once: bool) -> Result<Run, Erro
         let settings = plan.settings.clone();
         let next = next.clone();
         running.spawn(async move {
-            let mut stats = Stats::default();
+            let mut stats = Stats::starting_at(measure_from);
             let mut last = measure_from;
             loop {
                 let due = Instant::now();
@@ -124,7 +124,7 @@ pub async fn closed(plan: &Plan, clients: usize, once: bool) -> Result<Run, Erro
             (stats, last)
         });
     }
-    let mut stats = Stats::default();
+    let mut stats = Stats::starting_at(measure_from);
     let mut last = measure_from;
     while let Some(joined) = running.join_next().await {
         let (client, client_last) = joined.expect("a client task panicked");
@@ -154,7 +154,7 @@ pub async fn open(plan: &Plan, rate: f64, arrivals: Arrivals, max_in_flight: usi
     let start = Instant::now();
     let measure_from = start + plan.warmup;
     let end = measure_from + plan.duration;
-    let recorded = Arc::new(Mutex::new((Stats::default(), measure_from)));
+    let recorded = Arc::new(Mutex::new((Stats::starting_at(measure_from), measure_from)));
     let free: Arc<Mutex<Vec<Conn>>> = Arc::new(Mutex::new(Vec::new()));
     let in_flight = Arc::new(AtomicUsize::new(0));
     // Every unit task holds a sender; `recv` answers `None` once the pacer and all have ended.

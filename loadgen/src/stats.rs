@@ -10,11 +10,12 @@
 //! divided by.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
 use crate::client::{Outcome, UnitResult};
+use crate::timeline::Timeline;
 
 /// Successful work that ended inside the recorded window.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -53,6 +54,8 @@ pub struct Stats {
     pub server_time: Histogram<u64>,
     /// Open loop: how late each unit went out after its due time.
     pub start_lag: Histogram<u64>,
+    /// When in the window successful units ended, and the slowest per 100 ms.
+    pub timeline: Timeline,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -79,11 +82,20 @@ impl Default for Stats {
             request_latency: histogram(),
             server_time: histogram(),
             start_lag: histogram(),
+            timeline: Timeline::default(),
         }
     }
 }
 
 impl Stats {
+    /// Empty stats whose timeline counts from `window_start`.
+    pub fn starting_at(window_start: Instant) -> Self {
+        Stats {
+            timeline: Timeline::starting(window_start),
+            ..Stats::default()
+        }
+    }
+
     /// Counts the successful part of a unit that ended inside the window.
     pub fn count_finished(&mut self, unit: &UnitResult) {
         for request in unit.requests.iter().filter(|r| r.ok) {
@@ -119,6 +131,7 @@ impl Stats {
         if unit.ok() {
             self.units_ok += 1;
             self.unit_latency.saturating_record(micros(unit.latency));
+            self.timeline.record(unit.ended, unit.latency);
         }
         if open {
             self.start_lag.saturating_record(micros(unit.lag));
@@ -147,6 +160,7 @@ impl Stats {
             *self.transport_errors.entry(kind).or_default() += n;
         }
         self.dropped += other.dropped;
+        self.timeline.merge(&other.timeline);
         for (mine, theirs) in [
             (&mut self.unit_latency, &other.unit_latency),
             (&mut self.request_latency, &other.request_latency),
