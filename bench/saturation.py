@@ -19,7 +19,8 @@ first requests at once do not count), and prints:
   --batch-rejoin-us, and not) and the share of the wall time the worker waited in it;
 - the CPU cores in use over the window: decide's (process_cpu_seconds_total), the load
   generator's (its rusage) and the whole machine's (/proc/stat, Linux), against the cores it
-  has. A worker below 1 busy while the machine's cores are all in use points at the host side;
+  has, and the cores the hypervisor took from a virtual machine (steal). A worker below 1 busy
+  while the machine's cores are all in use (or stolen) points at the host side;
 - the model worker's queue over the window (decide_queued_requests, sampled every
   --sample-ms): its mean, minimum and 10th percentile against the clients. Few jobs queued
   while the worker idles and most clients are connected means the requests are held up
@@ -53,15 +54,17 @@ def scrape(url: str) -> dict:
     return values
 
 
-def machine_busy_seconds():
-    """CPU seconds all cores spent outside idle and iowait since boot (Linux), or None."""
+def machine_cpu_seconds():
+    """(busy, stolen): CPU seconds all cores spent outside idle and iowait, and the seconds a
+    virtual machine's hypervisor took from them (steal), since boot (Linux), or None."""
     try:
         fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     except OSError:
         return None
-    ticks = [int(f) for f in fields]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    ticks = [int(f) for f in fields] + [0] * 8
+    idle = ticks[3] + ticks[4]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks[:8]) - idle - ticks[7]) / hz, ticks[7] / hz
 
 
 def sample_queue(url: str, every_s: float, stop: threading.Event, out: list) -> None:
@@ -152,7 +155,7 @@ def main() -> None:
         children_before = children_cpu_seconds()
         spawned = time.monotonic()
         time.sleep(args.warmup)
-        before, started, machine_before = scrape(args.url), time.monotonic(), machine_busy_seconds()
+        before, started, machine_before = scrape(args.url), time.monotonic(), machine_cpu_seconds()
         sched_before = thread_sched(pid)
         queued, stop = [], threading.Event()
         sampler = threading.Thread(target=sample_queue, args=(args.url, args.sample_ms / 1e3, stop, queued))
@@ -161,7 +164,7 @@ def main() -> None:
         time.sleep(args.seconds)
         stop.set()
         sampler.join()
-        wall, after, machine_after = time.monotonic() - started, scrape(args.url), machine_busy_seconds()
+        wall, after, machine_after = time.monotonic() - started, scrape(args.url), machine_cpu_seconds()
         sched_after = thread_sched(pid)
         if run.wait() != 0:
             raise SystemExit(f"decide-loadgen failed ({run.returncode})")
@@ -210,7 +213,9 @@ def main() -> None:
         "decide_cpu_ms_per_decision": round(delta["process_cpu_seconds_total"] / decisions * 1e3, 3)
         if "process_cpu_seconds_total" in delta and decisions else None,
         "loadgen_cpu_cores": round(loadgen_cores, 2),
-        "machine_busy_cores": round((machine_after - machine_before) / wall, 2)
+        "machine_busy_cores": round((machine_after[0] - machine_before[0]) / wall, 2)
+        if machine_before is not None and machine_after is not None else None,
+        "machine_steal_cores": round((machine_after[1] - machine_before[1]) / wall, 3)
         if machine_before is not None and machine_after is not None else None,
         **sched_figures(sched_before, sched_after, wall),
     }
