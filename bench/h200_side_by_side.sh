@@ -56,7 +56,7 @@
 # uploads slow to 60-80 s a piece while the test suite runs here).
 # Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh;
 # GPU_CLOCKS_MS (0: the clock sampler only during long-first; N: every N ms the whole phase);
-# PROBE_TIMEOUT (240 s per probe); SATURATION_CLIENTS ("8 64 256 1024"); SETTINGS=auto (the
+# PROBE_TIMEOUT (240 s per probe); LONG_VARIANTS (every forward-long variant; e.g. "long long-unaligned long-again"); SATURATION_CLIENTS ("8 64 256 1024"); SETTINGS=auto (the
 # decide and ab phases run decide with the settings the last probes on this machine picked:
 # no time to choose by hand, as the machine goes 30 s after a call; AB_FLAGS add to them);
 # BASELINE_FLAGS (none) and BASELINE_BIN (none) for the decide phase; DECIDE_* variables
@@ -220,8 +220,9 @@ probes() {
       "${t[@]}" "${fb[@]}" compare >"$OUT/forward.json" 2>"$OUT/forward.err"
       echo "forward_bench compare rc=$?: $(cat "$OUT/forward.json")"
     fi
-    long() {  # long NAME [VAR=VALUE ...]: forward-NAME.json
+    long() {  # long NAME [VAR=VALUE ...]: forward-NAME.json (LONG_VARIANTS: only these names)
       local name=$1; shift
+      [ -z "${LONG_VARIANTS:-}" ] || [[ " $LONG_VARIANTS " == *" $name "* ]] || return 0
       "${t[@]}" env "$@" DECIDE_BENCH_LONG=28259 DECIDE_BENCH_RUNS=9 "${fb[@]}" long >"$OUT/forward-$name.json" 2>"$OUT/forward-$name.err"
       echo "forward_bench $name ($*) rc=$?: $(cat "$OUT/forward-$name.json")"
     }
