@@ -56,7 +56,8 @@
 # uploads slow to 60-80 s a piece while the test suite runs here).
 # Environment: SECONDS_PER_RUN (8), CEILING_SECONDS (2), passed on to side_by_side.sh;
 # GPU_CLOCKS_MS (0: the clock sampler only during long-first; N: every N ms the whole phase);
-# PROBE_TIMEOUT (240 s per probe); LONG_VARIANTS (every forward-long variant; e.g. "long long-unaligned long-again"); SATURATION_CLIENTS ("8 64 256 1024"); SETTINGS=auto (the
+# PROBE_TIMEOUT (240 s per probe); LONG_VARIANTS (every forward-long variant; e.g.
+# "long long-unaligned long-again"); SATURATION_CLIENTS ("8 64 256 1024"); SETTINGS=auto (the
 # decide and ab phases run decide with the settings the last probes on this machine picked:
 # no time to choose by hand, as the machine goes 30 s after a call; AB_FLAGS add to them);
 # BASELINE_FLAGS (none) and BASELINE_BIN (none) for the decide phase; DECIDE_* variables
