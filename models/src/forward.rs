@@ -47,6 +47,36 @@ mod matmuls;
 /// same whether the prompt ran in one pass or as a cached prefix plus a suffix.
 pub const KV_PAD: usize = 32;
 
+/// Key columns per block of the attention's value product (P V) on the CPU, in the
+/// split-invariant layout ([`values_in_blocks`]).
+///
+/// Why: candle's CPU gemm (gemm-common's `kernel_params`) sums an inner dimension of more than
+/// 512 in equal blocks whose size depends on the total (576 keys: two blocks of 288) and adds
+/// the blocks' partial sums, so one row's value sum groups differently in passes with different
+/// key counts: a prefix of 300 tokens prefilled alone (320 keys, one block) and the same rows
+/// in the whole 559-token prompt (576 keys, a cut at 288) gave keys and values that differed
+/// in the last bits, and reads over that prefix 0.02-0.2 apart in log-probability on smol.
+/// Blocks of a fixed 512 columns from column 0, each one gemm block, are summed in column
+/// order whatever the pass; columns past a row's keys add exact zeros.
+pub const VALUE_BLOCK: usize = 512;
+
+/// `att @ v` with the keys in [`VALUE_BLOCK`]-column blocks from column 0, partial products
+/// added in column order: `att` `(b, heads, n, keys)`, `v` `(b, heads, keys, d)`.
+fn values_in_blocks(att: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
+    let keys = att.dim(3)?;
+    let block = |start: usize| -> candle_core::Result<Tensor> {
+        let len = VALUE_BLOCK.min(keys - start);
+        att.narrow(3, start, len)?
+            .contiguous()?
+            .matmul(&v.narrow(2, start, len)?.contiguous()?)
+    };
+    let mut sum = block(0)?;
+    for start in (VALUE_BLOCK..keys).step_by(VALUE_BLOCK) {
+        sum = (sum + block(start)?)?;
+    }
+    Ok(sum)
+}
+
 /// How rotary position embeddings pair up the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
@@ -191,11 +221,12 @@ impl PackedLayout {
     /// multiple of KV_PAD and every segment's keys start at a column congruent to its
     /// prefix length, so each row meets its keys in the same SIMD lanes as in a lone pass.
     /// A segment right after its own prefix starts where the prefix ends, so one segment
-    /// over one prefix is laid out exactly as the lone pass is, key count included: candle's
-    /// CPU gemm cuts a product's inner dimension into equal blocks of at most ~512 (gemm's
-    /// `kernel_params`), so with a gap the value sums over more than ~512 keys were grouped
-    /// otherwise and a read over a prefix of, e.g., 48 tokens differed from the lone read by
-    /// ~0.07 in log-probability on smol (prompts of 490 tokens or more).
+    /// over one prefix is laid out exactly as the lone pass is: the value product sums keys
+    /// in [`VALUE_BLOCK`]-column blocks from column 0, so a row's keys must sit at the same
+    /// columns as in its lone pass (with a 32-column gap, a read over a prefix of 48 tokens
+    /// differed from the lone read by ~0.07 in log-probability on smol, prompts of 490 tokens
+    /// or more). Several segments in one pass cannot all sit at their lone columns: past 512
+    /// key columns their reads may differ from lone reads in the last bits.
     /// Otherwise (GPU) all rows' keys form one piece after the prefixes, which keeps the
     /// number of copies per layer independent of the number of segments.
     fn new(prefix_lens: &[usize], segments: &[(Option<usize>, usize)], aligned: bool) -> Self {
@@ -1160,7 +1191,11 @@ impl Transformer {
             None => att,
         };
         let att = candle_nn::ops::softmax_last_dim(&att)?;
-        let y = att.matmul(&vr.contiguous()?)?;
+        let y = if pad && self.device.is_cpu() {
+            values_in_blocks(&att, &vr)?
+        } else {
+            att.matmul(&vr.contiguous()?)?
+        };
         let y = y.transpose(1, 2)?.reshape((b, n, hidden))?;
         Ok((layer.wo.forward(&y, pad)?, (k, v)))
     }

@@ -692,8 +692,7 @@ fn long_parcel_prompt(m: &Model) -> decide_models::Prompt {
 
 /// A prefix prefilled in chunks cut on the attention's key tiles (`chunk_lengths`: 128-row
 /// chunks after a 50-token cached start, so every cut moves off where the plain lengths
-/// fall) reads exactly like the same prefix prefilled in one pass. (Not always like the
-/// prompt read alone: see `check_long_prefix_splits`.)
+/// fall) reads exactly like the same prefix prefilled in one pass.
 fn check_aligned_chunks(key: &'static str) {
     let Some(m) = load(key) else { return };
     let prompt = long_parcel_prompt(m);
@@ -730,19 +729,20 @@ fn check_aligned_chunks(key: &'static str) {
     assert_eq!(read(&chunked), read(&whole), "{key}: chunks {lengths:?}");
 }
 
-/// A prompt of ~560 tokens, more keys than candle's CPU gemm sums in one block (~512), read
-/// over a cached prefix that ends off a multiple of KV_PAD (48 and 200 tokens) reads exactly
-/// like the prompt alone: the packed layout puts the suffix's keys right after its prefix, as
-/// the lone pass does (before, a 32-column gap regrouped the sums: 0.07 apart in
-/// log-probability on smol). Prefixes of 300 tokens or more still read slightly otherwise on
-/// the CPU (0.02-0.2 on smol with this prompt, not found why; the GPU reads are compared
-/// with a tolerance anyway), so they are not checked here.
+/// A prompt of ~560 tokens, more keys than candle's CPU gemm sums in one block (512), read
+/// over a cached prefix of 48 to 540 tokens (most ending off a multiple of KV_PAD) reads
+/// exactly like the prompt alone. Two fixes made it so: the packed layout puts the suffix's
+/// keys right after its prefix, as the lone pass does (before, a 32-column gap regrouped the
+/// sums: 0.07 apart in log-probability on smol over 48 tokens); and the value product sums
+/// its keys in fixed 512-column blocks (`VALUE_BLOCK`: before, candle's gemm cut 576 keys
+/// at 288 and a 320-key prefix pass not at all, so prefixes of 300+ tokens read 0.02-0.2
+/// apart on smol; fails without it, checked).
 fn check_long_prefix_splits(key: &'static str) {
     let Some(m) = load(key) else { return };
     let prompt = long_parcel_prompt(m);
     assert!(prompt.tokens.len() > 540, "{key}: {}", prompt.tokens.len());
     let (ids, singles) = ab_reads_alone(m, std::slice::from_ref(&prompt));
-    for n in [48, 200] {
+    for n in [48, 200, 300, 384, 512, 540] {
         let prefix = m.prefill(&prompt.tokens[..n], None).unwrap();
         let segments = [Segment {
             prefix: Some(&prefix),
