@@ -61,14 +61,18 @@ pub const KV_PAD: usize = 32;
 pub const VALUE_BLOCK: usize = 512;
 
 /// `att @ v` with the keys in [`VALUE_BLOCK`]-column blocks from column 0, partial products
-/// added in column order: `att` `(b, heads, n, keys)`, `v` `(b, heads, keys, d)`.
-fn values_in_blocks(att: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
+/// added in column order: `att` `(b, heads, n, keys)`; `v_rows(start, len)` gives the values
+/// of key columns `start..start + len`, `(b, heads, len, d)`.
+fn values_in_blocks(
+    att: &Tensor,
+    v_rows: impl Fn(usize, usize) -> candle_core::Result<Tensor>,
+) -> candle_core::Result<Tensor> {
     let keys = att.dim(3)?;
     let block = |start: usize| -> candle_core::Result<Tensor> {
         let len = VALUE_BLOCK.min(keys - start);
         att.narrow(3, start, len)?
             .contiguous()?
-            .matmul(&v.narrow(2, start, len)?.contiguous()?)
+            .matmul(&v_rows(start, len)?)
     };
     let mut sum = block(0)?;
     for start in (VALUE_BLOCK..keys).step_by(VALUE_BLOCK) {
@@ -193,6 +197,13 @@ enum Keys<'a> {
         prefixes: &'a [&'a (Tensor, Tensor)],
         layout: &'a PackedLayout,
     },
+    /// Several segments packed into one pass, each attending over its own prefix and rows laid
+    /// out as in its lone pass (the CPU's split-invariant path): `prefixes` are this layer's
+    /// keys and values of the distinct prefixes, `shape` each segment's prefix and row count.
+    Segments {
+        prefixes: &'a [&'a (Tensor, Tensor)],
+        shape: &'a [(Option<usize>, usize)],
+    },
 }
 
 /// One segment of a packed pass ([`Transformer::forward_packed`]): tokens that continue a
@@ -217,53 +228,22 @@ struct PackedLayout {
 }
 
 impl PackedLayout {
-    /// `aligned` (the split-invariant CPU layout, see [`KV_PAD`]): every prefix starts at a
-    /// multiple of KV_PAD and every segment's keys start at a column congruent to its
-    /// prefix length, so each row meets its keys in the same SIMD lanes as in a lone pass.
-    /// A segment right after its own prefix starts where the prefix ends, so one segment
-    /// over one prefix is laid out exactly as the lone pass is: the value product sums keys
-    /// in [`VALUE_BLOCK`]-column blocks from column 0, so a row's keys must sit at the same
-    /// columns as in its lone pass (with a 32-column gap, a read over a prefix of 48 tokens
-    /// differed from the lone read by ~0.07 in log-probability on smol, prompts of 490 tokens
-    /// or more). Several segments in one pass cannot all sit at their lone columns: past 512
-    /// key columns their reads may differ from lone reads in the last bits.
-    /// Otherwise (GPU) all rows' keys form one piece after the prefixes, which keeps the
-    /// number of copies per layer independent of the number of segments.
-    fn new(prefix_lens: &[usize], segments: &[(Option<usize>, usize)], aligned: bool) -> Self {
+    /// The prefixes one after another, then all rows' keys in one piece, which keeps the
+    /// number of copies per layer independent of the number of segments. (The CPU does not
+    /// pack keys: each segment attends as in its lone pass, `Keys::Segments`.)
+    fn new(prefix_lens: &[usize], segments: &[(Option<usize>, usize)]) -> Self {
         let mut col = 0usize;
         let mut prefix_cols = Vec::with_capacity(prefix_lens.len());
         for &len in prefix_lens {
-            if aligned {
-                col = col.next_multiple_of(KV_PAD);
-            }
             prefix_cols.push((col, len));
             col += len;
         }
-        let mut row_pieces = Vec::with_capacity(segments.len());
-        let mut row = 0;
-        if aligned {
-            for &(prefix, len) in segments {
-                let p = prefix.map_or(0, |i| prefix_lens[i]);
-                // The first column >= col that is congruent to p modulo KV_PAD.
-                let start = col + (p % KV_PAD + KV_PAD - col % KV_PAD) % KV_PAD;
-                row_pieces.push((row, len, start));
-                row += len;
-                col = start + len;
-            }
-        } else {
-            let rows: usize = segments.iter().map(|&(_, len)| len).sum();
-            row_pieces.push((0, rows, col));
-            col += rows;
-        }
-        let kv = if aligned {
-            col.next_multiple_of(KV_PAD)
-        } else {
-            col
-        };
+        let rows: usize = segments.iter().map(|&(_, len)| len).sum();
+        let row_pieces = vec![(0, rows, col)];
         PackedLayout {
             prefix_cols,
             row_pieces,
-            kv,
+            kv: col + rows,
         }
     }
 
@@ -943,8 +923,7 @@ impl Transformer {
         self.check_tokens(&tokens)?;
 
         let prefix_lens: Vec<usize> = prefixes.iter().map(|c| c.len).collect();
-        let aligned = self.device.is_cpu();
-        let layout = PackedLayout::new(&prefix_lens, &shape, aligned);
+        let layout = PackedLayout::new(&prefix_lens, &shape);
 
         // Per row: its position, the key columns of its prefix, and its own first key column.
         let m = tokens.len();
@@ -987,7 +966,14 @@ impl Transformer {
             )?;
             return Ok(x);
         }
-        let mask = self.per_head(band_mask(&bounds, layout.kv, &self.device)?)?;
+        // On the CPU each segment attends on its own, as in its lone pass (`Keys::Segments`);
+        // elsewhere all rows at once over the packed layout, under a band mask.
+        let per_segment = self.device.is_cpu();
+        let mask = if per_segment {
+            None
+        } else {
+            Some(self.per_head(band_mask(&bounds, layout.kv, &self.device)?)?)
+        };
         let pos = Tensor::new(positions.as_slice(), &self.device)?;
         let cos = self.cos.index_select(&pos, 0)?;
         let sin = self.sin.index_select(&pos, 0)?;
@@ -1001,12 +987,19 @@ impl Transformer {
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_prefixes: Vec<&(Tensor, Tensor)> =
                 prefix_layers.iter().map(|l| &l[i]).collect();
-            let keys = Keys::Packed {
-                prefixes: &layer_prefixes,
-                layout: &layout,
+            let keys = if per_segment {
+                Keys::Segments {
+                    prefixes: &layer_prefixes,
+                    shape: &shape,
+                }
+            } else {
+                Keys::Packed {
+                    prefixes: &layer_prefixes,
+                    layout: &layout,
+                }
             };
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
-            let (attn, _) = self.attention(layer, &h, (&cos, &sin), keys, Some(&mask), true)?;
+            let (attn, _) = self.attention(layer, &h, (&cos, &sin), keys, mask.as_ref(), true)?;
             x = (attn + &x)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
             let mlp = layer.mlp(&h, true)?;
@@ -1109,25 +1102,93 @@ impl Transformer {
         let v = proj(&layer.wv, &layer.bv, n_kv_head)?;
         let (kdt, dev) = (k.dtype(), k.device().clone());
         let zeros = |len: usize| Tensor::zeros((b, n_kv_head, len, head_dim), kdt, &dev);
+        // Sequential keys: the cache's, then these, padded with zeros up to a multiple of
+        // KV_PAD when `pad` (see there; the mask hides the padding).
+        let sequential = |past: Option<&(Tensor, Tensor)>,
+                          k: Tensor,
+                          v: Tensor|
+         -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+            let (k, v) = match past {
+                Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
+                None => (k, v),
+            };
+            let t = k.dim(2)?;
+            let t_pad = if pad { t.next_multiple_of(KV_PAD) } else { t };
+            Ok(if t_pad > t {
+                let z = zeros(t_pad - t)?;
+                (Tensor::cat(&[&k, &z], 2)?, Tensor::cat(&[&v, &z], 2)?, k, v)
+            } else {
+                (k.clone(), v.clone(), k, v)
+            })
+        };
 
         // The key/value columns attended over, and what goes into the returned cache.
         let (kp, vp, k, v) = match keys {
-            Keys::Sequential { past } => {
-                let (k, v) = match past {
-                    Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
-                    None => (k, v),
-                };
-                // Pad keys and values with zeros up to a multiple of KV_PAD (see there); the
-                // mask hides the padding.
-                let t = k.dim(2)?;
-                let t_pad = if pad { t.next_multiple_of(KV_PAD) } else { t };
-                if t_pad > t {
-                    let z = zeros(t_pad - t)?;
-                    (Tensor::cat(&[&k, &z], 2)?, Tensor::cat(&[&v, &z], 2)?, k, v)
-                } else {
-                    (k.clone(), v.clone(), k, v)
+            Keys::Segments { prefixes, shape } => {
+                // Each segment over its own prefix and rows, scored and summed as in its lone
+                // pass (the same scores, softmax row and VALUE_BLOCK blocks), so its rows come
+                // out bit for bit as they would alone; the prefix's keys (repeated per query
+                // head and transposed) and values are laid out once a layer, not per segment.
+                let rep = n_head / n_kv_head;
+                let mut prefix_kt = Vec::with_capacity(prefixes.len());
+                let mut prefix_v = Vec::with_capacity(prefixes.len());
+                for (pk, pv) in prefixes.iter().copied() {
+                    prefix_kt.push(repeat_kv(pk, rep)?.t()?.contiguous()?);
+                    prefix_v.push(repeat_kv(pv, rep)?);
                 }
+                let scale = (head_dim as f64).sqrt();
+                let mut ys = Vec::with_capacity(shape.len());
+                let mut row = 0;
+                for &(prefix, len) in shape {
+                    let held = prefix.map_or(0, |i| prefixes[i].0.dims()[2]);
+                    let keys = (held + len).next_multiple_of(KV_PAD);
+                    let own = keys - held;
+                    let own_k = Tensor::cat(&[&k.narrow(2, row, len)?, &zeros(own - len)?], 2)?;
+                    let own_v = Tensor::cat(&[&v.narrow(2, row, len)?, &zeros(own - len)?], 2)?;
+                    let own_kt = repeat_kv(&own_k, rep)?.t()?.contiguous()?;
+                    let own_v = repeat_kv(&own_v, rep)?;
+                    let q_s = q.narrow(2, row, len)?.contiguous()?;
+                    let own_scores = q_s.matmul(&own_kt)?;
+                    let scores = match prefix {
+                        Some(i) => Tensor::cat(&[&q_s.matmul(&prefix_kt[i])?, &own_scores], 3)?,
+                        None => own_scores,
+                    };
+                    let att = (scores / scale)?.broadcast_add(&causal_mask(
+                        len,
+                        held,
+                        keys,
+                        &self.device,
+                    )?)?;
+                    let att = candle_nn::ops::softmax_last_dim(&att)?;
+                    let y = values_in_blocks(&att, |start, n| {
+                        let end = start + n;
+                        // Columns before `held` exist only over a prefix.
+                        let of_prefix = |from: usize, to: usize| match prefix {
+                            Some(i) => prefix_v[i].narrow(2, from, to - from),
+                            None => Err(candle_core::Error::Msg(
+                                "prefix columns without a prefix".into(),
+                            )),
+                        };
+                        if end <= held {
+                            of_prefix(start, end)
+                        } else if start >= held {
+                            own_v.narrow(2, start - held, n)
+                        } else {
+                            Tensor::cat(
+                                &[&of_prefix(start, held)?, &own_v.narrow(2, 0, end - held)?],
+                                2,
+                            )
+                        }
+                    })?;
+                    ys.push(y);
+                    row += len;
+                }
+                let y = Tensor::cat(&ys, 2)?
+                    .transpose(1, 2)?
+                    .reshape((b, n, hidden))?;
+                return Ok((layer.wo.forward(&y, pad)?, (k, v)));
             }
+            Keys::Sequential { past } => sequential(past, k, v)?,
             Keys::Packed { prefixes, layout } => {
                 // The layout's pieces in column order, zeros in every gap (see PackedLayout).
                 let mut ks: Vec<Tensor> = Vec::with_capacity(2 * layout.row_pieces.len() + 4);
@@ -1167,9 +1228,24 @@ impl Transformer {
                 (Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?, k, v)
             }
         };
-        let rep = n_head / n_kv_head;
-        let kr = repeat_kv(&kp, rep)?;
-        let vr = repeat_kv(&vp, rep)?;
+        let y = self.attend(&q, &kp, &vp, mask, pad)?;
+        let y = y.transpose(1, 2)?.reshape((b, n, hidden))?;
+        Ok((layer.wo.forward(&y, pad)?, (k, v)))
+    }
+
+    /// softmax(q k^T / sqrt(d) + mask) v over one layout of keys and values `kp`, `vp`
+    /// (`(b, kv heads, keys, d)`, padded as the caller laid them out): `(b, heads, n, d)`.
+    fn attend(
+        &self,
+        q: &Tensor,
+        kp: &Tensor,
+        vp: &Tensor,
+        mask: Option<&Tensor>,
+        pad: bool,
+    ) -> candle_core::Result<Tensor> {
+        let rep = self.dims.n_head / self.dims.n_kv_head;
+        let kr = repeat_kv(kp, rep)?;
+        let vr = repeat_kv(vp, rep)?;
         // A contiguous K^T: with a strided (transposed) rhs, candle's CPU gemm rounds
         // differently for 1-2 query rows than for more, which would break the
         // split-invariance described at KV_PAD.
@@ -1178,26 +1254,25 @@ impl Transformer {
         } else {
             kr.t()?
         };
+        let scale = (self.dims.head_dim as f64).sqrt();
         let att = if self.device.is_cpu() {
             // The order of candle-transformers (scores, then scale), which the CPU tests
             // compare against bit for bit.
-            (q.matmul(&kt)? / (head_dim as f64).sqrt())?
+            (q.matmul(&kt)? / scale)?
         } else {
             // Scaling the queries touches n x d values instead of n x kv scores.
-            (q * (1.0 / (head_dim as f64).sqrt()))?.matmul(&kt)?
+            (q * (1.0 / scale))?.matmul(&kt)?
         };
         let att = match mask {
             Some(m) => att.broadcast_add(m)?,
             None => att,
         };
         let att = candle_nn::ops::softmax_last_dim(&att)?;
-        let y = if pad && self.device.is_cpu() {
-            values_in_blocks(&att, &vr)?
+        if pad && self.device.is_cpu() {
+            values_in_blocks(&att, |start, len| vr.narrow(2, start, len))
         } else {
-            att.matmul(&vr.contiguous()?)?
-        };
-        let y = y.transpose(1, 2)?.reshape((b, n, hidden))?;
-        Ok((layer.wo.forward(&y, pad)?, (k, v)))
+            att.matmul(&vr.contiguous()?)
+        }
     }
 
     fn apply_rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
