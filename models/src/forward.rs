@@ -1143,10 +1143,17 @@ impl Transformer {
                     let held = prefix.map_or(0, |i| prefixes[i].0.dims()[2]);
                     let keys = (held + len).next_multiple_of(KV_PAD);
                     let own = keys - held;
-                    let own_k = Tensor::cat(&[&k.narrow(2, row, len)?, &zeros(own - len)?], 2)?;
-                    let own_v = Tensor::cat(&[&v.narrow(2, row, len)?, &zeros(own - len)?], 2)?;
-                    let own_kt = repeat_kv(&own_k, rep)?.t()?.contiguous()?;
-                    let own_v = repeat_kv(&own_v, rep)?;
+                    // This segment's keys and values, zeros up to a multiple of KV_PAD.
+                    let padded = |x: &Tensor| -> Result<Tensor> {
+                        let x = x.narrow(2, row, len)?;
+                        Ok(if own > len {
+                            Tensor::cat(&[&x, &zeros(own - len)?], 2)?
+                        } else {
+                            x.contiguous()?
+                        })
+                    };
+                    let own_kt = repeat_kv(&padded(&k)?, rep)?.t()?.contiguous()?;
+                    let own_v = repeat_kv(&padded(&v)?, rep)?;
                     let q_s = q.narrow(2, row, len)?.contiguous()?;
                     let own_scores = q_s.matmul(&own_kt)?;
                     let scores = match prefix {
