@@ -250,8 +250,10 @@ fn request_spans_reach_an_otlp_receiver_under_the_callers_traceparent() {
 
     // No probe span, and nothing of the input text anywhere in what was exported.
     assert!(received.spans().iter().all(|s| !s.name.contains("/health")));
+    // ("-4711", not "4711": a random hex id such as a decision's, dec_97e4711f..., may hold
+    // those four digits; it happened once in session 29's test run.)
     for text in received.all_strings() {
-        for word in ["zebra", "quartz", "4711", "refunded"] {
+        for word in ["zebra", "quartz", "-4711", "refunded"] {
             assert!(
                 !text.contains(word),
                 "exported text carries the input ({word}): {text}"
