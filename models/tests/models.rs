@@ -736,8 +736,9 @@ fn check_aligned_chunks(key: &'static str) {
 /// sums: 0.07 apart in log-probability on smol over 48 tokens); and the value product sums
 /// its keys in fixed 512-column blocks (`VALUE_BLOCK`: before, candle's gemm cut 576 keys
 /// at 288 and a 320-key prefix pass not at all, so prefixes of 300+ tokens read 0.02-0.2
-/// apart on smol; fails without it, checked). All those segments in one packed pass read
-/// like it too: on the CPU each segment attends as in its lone pass (`Keys::Segments`).
+/// apart on smol; fails without it, checked). Two of those segments in one packed pass read
+/// like it too: on the CPU each segment attends as in its lone pass (`Keys::Segments`; fails
+/// on the band-masked packed path, checked).
 fn check_long_prefix_splits(key: &'static str) {
     let Some(m) = load(key) else { return };
     let prompt = long_parcel_prompt(m);
@@ -756,13 +757,10 @@ fn check_long_prefix_splits(key: &'static str) {
         let read = m.read_packed(&[segment(i)], &[ids[0].as_slice()]).unwrap();
         assert_eq!(read[0], singles[0], "{key}: over a prefix of {n}");
     }
-    // All of them in one packed pass, with the whole prompt as a segment of its own: each
-    // segment attends as in its lone pass, so each reads like the prompt alone.
-    let mut segments: Vec<Segment> = (0..cuts.len()).map(segment).collect();
-    segments.push(Segment {
-        prefix: None,
-        tokens: &prompt.tokens,
-    });
+    // Two of them in one packed pass (two prefixes, 278 rows: more rows cost CI minutes on
+    // two cores): each segment attends as in its lone pass, so each reads like the prompt
+    // alone.
+    let segments: Vec<Segment> = [2, 5].into_iter().map(segment).collect();
     let labels = vec![ids[0].as_slice(); segments.len()];
     let reads = m.read_packed(&segments, &labels).unwrap();
     for (i, read) in reads.iter().enumerate() {
