@@ -191,18 +191,19 @@ impl Linear {
 enum Keys<'a> {
     /// The cache's positions followed by this pass's tokens (one sequence).
     Sequential { past: Option<&'a (Tensor, Tensor)> },
-    /// Several segments packed into one pass, keys laid out as [`PackedLayout`] says; `prefixes`
-    /// are this layer's keys and values of the layout's distinct prefixes.
+    /// Several segments packed into one pass, keys laid out as [`PackedLayout`] says:
+    /// `prefixes` are this layer's keys and values of its distinct prefixes, in its order.
     Packed {
         prefixes: &'a [&'a (Tensor, Tensor)],
-        layout: &'a PackedLayout,
     },
     /// Several segments packed into one pass, each attending over its own prefix and rows laid
     /// out as in its lone pass (the CPU's split-invariant path): `prefixes` are this layer's
-    /// keys and values of the distinct prefixes, `shape` each segment's prefix and row count.
+    /// keys and values of the distinct prefixes, `shape` each segment's prefix and row count,
+    /// `masks` each segment's causal mask over its padded keys.
     Segments {
         prefixes: &'a [&'a (Tensor, Tensor)],
         shape: &'a [(Option<usize>, usize)],
+        masks: &'a [Tensor],
     },
 }
 
@@ -215,47 +216,33 @@ pub struct Segment<'a> {
     pub tokens: &'a [u32],
 }
 
-/// Where the keys of a packed pass sit: the distinct prefixes first, then the segments'
-/// own rows, everything else zero and masked.
+/// Where the keys of a packed pass sit (the GPU's candle path): the distinct prefixes one after
+/// another, then all the pass's rows in one piece, which keeps the number of copies per layer
+/// independent of the number of segments. (The CPU does not pack keys: each segment attends as
+/// in its lone pass, `Keys::Segments`.)
 #[derive(Debug)]
 struct PackedLayout {
     /// Per distinct prefix: (first key column, length).
     prefix_cols: Vec<(usize, usize)>,
-    /// Pieces of this pass's key rows: (first row, rows, first key column), in column order.
-    row_pieces: Vec<(usize, usize, usize)>,
+    /// The key column of the pass's first row: row r's key sits at `rows_col + r`.
+    rows_col: usize,
     /// Total key columns.
     kv: usize,
 }
 
 impl PackedLayout {
-    /// The prefixes one after another, then all rows' keys in one piece, which keeps the
-    /// number of copies per layer independent of the number of segments. (The CPU does not
-    /// pack keys: each segment attends as in its lone pass, `Keys::Segments`.)
-    fn new(prefix_lens: &[usize], segments: &[(Option<usize>, usize)]) -> Self {
+    fn new(prefix_lens: &[usize], rows: usize) -> Self {
         let mut col = 0usize;
         let mut prefix_cols = Vec::with_capacity(prefix_lens.len());
         for &len in prefix_lens {
             prefix_cols.push((col, len));
             col += len;
         }
-        let rows: usize = segments.iter().map(|&(_, len)| len).sum();
-        let row_pieces = vec![(0, rows, col)];
         PackedLayout {
             prefix_cols,
-            row_pieces,
+            rows_col: col,
             kv: col + rows,
         }
-    }
-
-    /// The key column of row `row` of this pass.
-    fn row_col(&self, row: usize) -> usize {
-        let &(first, _, col) = self
-            .row_pieces
-            .iter()
-            .rev()
-            .find(|&&(first, _, _)| first <= row)
-            .expect("rows start at 0");
-        col + row - first
     }
 }
 
@@ -923,7 +910,7 @@ impl Transformer {
         self.check_tokens(&tokens)?;
 
         let prefix_lens: Vec<usize> = prefixes.iter().map(|c| c.len).collect();
-        let layout = PackedLayout::new(&prefix_lens, &shape);
+        let layout = PackedLayout::new(&prefix_lens, tokens.len());
 
         // Per row: its position, the key columns of its prefix, and its own first key column.
         let m = tokens.len();
@@ -933,7 +920,7 @@ impl Transformer {
         let mut row = 0;
         for &(prefix, len) in &shape {
             let (pcol, p) = prefix.map_or((0, 0), |i| layout.prefix_cols[i]);
-            let own = layout.row_col(row);
+            let own = layout.rows_col + row;
             for j in 0..len {
                 positions.push((p + j) as u32);
                 bounds[0].push(pcol as u32);
@@ -949,7 +936,7 @@ impl Transformer {
             let starts = layout.prefix_cols.iter().map(|&(col, _)| col);
             let keys = fused::PassKeys::new(
                 prefixes.iter().copied().zip(starts),
-                layout.row_pieces[0].2,
+                layout.rows_col,
                 self.attention_block(m),
             );
             let flat: Vec<u32> = (0..m)
@@ -969,10 +956,19 @@ impl Transformer {
         // On the CPU each segment attends on its own, as in its lone pass (`Keys::Segments`);
         // elsewhere all rows at once over the packed layout, under a band mask.
         let per_segment = self.device.is_cpu();
-        let mask = if per_segment {
-            None
+        let (mask, segment_masks) = if per_segment {
+            let masks = shape
+                .iter()
+                .map(|&(prefix, len)| {
+                    let held = prefix.map_or(0, |i| prefix_lens[i]);
+                    let keys = (held + len).next_multiple_of(KV_PAD);
+                    causal_mask(len, held, keys, &self.device)
+                })
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            (None, masks)
         } else {
-            Some(self.per_head(band_mask(&bounds, layout.kv, &self.device)?)?)
+            let band = band_mask(&bounds, layout.kv, &self.device)?;
+            (Some(self.per_head(band)?), Vec::new())
         };
         let pos = Tensor::new(positions.as_slice(), &self.device)?;
         let cos = self.cos.index_select(&pos, 0)?;
@@ -991,11 +987,11 @@ impl Transformer {
                 Keys::Segments {
                     prefixes: &layer_prefixes,
                     shape: &shape,
+                    masks: &segment_masks,
                 }
             } else {
                 Keys::Packed {
                     prefixes: &layer_prefixes,
-                    layout: &layout,
                 }
             };
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
@@ -1102,137 +1098,46 @@ impl Transformer {
         let v = proj(&layer.wv, &layer.bv, n_kv_head)?;
         let (kdt, dev) = (k.dtype(), k.device().clone());
         let zeros = |len: usize| Tensor::zeros((b, n_kv_head, len, head_dim), kdt, &dev);
-        // Sequential keys: the cache's, then these, padded with zeros up to a multiple of
-        // KV_PAD when `pad` (see there; the mask hides the padding).
-        let sequential = |past: Option<&(Tensor, Tensor)>,
-                          k: Tensor,
-                          v: Tensor|
-         -> Result<(Tensor, Tensor, Tensor, Tensor)> {
-            let (k, v) = match past {
-                Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
-                None => (k, v),
-            };
-            let t = k.dim(2)?;
-            let t_pad = if pad { t.next_multiple_of(KV_PAD) } else { t };
-            Ok(if t_pad > t {
-                let z = zeros(t_pad - t)?;
-                (Tensor::cat(&[&k, &z], 2)?, Tensor::cat(&[&v, &z], 2)?, k, v)
-            } else {
-                (k.clone(), v.clone(), k, v)
-            })
-        };
 
         // The key/value columns attended over, and what goes into the returned cache.
         let (kp, vp, k, v) = match keys {
-            Keys::Segments { prefixes, shape } => {
-                // Each segment over its own prefix and rows, scored and summed as in its lone
-                // pass (the same scores, softmax row and VALUE_BLOCK blocks), so its rows come
-                // out bit for bit as they would alone; the prefix's keys (repeated per query
-                // head and transposed) and values are laid out once a layer, not per segment.
-                let rep = n_head / n_kv_head;
-                let mut prefix_kt = Vec::with_capacity(prefixes.len());
-                let mut prefix_v = Vec::with_capacity(prefixes.len());
-                for (pk, pv) in prefixes.iter().copied() {
-                    prefix_kt.push(repeat_kv(pk, rep)?.t()?.contiguous()?);
-                    prefix_v.push(repeat_kv(pv, rep)?);
-                }
-                let scale = (head_dim as f64).sqrt();
-                let mut ys = Vec::with_capacity(shape.len());
-                let mut row = 0;
-                for &(prefix, len) in shape {
-                    let held = prefix.map_or(0, |i| prefixes[i].0.dims()[2]);
-                    let keys = (held + len).next_multiple_of(KV_PAD);
-                    let own = keys - held;
-                    // This segment's keys and values, zeros up to a multiple of KV_PAD.
-                    let padded = |x: &Tensor| -> Result<Tensor> {
-                        let x = x.narrow(2, row, len)?;
-                        Ok(if own > len {
-                            Tensor::cat(&[&x, &zeros(own - len)?], 2)?
-                        } else {
-                            x.contiguous()?
-                        })
-                    };
-                    let own_kt = repeat_kv(&padded(&k)?, rep)?.t()?.contiguous()?;
-                    let own_v = repeat_kv(&padded(&v)?, rep)?;
-                    let q_s = q.narrow(2, row, len)?.contiguous()?;
-                    let own_scores = q_s.matmul(&own_kt)?;
-                    let scores = match prefix {
-                        Some(i) => Tensor::cat(&[&q_s.matmul(&prefix_kt[i])?, &own_scores], 3)?,
-                        None => own_scores,
-                    };
-                    let att = (scores / scale)?.broadcast_add(&causal_mask(
-                        len,
-                        held,
-                        keys,
-                        &self.device,
-                    )?)?;
-                    let att = candle_nn::ops::softmax_last_dim(&att)?;
-                    let y = values_in_blocks(&att, |start, n| {
-                        let end = start + n;
-                        // Columns before `held` exist only over a prefix.
-                        let of_prefix = |from: usize, to: usize| match prefix {
-                            Some(i) => prefix_v[i].narrow(2, from, to - from),
-                            None => Err(candle_core::Error::Msg(
-                                "prefix columns without a prefix".into(),
-                            )),
-                        };
-                        if end <= held {
-                            of_prefix(start, end)
-                        } else if start >= held {
-                            own_v.narrow(2, start - held, n)
-                        } else {
-                            Tensor::cat(
-                                &[&of_prefix(start, held)?, &own_v.narrow(2, 0, end - held)?],
-                                2,
-                            )
-                        }
-                    })?;
-                    ys.push(y);
-                    row += len;
-                }
-                let y = Tensor::cat(&ys, 2)?
-                    .transpose(1, 2)?
-                    .reshape((b, n, hidden))?;
-                return Ok((layer.wo.forward(&y, pad)?, (k, v)));
-            }
-            Keys::Sequential { past } => sequential(past, k, v)?,
-            Keys::Packed { prefixes, layout } => {
-                // The layout's pieces in column order, zeros in every gap (see PackedLayout).
-                let mut ks: Vec<Tensor> = Vec::with_capacity(2 * layout.row_pieces.len() + 4);
-                let mut vs: Vec<Tensor> = Vec::with_capacity(ks.capacity());
-                let mut col = 0;
-                let mut place = |at: usize,
-                                 kp: Tensor,
-                                 vp: Tensor,
-                                 ks: &mut Vec<Tensor>,
-                                 vs: &mut Vec<Tensor>|
-                 -> Result<()> {
-                    if at > col {
-                        ks.push(zeros(at - col)?);
-                        vs.push(zeros(at - col)?);
-                    }
-                    col = at + kp.dim(2)?;
-                    ks.push(kp);
-                    vs.push(vp);
-                    Ok(())
+            Keys::Sequential { past } => {
+                let (k, v) = match past {
+                    Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
+                    None => (k, v),
                 };
-                for ((pk, pv), &(at, _)) in prefixes.iter().zip(&layout.prefix_cols) {
-                    place(at, pk.clone(), pv.clone(), &mut ks, &mut vs)?;
+                // Pad keys and values with zeros up to a multiple of KV_PAD (see there); the
+                // mask hides the padding.
+                let t = k.dim(2)?;
+                let t_pad = if pad { t.next_multiple_of(KV_PAD) } else { t };
+                if t_pad > t {
+                    let z = zeros(t_pad - t)?;
+                    (Tensor::cat(&[&k, &z], 2)?, Tensor::cat(&[&v, &z], 2)?, k, v)
+                } else {
+                    (k.clone(), v.clone(), k, v)
                 }
-                for &(first, rows, at) in &layout.row_pieces {
-                    place(
-                        at,
-                        k.narrow(2, first, rows)?,
-                        v.narrow(2, first, rows)?,
-                        &mut ks,
-                        &mut vs,
-                    )?;
-                }
-                if layout.kv > col {
-                    ks.push(zeros(layout.kv - col)?);
-                    vs.push(zeros(layout.kv - col)?);
-                }
-                (Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?, k, v)
+            }
+            Keys::Packed { prefixes } => {
+                // The prefixes, then this pass's rows (see PackedLayout).
+                let mut ks: Vec<&Tensor> = prefixes.iter().map(|p| &p.0).collect();
+                let mut vs: Vec<&Tensor> = prefixes.iter().map(|p| &p.1).collect();
+                ks.push(&k);
+                vs.push(&v);
+                (
+                    Tensor::cat(&ks, 2)?,
+                    Tensor::cat(&vs, 2)?,
+                    k.clone(),
+                    v.clone(),
+                )
+            }
+            Keys::Segments {
+                prefixes,
+                shape,
+                masks,
+            } => {
+                let y = self.attend_segments(&q, (&k, &v), prefixes, shape, masks)?;
+                let y = y.transpose(1, 2)?.reshape((b, n, hidden))?;
+                return Ok((layer.wo.forward(&y, pad)?, (k, v)));
             }
         };
         let y = self.attend(&q, &kp, &vp, mask, pad)?;
@@ -1280,6 +1185,78 @@ impl Transformer {
         } else {
             att.matmul(&vr.contiguous()?)
         }
+    }
+
+    /// [`Keys::Segments`]: each segment's rows of `q` against its prefix's keys and its own rows
+    /// of `k`, scored, masked and summed as in its lone pass (the same scores, softmax row and
+    /// VALUE_BLOCK blocks), so its rows come out bit for bit as they would alone. The prefixes'
+    /// keys (repeated per query head and transposed) and values are laid out once a layer, not
+    /// per segment. `(b, heads, rows, d)`.
+    fn attend_segments(
+        &self,
+        q: &Tensor,
+        (k, v): (&Tensor, &Tensor),
+        prefixes: &[&(Tensor, Tensor)],
+        shape: &[(Option<usize>, usize)],
+        masks: &[Tensor],
+    ) -> candle_core::Result<Tensor> {
+        let rep = self.dims.n_head / self.dims.n_kv_head;
+        let mut prefix_kt = Vec::with_capacity(prefixes.len());
+        let mut prefix_v = Vec::with_capacity(prefixes.len());
+        for (pk, pv) in prefixes.iter().copied() {
+            prefix_kt.push(repeat_kv(pk, rep)?.t()?.contiguous()?);
+            prefix_v.push(repeat_kv(pv, rep)?);
+        }
+        let scale = (self.dims.head_dim as f64).sqrt();
+        let mut ys = Vec::with_capacity(shape.len());
+        let mut row = 0;
+        for (&(prefix, len), mask) in shape.iter().zip(masks) {
+            let held = prefix.map_or(0, |i| prefixes[i].0.dims()[2]);
+            let own = mask.dim(1)? - held;
+            // This segment's keys and values, zeros up to a multiple of KV_PAD.
+            let padded = |x: &Tensor| -> candle_core::Result<Tensor> {
+                let x = x.narrow(2, row, len)?;
+                if own == len {
+                    return x.contiguous();
+                }
+                let (b, heads, _, d) = x.dims4()?;
+                let zeros = Tensor::zeros((b, heads, own - len, d), x.dtype(), x.device())?;
+                Tensor::cat(&[&x, &zeros], 2)
+            };
+            let own_kt = repeat_kv(&padded(k)?, rep)?.t()?.contiguous()?;
+            let own_v = repeat_kv(&padded(v)?, rep)?;
+            let q_s = q.narrow(2, row, len)?.contiguous()?;
+            let own_scores = q_s.matmul(&own_kt)?;
+            let scores = match prefix {
+                Some(i) => Tensor::cat(&[&q_s.matmul(&prefix_kt[i])?, &own_scores], 3)?,
+                None => own_scores,
+            };
+            let att = (scores / scale)?.broadcast_add(mask)?;
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            let y = values_in_blocks(&att, |start, n| {
+                let end = start + n;
+                // Columns before `held` exist only over a prefix.
+                let of_prefix = |from: usize, to: usize| match prefix {
+                    Some(i) => prefix_v[i].narrow(2, from, to - from),
+                    None => Err(candle_core::Error::Msg(
+                        "prefix columns without a prefix".into(),
+                    )),
+                };
+                if end <= held {
+                    of_prefix(start, end)
+                } else if start >= held {
+                    own_v.narrow(2, start - held, n)
+                } else {
+                    Tensor::cat(
+                        &[&of_prefix(start, held)?, &own_v.narrow(2, 0, end - held)?],
+                        2,
+                    )
+                }
+            })?;
+            ys.push(y);
+            row += len;
+        }
+        Tensor::cat(&ys, 2)
     }
 
     fn apply_rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
