@@ -38,6 +38,7 @@ VARIANTS = {
     "long-no-pieces": ("DECIDE_KV_PIECES", "0", "revert"),
     "long-remainder-last": ("DECIDE_PREFILL_REMAINDER_FIRST", "0", "revert"),
     "long-unaligned": ("DECIDE_PREFILL_ALIGN", "0", "revert"),
+    "long-shape-rule": ("DECIDE_ATTENTION_PLAN", "0", "revert"),
     "long-longest-first": ("DECIDE_ATTENTION_LONGEST_FIRST", "1", "opt-in"),
     "long-residual-in-gemm": ("DECIDE_RESIDUAL_IN_GEMM", "1", "opt-in"),
     "long-pool-keep": ("DECIDE_CUDA_POOL_KEEP", "1", "opt-in"),
@@ -67,8 +68,10 @@ def kernel_verdicts(probes: Path):
     return finished, failed
 
 
-# Default-on settings a failing kernel_check case turns off (the value that does).
-TURNED_OFF = {"DECIDE_KV_PIECES": "0", "DECIDE_ATTENTION_TMA": "0"}
+# Default-on settings a failing kernel_check case turns off (the value that does). The
+# longest-first order is on where the attention plan finds it shorter (models/src/
+# attention_plan.rs); =0 turns it off everywhere.
+TURNED_OFF = {"DECIDE_KV_PIECES": "0", "DECIDE_ATTENTION_TMA": "0", "DECIDE_ATTENTION_LONGEST_FIRST": "0"}
 
 
 def kernel_setting(case: str):

@@ -7,7 +7,8 @@
 //! largest magnitude; exits 1 when a difference exceeds bf16 tolerance.
 
 use candle_core::{DType, Device, IndexOp, Tensor};
-use decide_models::kernels::{self, AttentionBlock, Heads, KeySources};
+use decide_models::attention_plan::SHAPE_RULE_MAX_ROWS;
+use decide_models::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -54,6 +55,18 @@ fn variants(block: AttentionBlock) -> Vec<(String, bool, bool)> {
     }
 }
 
+/// How a case's launch is laid out ([`AttentionPlan`]): as the server plans it (from the
+/// bounds for passes of more than `SHAPE_RULE_MAX_ROWS` rows), the same with the block order
+/// forced, the shape rule alone in head-by-head order (the server's plan for every pass
+/// before bench/reports/h200-side-by-side-14), or as planned with the split forced.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    Planned,
+    Order(bool),
+    ShapeRule,
+    Splits(usize),
+}
+
 /// What one attention case measured: the largest difference from the reference and the
 /// reference's largest magnitude; without timing, the largest difference between the two
 /// block orders (which must be 0: they compute the same blocks); with it, seconds per launch.
@@ -61,15 +74,16 @@ struct CaseResult {
     diff: (f32, f32),
     order_diff: Option<(f32, f32)>,
     secs: Option<f64>,
+    /// The layout it ran with.
+    plan: AttentionPlan,
 }
 
-/// Runs a case on the kernel with blocks of shape `block`, in the block order that
-/// `longest_first` says.
+/// Runs a case on the kernel with blocks of shape `block`, laid out as `layout` says.
 fn attention_case(
     dev: &Device,
     c: &Case,
     block: AttentionBlock,
-    longest_first: bool,
+    layout: Layout,
     timing: bool,
 ) -> Res<CaseResult> {
     let Heads { q: h, kv, dim: d } = c.heads;
@@ -121,11 +135,47 @@ fn attention_case(
         (q.index_select(&rows, 0)?, b)
     };
     let bounds_t = Tensor::new(bounds_run.as_slice(), dev)?;
-    let run = || kernels::attention(&q_run, (&k, &v), &sources, 0, &bounds_t, c.heads, block);
-    kernels::set_longest_first(!longest_first);
-    let other_order = if timing { None } else { Some(run()?) };
-    kernels::set_longest_first(longest_first);
-    let got = run()?;
+    let m_run = bounds_run.len() / 4;
+    kernels::force_longest_first(match layout {
+        Layout::Order(first) => Some(first),
+        Layout::ShapeRule => Some(false),
+        Layout::Planned | Layout::Splits(_) => None,
+    });
+    let by_bounds = !matches!(layout, Layout::ShapeRule) && m > SHAPE_RULE_MAX_ROWS;
+    let mut plan = AttentionPlan::new(
+        block.plan_shape(),
+        h,
+        d,
+        m_run,
+        (own_start, m),
+        by_bounds.then_some(bounds_run.as_slice()),
+    );
+    kernels::force_longest_first(None);
+    if let Layout::Splits(s) = layout {
+        plan.splits = s;
+    }
+    let run = |plan| {
+        kernels::attention(
+            &q_run,
+            (&k, &v),
+            &sources,
+            0,
+            &bounds_t,
+            c.heads,
+            block,
+            plan,
+        )
+    };
+    let other_order = if timing {
+        None
+    } else {
+        let flipped = AttentionPlan {
+            longest_first: !plan.longest_first,
+            ..plan
+        };
+        Some(run(flipped)?)
+    };
+    let got = run(plan)?;
     let order_diff = match other_order {
         Some(o) => Some(diff(&got, &o)?),
         None => None,
@@ -183,12 +233,12 @@ fn attention_case(
         // ramp them back up.
         let warm = std::time::Instant::now();
         while warm.elapsed().as_secs_f64() < 0.2 {
-            drop(run()?);
+            drop(run(plan)?);
             dev.synchronize()?;
         }
         let t0 = std::time::Instant::now();
         for _ in 0..runs {
-            drop(run()?);
+            drop(run(plan)?);
         }
         dev.synchronize()?;
         Some(t0.elapsed().as_secs_f64() / runs as f64)
@@ -199,7 +249,16 @@ fn attention_case(
         diff: (dmax, mmax),
         order_diff,
         secs,
+        plan,
     })
+}
+
+/// One timing of the JSON report.
+fn timing_json(case: &str, block: &str, ms: f64, tflops: f64, plan: AttentionPlan) -> String {
+    format!(
+        r#"{{"case":"{case}","block":"{block}","ms":{ms},"tflops":{tflops},"splits":{},"longest_first":{}}}"#,
+        plan.splits, plan.longest_first
+    )
 }
 
 /// Median milliseconds of one `f()` over 7 rounds of 20, after 200 ms of warm-up (the
@@ -579,7 +638,7 @@ fn main() -> Res<()> {
             }
             for (label, tma, longest_first) in variants(block) {
                 kernels::set_tensor_maps(tma);
-                let r = attention_case(&dev, c, block, longest_first, false)?;
+                let r = attention_case(&dev, c, block, Layout::Order(longest_first), false)?;
                 check(format!("attention ({label}): {}", c.name), r.diff, 0.02);
                 if let Some(d) = r.order_diff {
                     check("  same in the other block order".to_string(), d, 0.0);
@@ -673,7 +732,7 @@ fn main() -> Res<()> {
         for block in AttentionBlock::ALL.into_iter().filter(runs) {
             for (label, tma, longest_first) in variants(block) {
                 kernels::set_tensor_maps(tma);
-                let r = attention_case(&dev, &c, block, longest_first, true)?;
+                let r = attention_case(&dev, &c, block, Layout::Order(longest_first), true)?;
                 let ms = r.secs.unwrap_or(0.0) * 1e3;
                 let tflops = flops / (ms / 1e3) / 1e12;
                 check(format!("attention {key} ({label})"), r.diff, 0.02);
@@ -685,15 +744,16 @@ fn main() -> Res<()> {
         }
     }
     // The 28,259-token prefill's attention in one layer, chunk by chunk as the server cuts it
-    // (`decide_models::chunk_lengths`), the cache in pieces, on the served kernel: the cuts
-    // where the plain lengths fall (99 rows into a key tile: `DECIDE_PREFILL_ALIGN=0`)
-    // against the cuts on the tiles.
+    // (`decide_models::chunk_lengths`, the cuts on the key tiles), the cache in pieces, on the
+    // served kernel: laid out by the shape rule in head-by-head order (every pass before
+    // bench/reports/h200-side-by-side-14) against as planned from the bounds.
     let served = AttentionBlock::WgmmaSpecialized;
-    let schedules = [
-        ("plain cuts", [3683usize, 8192, 8192, 8192]),
-        ("aligned cuts", [3712, 8192, 8192, 8163]),
+    let lengths = [3712usize, 8192, 8192, 8163];
+    let layouts = [
+        ("shape rule", Layout::ShapeRule),
+        ("planned", Layout::Planned),
     ];
-    for (what, lengths) in schedules
+    for (what, layout) in layouts
         .into_iter()
         .filter(|_| served.runs_on(&dev, q15.dim))
     {
@@ -709,21 +769,66 @@ fn main() -> Res<()> {
                 picks: vec![],
             };
             kernels::set_tensor_maps(true);
-            let r = attention_case(&dev, &c, served, false, true)?;
+            let r = attention_case(&dev, &c, served, layout, true)?;
             let ms = r.secs.unwrap_or(0.0) * 1e3;
             layer_ms += ms;
             let tflops = flops(q15, (n * held) as f64 + (n * n) as f64 / 2.0) / (ms / 1e3) / 1e12;
             let key = format!("28k prefill, {what}: {n} after {held}");
             check(format!("attention {key}"), r.diff, 0.02);
-            println!("  {key}: {ms:.3} ms, {tflops:.1} TFLOP/s");
-            timings.push(format!(
-                r#"{{"case":"{key}","block":"{served:?}+tma","ms":{ms},"tflops":{tflops}}}"#
-            ));
+            let p = r.plan;
+            println!("  {key}: {ms:.3} ms, {tflops:.1} TFLOP/s ({p:?})");
+            timings.push(timing_json(&key, &format!("{served:?}+tma"), ms, tflops, p));
         }
         println!(
             "  28k prefill attention, {what}: {layer_ms:.3} ms a layer, {:.1} ms over 28 layers",
             layer_ms * 28.0
         );
+    }
+    // The key split against the plan's model of it: passes the server plans from their
+    // bounds, each split forced from 1 to 6, then as planned.
+    let calibrate = [
+        (
+            "3712 causal",
+            vec![],
+            vec![(None, 3712usize)],
+            3712.0 * 3712.0 / 2.0,
+        ),
+        (
+            "64x47 over 4352",
+            vec![4352usize],
+            vec![(Some(0), 47); 64],
+            64.0 * 47.0 * 4352.0,
+        ),
+        (
+            "64x24 over 4608",
+            vec![4608],
+            vec![(Some(0), 24); 64],
+            64.0 * 24.0 * 4608.0,
+        ),
+    ];
+    for (key, prefixes, segments, scores) in calibrate
+        .into_iter()
+        .filter(|_| served.runs_on(&dev, q15.dim))
+    {
+        let c = Case {
+            name: "timing",
+            heads: q15,
+            prefixes,
+            segments,
+            picks: vec![],
+        };
+        kernels::set_tensor_maps(true);
+        let layouts = (1..=6).map(Layout::Splits).chain([Layout::Planned]);
+        for layout in layouts {
+            let r = attention_case(&dev, &c, served, layout, true)?;
+            let ms = r.secs.unwrap_or(0.0) * 1e3;
+            let tflops = flops(q15, scores) / (ms / 1e3) / 1e12;
+            check(format!("attention {key} ({layout:?})"), r.diff, 0.02);
+            let p = r.plan;
+            println!("  {key}, {layout:?}: {ms:.3} ms, {tflops:.1} TFLOP/s ({p:?})");
+            let label = format!("{served:?}+tma {layout:?}");
+            timings.push(timing_json(key, &label, ms, tflops, p));
+        }
     }
     report.extend(timings);
     if let Some(p) = json_path {

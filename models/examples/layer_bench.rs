@@ -13,7 +13,8 @@
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
-use decide_models::kernels::{self, AttentionBlock, Heads, KeySources};
+use decide_models::attention_plan::SHAPE_RULE_MAX_ROWS;
+use decide_models::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
 use decide_models::lt_gemm::{LtGemm, Plan};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -145,12 +146,22 @@ fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<f64> {
     let bounds: Vec<u32> = (0..m)
         .flat_map(|j| [0, prefix, prefix, prefix + j + 1].map(|x| x as u32))
         .collect();
-    let bounds = Tensor::new(bounds.as_slice(), dev)?;
     let block = if AttentionBlock::WgmmaSpecialized.runs_on(dev, d) {
         AttentionBlock::WgmmaSpecialized
     } else {
         AttentionBlock::Keys64
     };
+    // As the server plans a pass of `m` rows (from its bounds when long).
+    let by_bounds = m > SHAPE_RULE_MAX_ROWS;
+    let plan = AttentionPlan::new(
+        block.plan_shape(),
+        h,
+        d,
+        m,
+        (prefix, m),
+        by_bounds.then_some(bounds.as_slice()),
+    );
+    let bounds = Tensor::new(bounds.as_slice(), dev)?;
     time(dev, || {
         drop(kernels::attention(
             &q,
@@ -160,6 +171,7 @@ fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<f64> {
             &bounds,
             HEADS,
             block,
+            plan,
         )?);
         Ok(())
     })

@@ -19,7 +19,8 @@ use candle_core::op::BackpropOp;
 use candle_core::{bail, DType, Device, Result, Shape, Storage, Tensor};
 use half::bf16;
 
-use crate::switch::Switch;
+use crate::attention_plan::MULTIPROCESSORS;
+pub use crate::attention_plan::{force_longest_first, AttentionPlan, BlockShape};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
 const MODULE: &str = "decide_fused";
@@ -141,6 +142,25 @@ impl AttentionBlock {
         Some((name, MODULE, PTX))
     }
 
+    /// What [`AttentionPlan`] needs of this shape. The nanoseconds per tile are what
+    /// kernel_check's TFLOP/s on long passes on an H200 make of one tile of 128-wide heads on
+    /// a resident block (`Keys64` ~230 TFLOP/s over 3 blocks a multiprocessor, `Keys32` ~225
+    /// over 4, `Wgmma` ~430, `WgmmaSpecialized` ~560).
+    pub fn plan_shape(self) -> BlockShape {
+        let tile_ns = match self {
+            Self::Keys64 => 3_600,
+            Self::Keys32 => 2_500,
+            Self::Wgmma => 2_600,
+            Self::WgmmaSpecialized => 2_000,
+        };
+        BlockShape {
+            rows: self.rows(),
+            key_tile: self.key_tile(),
+            per_multiprocessor: self.per_multiprocessor(),
+            tile_ns,
+        }
+    }
+
     /// Whether this shape runs for heads `dim` wide on `device`: built, and for `Wgmma` a
     /// device of compute capability 9.0 (PTX for sm_90a runs on no other).
     pub fn runs_on(self, device: &Device, dim: usize) -> bool {
@@ -205,9 +225,6 @@ pub fn load_attention(device: &Device, dim: usize) -> Result<()> {
     }
     Ok(())
 }
-
-/// Multiprocessors of an H200 (the GPU the block counts were measured on).
-const MULTIPROCESSORS: usize = 132;
 
 mod tensor_maps;
 pub use tensor_maps::set_tensor_maps;
@@ -848,33 +865,15 @@ pub fn write_u32(t: &Tensor, values: &[u32]) -> Result<()> {
     Ok(())
 }
 
-/// Whether attention blocks start longest first across heads, as FlashAttention-3's
-/// SingleTileLPTScheduler orders them, rather than head by head (`block_place` in
-/// attention_common.cuh says why). The results are the same bit for bit; only the order
-/// differs. A model of the block scheduler (1 block per multiprocessor, 132 of them, blocks
-/// started in launch order) puts the 28k prefill's attention at 98% of its ideal time this
-/// way against 95% head by head (`bench/attention_schedule.py`). Opt-in
-/// (`DECIDE_ATTENTION_LONGEST_FIRST=1`; [`set_longest_first`] in-process) until an H200 run
-/// measures it.
-static LONGEST_FIRST: Switch = Switch::new("DECIDE_ATTENTION_LONGEST_FIRST", false);
-
-/// Turns the longest-first block order on or off for later attention launches
-/// (`kernel_check` runs both ways).
-pub fn set_longest_first(on: bool) {
-    LONGEST_FIRST.set(on);
-}
-
-fn longest_first_on() -> bool {
-    LONGEST_FIRST.on()
-}
-
 /// Attention of queries `q` `(M, heads.q, dim)` over `sources`' prefixes at `layer` plus the
 /// pass's own keys and values `(1, kv, N, dim)`, N at least M (more when only some rows'
 /// queries are asked for: the last layer of a pass reads out a few rows but every row's keys
 /// are seen); row r sees the key columns in `[b[4r], b[4r+1])` and `[b[4r+2], b[4r+3])` of
 /// `bounds` (i32, `(M, 4)`). Returns `(M, heads.q * dim)` bf16.
 ///
-/// `block`: the block shape ([`AttentionBlock`]).
+/// `block`: the block shape ([`AttentionBlock`]); `plan`: the key split and block order
+/// ([`AttentionPlan`], made for this call's rows and bounds with `block`'s shape).
+#[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &Tensor,
     (k, v): (&Tensor, &Tensor),
@@ -883,6 +882,7 @@ pub fn attention(
     bounds: &Tensor,
     heads: Heads,
     block: AttentionBlock,
+    plan: AttentionPlan,
 ) -> Result<Tensor> {
     let dev = cuda_device(q)?;
     let Heads { q: h, kv, dim: d } = heads;
@@ -919,9 +919,7 @@ pub fn attention(
     );
     let scale_log2 = (1.0 / (d as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
     let rows = block.rows();
-    let blocks = m.div_ceil(rows) * h;
-    let key_tiles = (sources.own_start + own_rows).div_ceil(64);
-    let splits = key_splits(blocks, block.per_multiprocessor(), key_tiles, m * h);
+    let splits = plan.splits.max(1);
     // Workspaces for the partials of a split call (one element when unused: never a null
     // argument, never an empty allocation).
     let part_o = unsafe { dev.alloc::<f32>(if splits > 1 { splits * m * h * d } else { 1 })? };
@@ -957,7 +955,7 @@ pub fn attention(
     }
     // The grid's shape tells the kernel in which order its blocks take rows and heads
     // (`block_place` in attention_common.cuh).
-    let grid_dim = if longest_first_on() {
+    let grid_dim = if plan.longest_first {
         ((m.div_ceil(rows) * h) as u32, 1, splits as u32)
     } else {
         (m.div_ceil(rows) as u32, h as u32, splits as u32)
@@ -982,26 +980,4 @@ pub fn attention(
         unsafe { b.launch(elementwise(m * h * d)) }.w()?;
     }
     Ok(tensor(out, &dev, (m, h * d)))
-}
-
-/// How many parts to split the keys of an attention call into, when few blocks meet many
-/// keys: one question over a long cached input (12 blocks for 28k keys otherwise), or 64
-/// short questions over one 4k-token input (~560 blocks, 1.4 waves of `per_sm` blocks on
-/// every multiprocessor, the second mostly idle). Picks the split with the least estimated
-/// time: waves of blocks times key tiles per split, plus the f32 partials of each extra
-/// split, written and merged (estimated: a 64x64 tile takes a block ~5 µs; 3k rows x 12
-/// heads of 128 partials take ~15 µs to write and read back, so ~1 tile per 12k row-heads).
-/// Each part keeps at least 8 key tiles.
-fn key_splits(blocks: usize, per_sm: usize, key_tiles: usize, row_heads: usize) -> usize {
-    let resident = per_sm * MULTIPROCESSORS;
-    if blocks >= 4 * resident || key_tiles < 16 {
-        return 1;
-    }
-    let cost = |s: usize| {
-        let waves = (blocks * s).div_ceil(resident);
-        (waves * key_tiles.div_ceil(s)) as f64 + (s - 1) as f64 * row_heads as f64 / 12_000.0
-    };
-    (1..=(key_tiles / 8).min(64))
-        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
-        .unwrap_or(1)
 }

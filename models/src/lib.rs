@@ -63,6 +63,7 @@ use std::time::Instant;
 pub use candle_core::Device;
 pub use candle_core::Tensor;
 
+pub mod attention_plan;
 mod byte_level;
 mod chunking;
 mod error;

@@ -71,10 +71,16 @@ def test_failing_kernels_turn_their_setting_off_and_nothing_on(tmp_path):
     settings, reasons = pick_settings.pick(d)
     assert settings == {"DECIDE_KV_PIECES": "0"}
     assert any("failing kernels" in r for r in reasons)
-    # An order mismatch is the longest-first order's: it stays off, the rest as it was.
+    # An order mismatch is the longest-first order's: it goes off everywhere (the attention
+    # plan turns it on by itself), the rest as it was.
     order = OK_CHECKS.replace("(max |ref| 0.180) ok", "(max |ref| 0.180) FAILED")
     settings, _ = pick_settings.pick(probes(tmp_path / "order", checks=order, long=SERVED))
-    assert settings == {}
+    assert settings == {"DECIDE_ATTENTION_LONGEST_FIRST": "0"}
+
+
+def test_the_shape_rule_is_a_revert_like_the_others(tmp_path):
+    d = probes(tmp_path, long=SERVED, long_shape_rule=[238.0, 239.0, 240.0, 241.0, 242.0])
+    assert pick_settings.pick(d)[0] == {"DECIDE_ATTENTION_PLAN": "0"}
 
 
 def test_kernel_check_unfinished_turns_the_pieces_off(tmp_path):

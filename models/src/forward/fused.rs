@@ -23,8 +23,9 @@ use candle_core::{DType, Tensor};
 
 use super::matmuls::Projection;
 use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
+use crate::attention_plan::SHAPE_RULE_MAX_ROWS;
 use crate::error::{ModelError, Result};
-use crate::kernels::{self, AttentionBlock, Heads, KeySources};
+use crate::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
 use crate::switch::Switch;
 
 /// One decoder block's weights, projections concatenated so each runs as one matmul.
@@ -163,6 +164,8 @@ pub(super) struct PassInputs {
     pub sources: KeySources,
     /// The attention's block shape.
     pub block: AttentionBlock,
+    /// The attention's key split and block order over every row (each layer but the last).
+    pub plan: AttentionPlan,
 }
 
 /// The rows a pass reads out (u32 row indices, `(P)`) and their attention bounds (u32,
@@ -170,6 +173,8 @@ pub(super) struct PassInputs {
 pub(super) struct Picks {
     pub rows: Tensor,
     pub bounds: Tensor,
+    /// The last layer's attention plan, over these rows alone.
+    pub plan: AttentionPlan,
 }
 
 /// The bounds of rows `picks`, from every row's `bounds` (4 per row).
@@ -229,16 +234,28 @@ impl PassInputs {
         graph: bool,
     ) -> Result<Self> {
         let dev = &t.device;
+        let own = (keys.own_start, tokens.len());
+        // A pass that a CUDA graph may replay is planned from its shape alone
+        // ([`crate::attention_plan`] says why), a longer one from its rows' bounds.
+        let by_bounds = tokens.len() > SHAPE_RULE_MAX_ROWS;
+        let plan = |m: usize, b: &[u32]| {
+            let d = &t.dims;
+            let shape = keys.block.plan_shape();
+            AttentionPlan::new(shape, d.n_head, d.head_dim, m, own, by_bounds.then_some(b))
+        };
         let picks = if picks.is_empty() {
             None
         } else {
+            let b = pick_bounds(bounds, picks);
             Some(Picks {
                 rows: Tensor::new(picks, dev)?,
-                bounds: Tensor::new(pick_bounds(bounds, picks).as_slice(), dev)?,
+                plan: plan(picks.len(), &b),
+                bounds: Tensor::new(b.as_slice(), dev)?,
             })
         };
         Ok(Self {
             block: keys.block,
+            plan: plan(tokens.len(), bounds),
             ids: Tensor::new(tokens, dev)?,
             positions: Tensor::new(positions, dev)?,
             bounds: Tensor::new(bounds, dev)?,
@@ -355,13 +372,13 @@ impl Transformer {
             if keep_kv {
                 kv.push((k.clone(), v.clone()));
             }
-            let (q, bounds) = if i + 1 < layers.len() {
-                (q, &inputs.bounds)
+            let (q, bounds, plan) = if i + 1 < layers.len() {
+                (q, &inputs.bounds, inputs.plan)
             } else {
                 match &inputs.picks {
                     Some(p) => {
                         stream.x = kernels::gather_rows(&stream.x, &p.rows)?;
-                        (kernels::gather_rows(&q, &p.rows)?, &p.bounds)
+                        (kernels::gather_rows(&q, &p.rows)?, &p.bounds, p.plan)
                     }
                     // No row is read out: the keys and values were all this pass was for.
                     // (An empty view: a kernel launched over zero rows is an invalid
@@ -377,6 +394,7 @@ impl Transformer {
                 bounds,
                 heads,
                 inputs.block,
+                plan,
             )?;
             self.add_projection(&mut stream, l, Projection::Output, &a, &l.wo)?;
             let h = stream.norm(&l.ffn_norm)?;

@@ -29,8 +29,10 @@ use super::Transformer;
 use crate::error::{ModelError, Result};
 use crate::kernels::AttentionBlock;
 
-/// Passes of more rows run eagerly: there the GPU's work outweighs the launches.
-pub(super) const MAX_ROWS: usize = 512;
+/// Passes of more rows run eagerly: there the GPU's work outweighs the launches. (Their
+/// attention is planned from their rows' bounds, shorter passes' from their shape alone:
+/// [`crate::attention_plan`].)
+pub(super) const MAX_ROWS: usize = crate::attention_plan::SHAPE_RULE_MAX_ROWS;
 
 /// Rows are padded to a multiple of this.
 const ROW_STEP: usize = 32;
