@@ -5,8 +5,8 @@
 #
 # Writes, all git-ignored:
 #   .gpu/   gpu-pack's stripped decide binary and land.sh, then q15 in 23 pieces of 48 MiB;
-#   .kc/    probes.tar.xz (kernel_check as kc, forward_bench as fb, host_steps as hs, and
-#           decide-loadgen, stripped) and unpack.sh, which puts them in /tmp/gpu/bin.
+#   .kc/    probes.tar.xz (kernel_check as kc, forward_bench as fb, host_steps as hs,
+#           layer_bench as lb, and decide-loadgen, stripped) and unpack.sh, which puts them in /tmp/gpu/bin.
 # Then, on the GPU, back to back (the machine is given back 30 s after a call ends):
 #   carry .gpu/land.sh .gpu/SHA256SUMS .gpu/bin.xz .kc: bash .gpu/land.sh; bash .kc/unpack.sh
 #   23 calls, each carrying .gpu/land.sh and one .gpu/q15.partNN: bash .gpu/land.sh
@@ -22,10 +22,11 @@ pack=$(mktemp -d)
 strip -o "$pack/kc" target-cuda/release/examples/kernel_check
 strip -o "$pack/fb" target-cuda/release/examples/forward_bench
 strip -o "$pack/hs" target-cuda/release/examples/host_steps
+strip -o "$pack/lb" target-cuda/release/examples/layer_bench
 strip -o "$pack/decide-loadgen" target-cuda/release/decide-loadgen
 strip -o "$pack/decide" target-cuda/release/decide
 rm -rf .kc && mkdir -p .kc
-tar -C "$pack" -cf - kc fb hs decide-loadgen | xz -T0 -6 >.kc/probes.tar.xz
+tar -C "$pack" -cf - kc fb hs lb decide-loadgen | xz -T0 -6 >.kc/probes.tar.xz
 cat >.kc/unpack.sh <<'EOS'
 #!/usr/bin/env bash
 # Unpacks the probe binaries and the load generator this call carried into /tmp/gpu/bin.

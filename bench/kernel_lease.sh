@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# bench/kernel_lease.sh: the kernel-only measurements of a lease (no servers), for work on the
+# 28k first read between full side-by-side runs. Run on the GPU after `.gpu/land.sh` (the
+# model in /tmp/gpu/models) and `.kc/unpack.sh` (the probes in /tmp/gpu/bin); writes into
+# $OUT. Steps, by name (`bash bench/kernel_lease.sh long ncu-times`):
+#   long       the 28k prefill alone (forward_bench long, RUNS runs, default 9): as served,
+#              with each setting in LONG_SETTINGS (name=VAR=VALUE,...), and as served again;
+#   lb         layer_bench: each part of a layer at the 28k read's chunk sizes;
+#   ncu-times  Nsight Compute's duration of every kernel of one 28k prefill (after one
+#              warm-up prefill; --clock-control none, caches kept), ncu-times.csv: where the
+#              model time goes, kernel by kernel;
+#   ncu-full   Nsight Compute's full sections for one launch each of the 28k read's main
+#              kernels at 8k-row chunks (ncu-<kernel>.csv): what bounds each.
+# Each step is capped (STEP_TIMEOUT, default 240 s) so one stuck tool costs one step.
+set -u
+out=${OUT:?OUT: where the files go}
+model=/tmp/gpu/models/q15.gguf
+bin=/tmp/gpu/bin
+export CUDA_CACHE_PATH=/tmp/gpu/nvcache
+cap=${STEP_TIMEOUT:-240}
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+fb=("$bin/fb" "$model" cuda bf16 long)
+
+long() {  # long NAME [VAR=VALUE ...]
+  local name=$1; shift
+  timeout "$cap" env "$@" DECIDE_BENCH_LONG=28259 DECIDE_BENCH_RUNS="${RUNS:-9}" "${fb[@]}" \
+    >"$out/forward-$name.json" 2>"$out/forward-$name.err"
+  echo "forward_bench $name ($*) rc=$?: $(cat "$out/forward-$name.json")"
+}
+
+# COUNT launches of kernels named like REGEX, after SKIP of them, with every section.
+ncu_full() {  # ncu_full NAME REGEX SKIP COUNT
+  timeout "$cap" "$ncu" --clock-control none --set full -k "regex:$2" -s "$3" -c "$4" --csv --page details \
+    env DECIDE_BENCH_LONG=28259 DECIDE_BENCH_RUNS=1 "${fb[@]}" >"$out/ncu-$1.csv" 2>"$out/ncu-$1.err"
+  echo "ncu $1 rc=$?: $(wc -l <"$out/ncu-$1.csv") lines"
+}
+
+for step in "$@"; do
+  start=$SECONDS
+  case $step in
+    long)
+      long long
+      IFS=, read -ra settings <<<"${LONG_SETTINGS:-shape-rule=DECIDE_ATTENTION_PLAN=0}"
+      for s in "${settings[@]}"; do long "long-${s%%=*}" "${s#*=}"; done
+      long long-again
+      ;;
+    lb)
+      timeout "$cap" "$bin/lb" --json "$out/layer-bench.json" >"$out/layer-bench.txt" 2>&1
+      echo "layer_bench rc=$?"
+      ;;
+    ncu-times)
+      [ -n "$ncu" ] || { echo "no ncu"; continue; }
+      timeout "$cap" "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+        --csv --page raw env DECIDE_BENCH_LONG=28259 DECIDE_BENCH_RUNS=1 "${fb[@]}" \
+        >"$out/ncu-times.csv" 2>"$out/ncu-times.err"
+      echo "ncu times rc=$?: $(wc -l <"$out/ncu-times.csv") lines"
+      ;;
+    ncu-full)
+      [ -n "$ncu" ] || { echo "no ncu"; continue; }
+      # The warm-up prefill's first chunk (3,712 rows) runs 27 whole layers (a prefill's
+      # last layer stops after its keys and values): 27 gate/up and attention launches,
+      # ~55 norms and 82 cuBLAS GEMMs (QKV 28, output 27, down 27). Skipping those lands on
+      # the second chunk (8,192 rows after 3,712), layer 0: its QKV, output and down GEMMs.
+      ncu_full gate-up gate_up_silu 27 1
+      ncu_full norm add_rms_norm 56 1
+      ncu_full attention attention_bf16_d128_wgmma_ws 27 1
+      ncu_full gemm 'gemm|xmma|cutlass' 82 3
+      ;;
+    *) echo "unknown step $step" ;;
+  esac
+  echo "== $step: $((SECONDS - start)) s"
+done
