@@ -206,8 +206,8 @@ probes() {
     # The 28k prefill alone: as served (the remainder chunk first, the cuts on the
     # attention's key tiles, the cache in pieces); with the remainder chunk last, as before
     # (DECIDE_PREFILL_REMAINDER_FIRST=0); with the cuts where the plain lengths fall
-    # (DECIDE_PREFILL_ALIGN=0, as before); with every attention launch laid out by the shape
-    # rule, head by head (DECIDE_ATTENTION_PLAN=0, as before); with each
+    # (DECIDE_PREFILL_ALIGN=0, as before); with every attention launch laid out by the
+    # rule before run 14, head by head (DECIDE_ATTENTION_PLAN=0); with each
     # chunk's keys copied onto the cache, as before (DECIDE_KV_PIECES=0); with attention
     # blocks longest first across heads in every launch (DECIDE_ATTENTION_LONGEST_FIRST=1;
     # unset, long passes take the order the attention plan finds shorter); with the output
@@ -232,7 +232,7 @@ probes() {
     long long
     long long-remainder-last DECIDE_PREFILL_REMAINDER_FIRST=0
     long long-unaligned DECIDE_PREFILL_ALIGN=0
-    long long-shape-rule DECIDE_ATTENTION_PLAN=0
+    long long-legacy-plan DECIDE_ATTENTION_PLAN=0
     long long-no-pieces DECIDE_KV_PIECES=0
     long long-longest-first DECIDE_ATTENTION_LONGEST_FIRST=1
     long long-residual-in-gemm DECIDE_RESIDUAL_IN_GEMM=1

@@ -40,7 +40,7 @@ for step in "$@"; do
   case $step in
     long)
       long long
-      IFS=, read -ra settings <<<"${LONG_SETTINGS:-shape-rule=DECIDE_ATTENTION_PLAN=0}"
+      IFS=, read -ra settings <<<"${LONG_SETTINGS:-legacy-plan=DECIDE_ATTENTION_PLAN=0}"
       for s in "${settings[@]}"; do long "long-${s%%=*}" "${s#*=}"; done
       long long-again
       ;;

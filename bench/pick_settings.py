@@ -38,7 +38,7 @@ VARIANTS = {
     "long-no-pieces": ("DECIDE_KV_PIECES", "0", "revert"),
     "long-remainder-last": ("DECIDE_PREFILL_REMAINDER_FIRST", "0", "revert"),
     "long-unaligned": ("DECIDE_PREFILL_ALIGN", "0", "revert"),
-    "long-shape-rule": ("DECIDE_ATTENTION_PLAN", "0", "revert"),
+    "long-legacy-plan": ("DECIDE_ATTENTION_PLAN", "0", "revert"),
     "long-longest-first": ("DECIDE_ATTENTION_LONGEST_FIRST", "1", "opt-in"),
     "long-residual-in-gemm": ("DECIDE_RESIDUAL_IN_GEMM", "1", "opt-in"),
     "long-pool-keep": ("DECIDE_CUDA_POOL_KEEP", "1", "opt-in"),

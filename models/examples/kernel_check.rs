@@ -56,14 +56,14 @@ fn variants(block: AttentionBlock) -> Vec<(String, bool, bool)> {
 }
 
 /// How a case's launch is laid out ([`AttentionPlan`]): as the server plans it (from the
-/// bounds for passes of more than `SHAPE_RULE_MAX_ROWS` rows), the same with the block order
-/// forced, the shape rule alone in head-by-head order (the server's plan for every pass
-/// before bench/reports/h200-side-by-side-14), or as planned with the split forced.
+/// bounds for passes of more than `SHAPE_RULE_MAX_ROWS` rows, else from the shape), the same
+/// with the block order forced, by the rule before bench/reports/h200-side-by-side-14
+/// (`DECIDE_ATTENTION_PLAN=0`), or as planned with the split forced.
 #[derive(Clone, Copy, Debug)]
 enum Layout {
     Planned,
     Order(bool),
-    ShapeRule,
+    Legacy,
     Splits(usize),
 }
 
@@ -138,10 +138,10 @@ fn attention_case(
     let m_run = bounds_run.len() / 4;
     kernels::force_longest_first(match layout {
         Layout::Order(first) => Some(first),
-        Layout::ShapeRule => Some(false),
-        Layout::Planned | Layout::Splits(_) => None,
+        Layout::Planned | Layout::Legacy | Layout::Splits(_) => None,
     });
-    let by_bounds = !matches!(layout, Layout::ShapeRule) && m > SHAPE_RULE_MAX_ROWS;
+    kernels::use_legacy_plan(matches!(layout, Layout::Legacy));
+    let by_bounds = m > SHAPE_RULE_MAX_ROWS;
     let mut plan = AttentionPlan::new(
         block.plan_shape(),
         h,
@@ -151,6 +151,7 @@ fn attention_case(
         by_bounds.then_some(bounds_run.as_slice()),
     );
     kernels::force_longest_first(None);
+    kernels::use_legacy_plan(false);
     if let Layout::Splits(s) = layout {
         plan.splits = s;
     }
@@ -745,12 +746,12 @@ fn main() -> Res<()> {
     }
     // The 28,259-token prefill's attention in one layer, chunk by chunk as the server cuts it
     // (`decide_models::chunk_lengths`, the cuts on the key tiles), the cache in pieces, on the
-    // served kernel: laid out by the shape rule in head-by-head order (every pass before
-    // bench/reports/h200-side-by-side-14) against as planned from the bounds.
+    // served kernel: laid out by the rule before bench/reports/h200-side-by-side-14 against
+    // as planned from the bounds.
     let served = AttentionBlock::WgmmaSpecialized;
     let lengths = [3712usize, 8192, 8192, 8163];
     let layouts = [
-        ("shape rule", Layout::ShapeRule),
+        ("legacy plan", Layout::Legacy),
         ("planned", Layout::Planned),
     ];
     for (what, layout) in layouts
@@ -785,7 +786,8 @@ fn main() -> Res<()> {
         );
     }
     // The key split against the plan's model of it: passes the server plans from their
-    // bounds, each split forced from 1 to 6, then as planned.
+    // bounds (and one from its shape, 16 x 24 rows), each split forced from 1 to 6, then as
+    // planned.
     let calibrate = [
         (
             "3712 causal",
@@ -805,6 +807,12 @@ fn main() -> Res<()> {
             vec![(Some(0), 24); 64],
             64.0 * 24.0 * 4608.0,
         ),
+        (
+            "16x24 over 4608",
+            vec![4608],
+            vec![(Some(0), 24); 16],
+            16.0 * 24.0 * 4608.0,
+        ),
     ];
     for (key, prefixes, segments, scores) in calibrate
         .into_iter()
@@ -818,7 +826,9 @@ fn main() -> Res<()> {
             picks: vec![],
         };
         kernels::set_tensor_maps(true);
-        let layouts = (1..=6).map(Layout::Splits).chain([Layout::Planned]);
+        let layouts = (1..=6)
+            .map(Layout::Splits)
+            .chain([Layout::Planned, Layout::Legacy]);
         for layout in layouts {
             let r = attention_case(&dev, &c, served, layout, true)?;
             let ms = r.secs.unwrap_or(0.0) * 1e3;

@@ -4,20 +4,24 @@
 //! attention_common.cuh). Its own module because the choice is host arithmetic over the
 //! pass's row bounds, testable without a GPU, and the launcher only carries it out.
 //!
-//! Why a model of the block scheduler: the first rule (`shape_splits`) estimated every block
-//! at the keys of the whole pass. That is right for questions over a cached input, where
-//! every block reads the whole prefix, but a causal prefill chunk's blocks read from one tile
-//! to all of them, and a batch of short prompts' blocks read a tile or two. Both were split
-//! anyway: the 28k read's first chunk (3,712 rows, nothing cached) went out in 3 parts and took
-//! 0.245 ms a layer against 0.128 for an unsplit causal 4,096 in the same run
-//! (bench/reports/h200-side-by-side-13/probes/kernel-check.txt). Here each row block's tiles
-//! are counted from the bounds as the kernel counts them, and the blocks are dealt to the
+//! Why a model of the block scheduler: the rule before (`legacy_splits`) estimated every
+//! block at the keys of the whole pass and a split's partials at ~1 tile per 12k row-heads.
+//! That is right for questions over a cached input, where every block reads the whole prefix,
+//! but a causal prefill chunk's blocks read from one tile to all of them, and a batch of short
+//! prompts' blocks read a tile or two. Both were split anyway: the 28k read's first chunk
+//! (3,712 rows, nothing cached) went out in 3 parts and took 0.262 ms a layer against 0.095
+//! unsplit, and kernel_check found every split of 64 questions over a 4.4k input slower than
+//! none (0.202 ms unsplit, 0.331 in the 5 parts the old rule chose; H100,
+//! bench/reports/h200-side-by-side-14/lease-1). Here each row block's tiles are counted
+//! from the bounds as the kernel counts them, and the blocks are dealt to the
 //! multiprocessors in launch order (one at a time as slots free up, as the hardware does),
-//! for each split and both orders; the split's partials are charged at the bytes they move.
+//! for each split and both orders; a split's partials are charged at what they measured.
+//! Over the 28k read's four chunks that is 120.6 ms of attention against 128.8 (28 layers).
 //!
-//! Passes of at most [`SHAPE_RULE_MAX_ROWS`] rows keep the shape rule: CUDA graphs replay
-//! them with other bounds, and a split changes the rounding of a result, so their plan must
-//! follow their shape alone (a graph's first sighting runs eagerly, and both must agree).
+//! Passes of at most [`SHAPE_RULE_MAX_ROWS`] rows are planned from their shape alone (every
+//! block at all the keys): CUDA graphs replay them with other bounds, and a split changes
+//! the rounding of a result, so their plan must follow their shape (a graph's first sighting
+//! runs eagerly, and both must agree).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -25,8 +29,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::switch::Switch;
 
-/// Passes of at most this many rows are planned from their shape alone ([`AttentionPlan::shaped`]):
-/// the CUDA graphs' largest pass (`MAX_ROWS` in forward/graphs.rs is this constant).
+/// Passes of at most this many rows are planned from their shape alone: the CUDA graphs'
+/// largest pass (`MAX_ROWS` in forward/graphs.rs is this constant).
 pub const SHAPE_RULE_MAX_ROWS: usize = 512;
 
 /// The layout of one attention launch.
@@ -64,15 +68,25 @@ const BLOCK_NS: u64 = 2_000;
 /// Launching `attention_combine` after a split call.
 const COMBINE_NS: u64 = 4_000;
 
-/// Bytes per nanosecond at which a split's partials are written and read back (3 TB/s).
-const PARTIAL_BYTES_PER_NS: u64 = 3_000;
+/// Bytes per nanosecond at which a split's partials are written and read back, as measured:
+/// each extra part cost ~1 ns per row and head in kernel_check on an H100 (3,712 causal rows
+/// 56 µs a part, 64 x 47 rows over 4,352 cached keys 35, 64 x 24 over 4,608 15;
+/// bench/reports/h200-side-by-side-14/lease-1/kernel-check.txt), ~1 KB of partials each.
+const PARTIAL_BYTES_PER_NS: u64 = 1_000;
 
 /// Most parts a block's keys are split into.
 const MAX_SPLITS: usize = 64;
 
-/// Whether long passes are planned from their bounds; `DECIDE_ATTENTION_PLAN=0` plans every
-/// pass by the shape rule, as before, for A/B runs on a GPU.
+/// Whether launches are planned here; `DECIDE_ATTENTION_PLAN=0` plans every launch by the
+/// rule before ([`legacy_splits`]), for A/B runs on a GPU.
 static FROM_BOUNDS: Switch = Switch::new("DECIDE_ATTENTION_PLAN", true);
+
+/// Plans every later launch by the rule before bench/reports/h200-side-by-side-14 (`true`) or
+/// as this module plans (`false`), whatever `DECIDE_ATTENTION_PLAN` says; `kernel_check`
+/// times both.
+pub fn use_legacy_plan(legacy: bool) {
+    FROM_BOUNDS.set(!legacy);
+}
 
 /// Forced block order: 0 not read yet, 1 always longest first, 2 never, 3 as planned.
 static ORDER: AtomicU8 = AtomicU8::new(0);
@@ -111,8 +125,9 @@ pub fn force_longest_first(order: Option<bool>) {
 impl AttentionPlan {
     /// The plan of a launch of `m` query rows and `heads` heads `dim` wide, whose own keys
     /// start at column `own_start` and are `own_rows` long: from `bounds` (4 per row, as the
-    /// kernel reads them) when given (unless `DECIDE_ATTENTION_PLAN=0`), else from the shape
-    /// alone.
+    /// kernel reads them) when given, else from the shape alone (every block at all the
+    /// keys). `DECIDE_ATTENTION_PLAN=0`: the rule before bench/reports/h200-side-by-side-14
+    /// for every launch ([`legacy_splits`], head by head).
     pub fn new(
         shape: BlockShape,
         heads: usize,
@@ -122,14 +137,26 @@ impl AttentionPlan {
         bounds: Option<&[u32]>,
     ) -> Self {
         let forced = forced_order();
-        match bounds.filter(|_| FROM_BOUNDS.on()) {
-            Some(b) => Self::planned(shape, heads, dim, m, b, forced),
-            None => Self::shaped(shape, heads, m, own_start + own_rows, forced),
+        let keys = own_start + own_rows;
+        if !FROM_BOUNDS.on() {
+            return Self::legacy(shape, heads, m, keys, forced);
+        }
+        match bounds {
+            Some(b) => {
+                let tiles = block_tiles(&b[..4 * m], shape.rows, shape.key_tile);
+                Self::planned(shape, heads, dim, m, Work::Blocks(&tiles), forced)
+            }
+            None => {
+                let tiles = keys.div_ceil(shape.key_tile) as u32;
+                let work = Work::Uniform(m.div_ceil(shape.rows), tiles);
+                Self::planned(shape, heads, dim, m, work, forced)
+            }
         }
     }
 
-    /// The shape rule: every block estimated at all `keys`; head by head unless `forced`.
-    fn shaped(
+    /// The rule before bench/reports/h200-side-by-side-14: [`legacy_splits`], head by head
+    /// unless `forced`.
+    fn legacy(
         shape: BlockShape,
         heads: usize,
         m: usize,
@@ -137,37 +164,32 @@ impl AttentionPlan {
         forced: Option<bool>,
     ) -> Self {
         let blocks = m.div_ceil(shape.rows) * heads;
+        let key_tiles = keys.div_ceil(64);
         Self {
-            splits: shape_splits(
-                blocks,
-                shape.per_multiprocessor,
-                keys.div_ceil(64),
-                m * heads,
-            ),
+            splits: legacy_splits(blocks, shape.per_multiprocessor, key_tiles, m * heads),
             longest_first: forced.unwrap_or(false),
         }
     }
 
-    /// The split and order with the least estimated time for these rows' bounds (the order
-    /// `forced` when given).
+    /// The split and order with the least estimated time for this work (the order `forced`
+    /// when given).
     fn planned(
         shape: BlockShape,
         heads: usize,
         dim: usize,
         m: usize,
-        bounds: &[u32],
+        work: Work<'_>,
         forced: Option<bool>,
     ) -> Self {
-        let tiles = block_tiles(&bounds[..4 * m], shape.rows, shape.key_tile);
         let slots = shape.per_multiprocessor * MULTIPROCESSORS;
-        let blocks = tiles.len() * heads;
-        let most = tiles.iter().copied().max().unwrap_or(0) as usize;
+        let blocks = work.row_blocks() * heads;
+        let most = work.most() as usize;
         let tile_ns = shape.tile_ns * dim as u64 / 128;
         // Partials per split: each row and head's dim f32 outputs, maximum and sum, written
         // once and read back once.
         let partial_ns = (m * heads * (dim + 2) * 4 * 2) as u64 / PARTIAL_BYTES_PER_NS;
         let cost = |splits: usize, longest_first: bool| {
-            let run = makespan(&tiles, heads, splits, longest_first, tile_ns, slots);
+            let run = work.makespan(heads, splits, longest_first, tile_ns, slots);
             if splits > 1 {
                 run + splits as u64 * partial_ns + COMBINE_NS
             } else {
@@ -179,18 +201,27 @@ impl AttentionPlan {
         let split_candidates = (1..=MAX_SPLITS)
             .take_while(|&s| s == 1 || (blocks * s <= 8 * slots && most >= 2 * s))
             .take(if blocks >= 4 * slots { 1 } else { MAX_SPLITS });
+        // Blocks of one length start in either order alike.
+        let orders: &[bool] = match (forced, work) {
+            (Some(f), _) => {
+                if f {
+                    &[true]
+                } else {
+                    &[false]
+                }
+            }
+            (None, Work::Uniform(..)) => &[false],
+            (None, Work::Blocks(_)) => &[false, true],
+        };
         let mut best = (
             u64::MAX,
             Self {
                 splits: 1,
-                longest_first: false,
+                longest_first: orders[0],
             },
         );
         for splits in split_candidates {
-            for longest_first in [false, true] {
-                if forced.is_some_and(|f| f != longest_first) {
-                    continue;
-                }
+            for &longest_first in orders {
                 let mut ns = cost(splits, longest_first);
                 // Longest first only where the model finds it shorter by more than its noise.
                 if longest_first && forced.is_none() {
@@ -211,15 +242,59 @@ impl AttentionPlan {
     }
 }
 
-/// How many parts to split the keys of an attention call into, from its shape alone, when
-/// few blocks meet many keys: one question over a long cached input (12 blocks for 28k keys
+/// The key tiles a launch's blocks visit: per row block, counted from the rows' bounds, or
+/// `(row blocks, tiles)` for every block alike (a plan from the shape alone).
+#[derive(Clone, Copy)]
+enum Work<'a> {
+    Blocks(&'a [u32]),
+    Uniform(usize, u32),
+}
+
+impl Work<'_> {
+    fn row_blocks(self) -> usize {
+        match self {
+            Work::Blocks(t) => t.len(),
+            Work::Uniform(n, _) => n,
+        }
+    }
+
+    fn most(self) -> u32 {
+        match self {
+            Work::Blocks(t) => t.iter().copied().max().unwrap_or(0),
+            Work::Uniform(_, t) => t,
+        }
+    }
+
+    /// [`makespan`]; for blocks of one length in closed form (waves of the longest part),
+    /// which a short pass (planned on every call) can afford.
+    fn makespan(
+        self,
+        heads: usize,
+        splits: usize,
+        longest_first: bool,
+        tile_ns: u64,
+        slots: usize,
+    ) -> u64 {
+        match self {
+            Work::Blocks(t) => makespan(t, heads, splits, longest_first, tile_ns, slots),
+            Work::Uniform(n, t) => {
+                let waves = (n * heads * splits).div_ceil(slots) as u64;
+                waves * (BLOCK_NS + tile_ns * u64::from(t).div_ceil(splits as u64))
+            }
+        }
+    }
+}
+
+/// The rule before bench/reports/h200-side-by-side-14 (`DECIDE_ATTENTION_PLAN=0`): how many
+/// parts to split the keys of an attention call into, from its shape alone, when few blocks
+/// meet many keys: one question over a long cached input (12 blocks for 28k keys
 /// otherwise), or 64 short questions over one 4k-token input (~560 blocks, 1.4 waves of
 /// `per_sm` blocks on every multiprocessor, the second mostly idle). Picks the split with the
 /// least estimated time: waves of blocks times key tiles per split, plus the f32 partials of
 /// each extra split, written and merged (estimated: a 64x64 tile takes a block ~5 µs; 3k rows
 /// x 12 heads of 128 partials take ~15 µs to write and read back, so ~1 tile per 12k
 /// row-heads). Each part keeps at least 8 key tiles.
-fn shape_splits(blocks: usize, per_sm: usize, key_tiles: usize, row_heads: usize) -> usize {
+fn legacy_splits(blocks: usize, per_sm: usize, key_tiles: usize, row_heads: usize) -> usize {
     let resident = per_sm * MULTIPROCESSORS;
     if blocks >= 4 * resident || key_tiles < 16 {
         return 1;
@@ -341,7 +416,15 @@ mod tests {
 
     fn plan(own_start: usize, segments: &[(usize, usize)]) -> AttentionPlan {
         let b = bounds(own_start, segments);
-        AttentionPlan::planned(WS, 12, 128, b.len() / 4, &b, None)
+        let m = b.len() / 4;
+        let tiles = block_tiles(&b, WS.rows, WS.key_tile);
+        AttentionPlan::planned(WS, 12, 128, m, Work::Blocks(&tiles), None)
+    }
+
+    /// The plan of `m` rows from their shape alone, the keys `keys` long.
+    fn shaped(m: usize, keys: usize, forced: Option<bool>) -> AttentionPlan {
+        let work = Work::Uniform(m.div_ceil(WS.rows), keys.div_ceil(WS.key_tile) as u32);
+        AttentionPlan::planned(WS, 12, 128, m, work, forced)
     }
 
     #[test]
@@ -361,18 +444,29 @@ mod tests {
         assert_eq!(block_tiles(&b, 128, 128), [2]);
     }
 
+    // The cases below are kernel_check's, whose timings on an H100 (lease 1 of
+    // bench/reports/h200-side-by-side-14) set the partials' cost.
+
     #[test]
     fn a_causal_chunk_from_nothing_is_not_split() {
-        // The 28k read's first chunk, which the shape rule split in 3.
-        let shaped = AttentionPlan::shaped(WS, 12, 3712, 3712, None);
-        assert_eq!(shaped.splits, 3);
+        // The 28k read's first chunk, which the old rule split in 3 (0.262 ms; unsplit 0.095).
+        assert_eq!(legacy_splits(29 * 12, 1, 3712 / 64, 3712 * 12), 3);
         let p = plan(0, &[(0, 3712)]);
         assert_eq!(p.splits, 1);
         assert!(p.longest_first, "causal blocks differ in length: {p:?}");
     }
 
     #[test]
+    fn questions_over_a_4k_input_are_not_split() {
+        // Measured: 64 x 47 rows over 4,352 keys 0.202 ms unsplit, 0.260 in 2 parts, 0.331
+        // in 5 (the old rule's); 64 x 24 over 4,608 0.139 unsplit, 0.151 in 2, 0.171 in 3.
+        assert_eq!(plan(4352, &vec![(4352, 47); 64]).splits, 1);
+        assert_eq!(plan(4608, &vec![(4608, 24); 64]).splits, 1);
+    }
+
+    #[test]
     fn long_chunks_after_the_cache_start_longest_first_unsplit() {
+        // 8,192 rows after 11,904: 1.416 ms longest first, 1.435 head by head.
         let p = plan(11_904, &[(11_904, 8192)]);
         assert_eq!(
             p,
@@ -388,18 +482,34 @@ mod tests {
         // 64 prompts of 60 rows, nothing cached: a block visits a tile or two.
         let segments = vec![(0, 60); 64];
         let own: usize = segments.iter().map(|s| s.1).sum();
-        assert!(AttentionPlan::shaped(WS, 12, own, own, None).splits > 1);
+        assert!(legacy_splits(own.div_ceil(128) * 12, 1, own.div_ceil(64), own * 12) > 1);
         assert_eq!(plan(0, &segments).splits, 1);
     }
 
     #[test]
     fn few_rows_over_a_long_prefix_are_split_to_fill_the_gpu() {
         // One question's last rows over a 28k cached input: 12 blocks alone would leave 120
-        // multiprocessors idle.
-        let p = plan(28_256, &[(28_256, 3)]);
-        assert!(p.splits >= 8, "{p:?}");
-        // Every part keeps two tiles at least.
-        assert!(p.splits <= 221 / 2);
+        // multiprocessors idle. From the bounds and from the shape alike.
+        for p in [plan(28_256, &[(28_256, 3)]), shaped(3, 28_259, None)] {
+            assert!(p.splits >= 8, "{p:?}");
+            // Every part keeps two tiles at least.
+            assert!(p.splits <= 221 / 2);
+        }
+    }
+
+    #[test]
+    fn short_passes_over_an_input_split_less_than_before() {
+        // 16 questions of 24 rows over 4,608 cached keys (a CUDA graph's pass, planned from
+        // its shape): the old rule split them in 7.
+        assert_eq!(
+            legacy_splits(3 * 12, 1, (4608 + 384usize).div_ceil(64), 384 * 12),
+            7
+        );
+        let p = shaped(384, 4608 + 384, None);
+        assert!((2..=4).contains(&p.splits), "{p:?}");
+        // A short prompt alone is never split.
+        assert_eq!(shaped(60, 60, None).splits, 1);
+        assert_eq!(shaped(512, 512, None).splits, 1);
     }
 
     #[test]
@@ -423,14 +533,29 @@ mod tests {
     }
 
     #[test]
+    fn the_closed_form_for_blocks_of_one_length_is_the_schedule() {
+        for (n, t, splits) in [
+            (3usize, 39u32, 1usize),
+            (3, 39, 3),
+            (1, 221, 11),
+            (24, 36, 2),
+        ] {
+            let tiles = vec![t; n];
+            let dealt = makespan(&tiles, 12, splits, false, 2_000, 132);
+            let closed = Work::Uniform(n, t).makespan(12, splits, false, 2_000, 132);
+            assert_eq!(dealt, closed, "{n} blocks of {t} tiles in {splits}");
+        }
+    }
+
+    #[test]
     fn a_forced_order_wins_over_the_plan() {
         let b = bounds(0, &[(0, 3712)]);
-        let forced = |f| AttentionPlan::planned(WS, 12, 128, 3712, &b, f).longest_first;
-        assert!(!forced(Some(false)));
-        assert!(forced(Some(true)));
-        let short = bounds(0, &vec![(0, 60); 64]);
-        assert!(AttentionPlan::planned(WS, 12, 128, 3840, &short, Some(true)).longest_first);
-        assert!(AttentionPlan::shaped(WS, 12, 100, 100, Some(true)).longest_first);
-        assert!(!AttentionPlan::shaped(WS, 12, 100, 100, None).longest_first);
+        let tiles = block_tiles(&b, WS.rows, WS.key_tile);
+        let forced = |f| AttentionPlan::planned(WS, 12, 128, 3712, Work::Blocks(&tiles), f);
+        assert!(!forced(Some(false)).longest_first);
+        assert!(forced(Some(true)).longest_first);
+        assert!(shaped(100, 100, Some(true)).longest_first);
+        assert!(!shaped(100, 100, None).longest_first);
+        assert!(!AttentionPlan::legacy(WS, 12, 100, 100, None).longest_first);
     }
 }

@@ -20,7 +20,7 @@ use candle_core::{bail, DType, Device, Result, Shape, Storage, Tensor};
 use half::bf16;
 
 use crate::attention_plan::MULTIPROCESSORS;
-pub use crate::attention_plan::{force_longest_first, AttentionPlan, BlockShape};
+pub use crate::attention_plan::{force_longest_first, use_legacy_plan, AttentionPlan, BlockShape};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
 const MODULE: &str = "decide_fused";

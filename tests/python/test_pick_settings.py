@@ -78,8 +78,8 @@ def test_failing_kernels_turn_their_setting_off_and_nothing_on(tmp_path):
     assert settings == {"DECIDE_ATTENTION_LONGEST_FIRST": "0"}
 
 
-def test_the_shape_rule_is_a_revert_like_the_others(tmp_path):
-    d = probes(tmp_path, long=SERVED, long_shape_rule=[238.0, 239.0, 240.0, 241.0, 242.0])
+def test_the_legacy_plan_is_a_revert_like_the_others(tmp_path):
+    d = probes(tmp_path, long=SERVED, long_legacy_plan=[238.0, 239.0, 240.0, 241.0, 242.0])
     assert pick_settings.pick(d)[0] == {"DECIDE_ATTENTION_PLAN": "0"}
 
 
