@@ -57,7 +57,7 @@ fn variants(block: AttentionBlock) -> Vec<(String, bool, bool)> {
 
 /// How a case's launch is laid out ([`AttentionPlan`]): as the server plans it (from the
 /// bounds for passes of more than `SHAPE_RULE_MAX_ROWS` rows, else from the shape), the same
-/// with the block order forced, by the rule before bench/reports/h200-side-by-side-14
+/// with the block order forced, by the rule through run 13
 /// (`DECIDE_ATTENTION_PLAN=0`), or as planned with the split forced.
 #[derive(Clone, Copy, Debug)]
 enum Layout {
@@ -497,24 +497,34 @@ fn main() -> Res<()> {
                 kernels::GATE_UP_BLOCK,
             )?)
         };
-        for m in [1usize, 100, 128, 1000, 1029, 8192] {
-            let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
-            let name = format!("gate_up_silu ({m} rows)");
-            match kernels::gate_up_silu(&h, &w) {
-                Ok(got) => check(name, diff(&got, &unfused(&h)?)?, 0.02),
-                Err(e) => {
-                    println!("{name:<48} error: {e} FAILED");
-                    check(name, (f32::INFINITY, 0.0), 0.0);
+        // Both epilogues: each thread's stores, and the tile staged and stored with TMA
+        // (`DECIDE_GATE_UP_TMA_STORE`), which must give the same values.
+        for (epilogue, tma_store) in [("", false), (", TMA store", true)] {
+            kernels::set_gate_up_tma_store(tma_store);
+            for m in [1usize, 100, 128, 1000, 1029, 8192] {
+                let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
+                let name = format!("gate_up_silu ({m} rows{epilogue})");
+                match kernels::gate_up_silu(&h, &w) {
+                    Ok(got) => check(name, diff(&got, &unfused(&h)?)?, 0.02),
+                    Err(e) => {
+                        println!("{name:<48} error: {e} FAILED");
+                        check(name, (f32::INFINITY, 0.0), 0.0);
+                    }
                 }
             }
         }
         for m in [1024usize, 2048, 3683, 4096, 7300, 8192] {
             let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
             let flops = (2 * m * 2 * i * k) as f64;
-            let fused_ms = gpu_ms(&dev, || {
-                drop(kernels::gate_up_silu(&h, &w)?);
-                Ok(())
-            })?;
+            let fused = |tma_store| {
+                kernels::set_gate_up_tma_store(tma_store);
+                gpu_ms(&dev, || {
+                    drop(kernels::gate_up_silu(&h, &w)?);
+                    Ok(())
+                })
+            };
+            let fused_ms = fused(false)?;
+            let stored_ms = fused(true)?;
             let unfused_ms = gpu_ms(&dev, || {
                 drop(unfused(&h)?);
                 Ok(())
@@ -522,16 +532,20 @@ fn main() -> Res<()> {
             let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
             println!(
                 "  gate/up + silu, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
+                 with the TMA store {stored_ms:.4} ms ({:.0}), \
                  matmul + silu_mul {unfused_ms:.4} ms ({:.0} TFLOP/s)",
                 tf(fused_ms),
+                tf(stored_ms),
                 tf(unfused_ms)
             );
             timings.push(format!(
-                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"unfused_tflops":{}}}"#,
+                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"tma_store_ms":{stored_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"tma_store_tflops":{},"unfused_tflops":{}}}"#,
                 tf(fused_ms),
+                tf(stored_ms),
                 tf(unfused_ms)
             ));
         }
+        kernels::set_gate_up_tma_store(false);
     }
 
     let q15 = Heads {
@@ -746,7 +760,7 @@ fn main() -> Res<()> {
     }
     // The 28,259-token prefill's attention in one layer, chunk by chunk as the server cuts it
     // (`decide_models::chunk_lengths`, the cuts on the key tiles), the cache in pieces, on the
-    // served kernel: laid out by the rule before bench/reports/h200-side-by-side-14 against
+    // served kernel: laid out by the rule through run 13 against
     // as planned from the bounds.
     let served = AttentionBlock::WgmmaSpecialized;
     let lengths = [3712usize, 8192, 8192, 8163];

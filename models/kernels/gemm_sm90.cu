@@ -44,6 +44,7 @@ typedef __nv_bfloat16 bf16;
 #define GU_THREADS 384
 #define GU_A_BYTES (GU_BM * GU_BK * 2)
 #define GU_B_BYTES (GU_BN * GU_BK * 2)
+#define GU_OUT_BYTES (GU_BM * (GU_BN / 2) * 2)  // a tile's output, staged for a TMA store
 
 // D (+)= A B for a 64x256 tile and k 16, A and B in shared memory (descriptors), both
 // K-major; accumulate 0 overwrites D.
@@ -57,11 +58,38 @@ __device__ __forceinline__ void wgmma_n256_ss(float (&d)[128], uint64_t a, uint6
         : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// The two tensor maps of a launch (`GateUpMaps` in models/src/kernels/tensor_maps.rs): h
-// (K, M) in boxes of 64 x 128, the weight (K, 2I) in boxes of 64 x 256, 128-byte swizzle.
+// The tensor maps of a launch (`GateUpMaps` in models/src/kernels/tensor_maps.rs): h (K, M)
+// in boxes of 64 x 128, the weight (K, 2I) in boxes of 64 x 256, the output (I, M) in boxes
+// of 64 x 128 (written only with `tma_store`), 128-byte swizzle.
 struct __align__(64) GateUpMaps {
-    TensorMap h, w;
+    TensorMap h, w, out;
 };
+
+// Named barrier 1 over the two consumer warpgroups (256 threads; the producer never joins).
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+// One box of a 2-D tensor map at (x, y) written from shared memory at `src`, in the bulk
+// group this thread commits next.
+__device__ __forceinline__ void tma_store_2d(const TensorMap* map, uint32_t src, int x, int y) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+            reinterpret_cast<unsigned long long>(map)),
+        "r"(x), "r"(y), "r"(src)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Waits until this thread's committed bulk stores have read their shared memory.
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Waits until this thread's committed bulk stores have completed.
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
 
 __device__ __forceinline__ float silu_times(float g, float u) {
     g = __bfloat162float(__float2bfloat16(g));
@@ -69,13 +97,19 @@ __device__ __forceinline__ float silu_times(float g, float u) {
     return __fdividef(g, 1.f + __expf(-g)) * u;
 }
 
+// tma_store: the epilogue writes each tile's output into shared memory (the 128-byte
+// swizzle, two 64-column boxes) and one thread stores it with TMA while the consumers go on
+// to the next tile, instead of each thread storing its 4-byte pairs to global memory (which
+// use half of each 32-byte sector: Nsight Compute, bench/reports/kernel-lease-1). The same
+// values either way.
 extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
     gate_up_silu_sm90(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out, int M,
-                      int I, int K) {
+                      int I, int K, int tma_store) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t raw_addr = smem_u32(smem_raw);
     const uint32_t base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023);
     const uint32_t a_base = base, b_base = base + GU_STAGES * GU_A_BYTES;
+    const uint32_t out_base = b_base + GU_STAGES * GU_B_BYTES;
     __shared__ __align__(8) uint64_t bars[2 * GU_STAGES];
     uint64_t* const full = bars;
     uint64_t* const empty = bars + GU_STAGES;
@@ -142,7 +176,43 @@ extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
 
         // Epilogue: rows g and g + 8 of this warp's 16, columns 2 tq, 2 tq + 1 of each
         // 8-column tile; tiles 0..15 are gate, 16..31 the matching up.
-        const int r0 = m0 + c * 64 + (warp & 3) * 16 + g;
+        const int tile_row = c * 64 + (warp & 3) * 16 + g;
+        if (tma_store) {
+            // The staging buffer is free once the last tile's store has read it (a whole
+            // main loop ago, so this seldom waits).
+            if (tid == 128) bulk_wait_read();
+            consumers_sync();
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r = tile_row + 8 * half;
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    const float* gv = &acc[4 * j + 2 * half];
+                    const float* uv = &acc[4 * (j + 16) + 2 * half];
+                    const __nv_bfloat162 v =
+                        __floats2bfloat162_rn(silu_times(gv[0], uv[0]), silu_times(gv[1], uv[1]));
+                    // Columns 8 j.. are 16-byte piece j % 8 of box j / 8, row r's pieces
+                    // permuted by r % 8 (the 128-byte swizzle the map writes from).
+                    const uint32_t at = out_base + (j >> 3) * (GU_BM * 128) + r * 128 +
+                                        (((j & 7) ^ (r & 7)) << 4) + tq * 4;
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at),
+                                 "r"(*reinterpret_cast<const uint32_t*>(&v))
+                                 : "memory");
+                }
+            }
+            // The writes, made by threads, are seen by the TMA unit (the async proxy) after
+            // this fence and the barrier.
+            fence_async_shared();
+            consumers_sync();
+            if (tid == 128) {
+                const int x = nb * (GU_BN / 2);
+                tma_store_2d(&maps.out, out_base, x, m0);
+                tma_store_2d(&maps.out, out_base + GU_BM * 128, x + 64, m0);
+                bulk_commit();
+            }
+            continue;
+        }
+        const int r0 = m0 + tile_row;
         const long col0 = (long)nb * (GU_BN / 2) + 2 * tq;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -158,4 +228,6 @@ extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
             }
         }
     }
+    // The last stores complete before the block's shared memory goes.
+    if (tma_store && tid == 128) bulk_wait();
 }

@@ -12,7 +12,7 @@
 //! (3,712 rows, nothing cached) went out in 3 parts and took 0.262 ms a layer against 0.095
 //! unsplit, and kernel_check found every split of 64 questions over a 4.4k input slower than
 //! none (0.202 ms unsplit, 0.331 in the 5 parts the old rule chose; H100,
-//! bench/reports/h200-side-by-side-14/lease-1). Here each row block's tiles are counted
+//! bench/reports/kernel-lease-1). Here each row block's tiles are counted
 //! from the bounds as the kernel counts them, and the blocks are dealt to the
 //! multiprocessors in launch order (one at a time as slots free up, as the hardware does),
 //! for each split and both orders; a split's partials are charged at what they measured.
@@ -71,7 +71,7 @@ const COMBINE_NS: u64 = 4_000;
 /// Bytes per nanosecond at which a split's partials are written and read back, as measured:
 /// each extra part cost ~1 ns per row and head in kernel_check on an H100 (3,712 causal rows
 /// 56 µs a part, 64 x 47 rows over 4,352 cached keys 35, 64 x 24 over 4,608 15;
-/// bench/reports/h200-side-by-side-14/lease-1/kernel-check.txt), ~1 KB of partials each.
+/// bench/reports/kernel-lease-1/kernel-check.txt), ~1 KB of partials each.
 const PARTIAL_BYTES_PER_NS: u64 = 1_000;
 
 /// Most parts a block's keys are split into.
@@ -81,7 +81,7 @@ const MAX_SPLITS: usize = 64;
 /// rule before ([`legacy_splits`]), for A/B runs on a GPU.
 static FROM_BOUNDS: Switch = Switch::new("DECIDE_ATTENTION_PLAN", true);
 
-/// Plans every later launch by the rule before bench/reports/h200-side-by-side-14 (`true`) or
+/// Plans every later launch by the rule through run 13 (`true`) or
 /// as this module plans (`false`), whatever `DECIDE_ATTENTION_PLAN` says; `kernel_check`
 /// times both.
 pub fn use_legacy_plan(legacy: bool) {
@@ -126,7 +126,7 @@ impl AttentionPlan {
     /// The plan of a launch of `m` query rows and `heads` heads `dim` wide, whose own keys
     /// start at column `own_start` and are `own_rows` long: from `bounds` (4 per row, as the
     /// kernel reads them) when given, else from the shape alone (every block at all the
-    /// keys). `DECIDE_ATTENTION_PLAN=0`: the rule before bench/reports/h200-side-by-side-14
+    /// keys). `DECIDE_ATTENTION_PLAN=0`: the rule through run 13
     /// for every launch ([`legacy_splits`], head by head).
     pub fn new(
         shape: BlockShape,
@@ -154,7 +154,7 @@ impl AttentionPlan {
         }
     }
 
-    /// The rule before bench/reports/h200-side-by-side-14: [`legacy_splits`], head by head
+    /// The rule through run 13: [`legacy_splits`], head by head
     /// unless `forced`.
     fn legacy(
         shape: BlockShape,
@@ -285,7 +285,7 @@ impl Work<'_> {
     }
 }
 
-/// The rule before bench/reports/h200-side-by-side-14 (`DECIDE_ATTENTION_PLAN=0`): how many
+/// The rule through run 13 (`DECIDE_ATTENTION_PLAN=0`): how many
 /// parts to split the keys of an attention call into, from its shape alone, when few blocks
 /// meet many keys: one question over a long cached input (12 blocks for 28k keys
 /// otherwise), or 64 short questions over one 4k-token input (~560 blocks, 1.4 waves of
@@ -444,8 +444,8 @@ mod tests {
         assert_eq!(block_tiles(&b, 128, 128), [2]);
     }
 
-    // The cases below are kernel_check's, whose timings on an H100 (lease 1 of
-    // bench/reports/h200-side-by-side-14) set the partials' cost.
+    // The cases below are kernel_check's, whose timings on an H100 (bench/reports/
+    // kernel-lease-1) set the partials' cost.
 
     #[test]
     fn a_causal_chunk_from_nothing_is_not_split() {

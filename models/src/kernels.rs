@@ -21,6 +21,7 @@ use half::bf16;
 
 use crate::attention_plan::MULTIPROCESSORS;
 pub use crate::attention_plan::{force_longest_first, use_legacy_plan, AttentionPlan, BlockShape};
+use crate::switch::Switch;
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
 const MODULE: &str = "decide_fused";
@@ -657,7 +658,20 @@ pub const GATE_UP_BLOCK: usize = 128;
 
 /// Shared memory of one block of the gate/up kernel: `GU_STAGES` slots of a 128 x 64 slice of
 /// `h` and a 256 x 64 slice of the weight, and 1 KiB to start on a 1024-byte boundary.
-const GATE_UP_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 1024;
+const GATE_UP_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 128 * 128 * 2 + 1024;
+
+/// Whether the gate/up kernel's epilogue stages each tile's output in shared memory and
+/// stores it with TMA while the next tile's multiplies run (`tma_store` in gemm_sm90.cu), as
+/// against each thread storing its pairs itself. The same values either way. Opt-in
+/// (`DECIDE_GATE_UP_TMA_STORE=1`; [`set_gate_up_tma_store`] in-process) until a GPU run
+/// measures it: written in session 30 without one.
+static GATE_UP_TMA_STORE: Switch = Switch::new("DECIDE_GATE_UP_TMA_STORE", false);
+
+/// Turns the gate/up kernel's TMA-store epilogue on or off for later launches
+/// (`kernel_check` runs both ways).
+pub fn set_gate_up_tma_store(on: bool) {
+    GATE_UP_TMA_STORE.set(on);
+}
 
 /// Whether [`gate_up_silu`] runs on `device` for a hidden width `k` and FFN width `i`: built
 /// for and running on Hopper, `k` a multiple of the kernel's 64-column slices and `i` of its
@@ -693,14 +707,28 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
     if wk != k || n % 2 != 0 || !gate_up_silu_runs_on(h.device(), k, i) || m == 0 {
         bail!("gate_up_silu: ({m}, {k}) times a ({n}, {wk}) weight does not run here");
     }
-    let maps = GateUpMaps::new(address(h, DType::BF16)?, m, address(w, DType::BF16)?, n, k)
-        .ok_or_else(|| candle_core::Error::Msg("gate_up_silu: TMA refused an operand".into()))?;
     let func = module_function(&dev, GATE_UP_KERNEL, GATE_UP_SMEM)?;
     let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * i)? };
+    let out_addr = out.device_ptr(&stream).0;
+    let maps = GateUpMaps::new(
+        address(h, DType::BF16)?,
+        m,
+        address(w, DType::BF16)?,
+        n,
+        k,
+        out_addr,
+    )
+    .ok_or_else(|| candle_core::Error::Msg("gate_up_silu: TMA refused an operand".into()))?;
     let (m32, i32_, k32) = (m as i32, i as i32, k as i32);
+    let tma_store = i32::from(GATE_UP_TMA_STORE.on());
     let mut b = stream.launch_builder(&func);
-    b.arg(&maps).arg(&out).arg(&m32).arg(&i32_).arg(&k32);
+    b.arg(&maps)
+        .arg(&out)
+        .arg(&m32)
+        .arg(&i32_)
+        .arg(&k32)
+        .arg(&tma_store);
     // Persistent: one block per multiprocessor, each looping over tiles.
     let tiles = m.div_ceil(128) * (i / GATE_UP_BLOCK);
     let cfg = LaunchConfig {

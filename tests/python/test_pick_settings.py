@@ -106,3 +106,11 @@ def test_the_env_file_sets_what_was_picked(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     assert env.read_text() == "DECIDE_PREFILL_REMAINDER_FIRST=0\n"
+
+
+def test_a_failing_tma_store_epilogue_stays_off_and_the_rest_goes_on(tmp_path):
+    checks = OK_CHECKS + "gate_up_silu (1029 rows, TMA store)              max |diff| 9.00000 (max |ref| 17.750) FAILED\n"
+    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_tma_store=[230.0, 231.0, 232.0, 233.0, 234.0])
+    settings, reasons = pick_settings.pick(d)
+    assert settings == {}
+    assert any("DECIDE_GATE_UP_TMA_STORE stays off" in r for r in reasons)

@@ -103,13 +103,15 @@ fn encode(addr: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Option<[u6
 }
 
 /// The tensor maps of one launch of the gate/up kernel (`GateUpMaps` in gemm_sm90.cu, same
-/// layout): the input `h` `(m, k)` in boxes of 64 columns x 128 rows, and the interleaved
-/// weight `(2 i, k)` in boxes of 64 x 256.
+/// layout): the input `h` `(m, k)` in boxes of 64 columns x 128 rows, the interleaved
+/// weight `(2 i, k)` in boxes of 64 x 256, and the output `(m, i)` in boxes of 64 x 128
+/// (which the kernel writes through only with its TMA-store epilogue).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 pub(super) struct GateUpMaps {
     h: [u64; 16],
     w: [u64; 16],
+    out: [u64; 16],
 }
 
 // Safety: plain old data, passed by value as a kernel parameter.
@@ -117,11 +119,13 @@ unsafe impl DeviceRepr for GateUpMaps {}
 
 impl GateUpMaps {
     /// `None` where the driver refuses either map (a misaligned address).
-    pub(super) fn new(h: u64, m: usize, w: u64, n: usize, k: usize) -> Option<Self> {
+    pub(super) fn new(h: u64, m: usize, w: u64, n: usize, k: usize, out: u64) -> Option<Self> {
         let row = (k * 2) as u64;
+        let i = n / 2;
         Some(Self {
             h: encode(h, &[k as u64, m as u64], &[row], &[64, 128])?,
             w: encode(w, &[k as u64, n as u64], &[row], &[64, 256])?,
+            out: encode(out, &[i as u64, m as u64], &[(i * 2) as u64], &[64, 128])?,
         })
     }
 }
