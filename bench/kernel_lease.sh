@@ -10,7 +10,9 @@
 #              warm-up prefill; --clock-control none, caches kept), ncu-times.csv: where the
 #              model time goes, kernel by kernel;
 #   ncu-full   Nsight Compute's full sections for one launch each of the 28k read's main
-#              kernels at 8k-row chunks (ncu-<kernel>.csv): what bounds each.
+#              kernels at 8k-row chunks (ncu-<kernel>.csv): what bounds each;
+#   kc         kernel_check (kernel-check.txt, .json);
+#   pack       everything in $OUT into kernel-lease.tgz (a call brings back a few files only).
 # Each step is capped (STEP_TIMEOUT, default 240 s) so one stuck tool costs one step.
 set -u
 out=${OUT:?OUT: where the files go}
@@ -65,6 +67,14 @@ for step in "$@"; do
       ncu_full norm add_rms_norm 56 1
       ncu_full attention attention_bf16_d128_wgmma_ws 27 1
       ncu_full gemm 'gemm|xmma|cutlass' 82 3
+      ;;
+    kc)
+      timeout "$cap" "$bin/kc" --json "$out/kernel-check.json" >"$out/kernel-check.txt" 2>&1
+      echo "kernel_check rc=$? ($(grep -c ' ok$' "$out/kernel-check.txt") ok, $(grep -c FAILED "$out/kernel-check.txt") failed)"
+      ;;
+    pack)
+      (cd "$out" && tar czf kernel-lease.tgz --exclude=kernel-lease.tgz . && find . -type f ! -name kernel-lease.tgz -delete)
+      ls -la "$out"
       ;;
     *) echo "unknown step $step" ;;
   esac
