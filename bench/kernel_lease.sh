@@ -73,7 +73,8 @@ for step in "$@"; do
       echo "kernel_check rc=$? ($(grep -c ' ok$' "$out/kernel-check.txt") ok, $(grep -c FAILED "$out/kernel-check.txt") failed)"
       ;;
     pack)
-      (cd "$out" && tar czf kernel-lease.tgz --exclude=kernel-lease.tgz . && find . -type f ! -name kernel-lease.tgz -delete)
+      # Packed outside $OUT first: tar refuses a folder that changes as it reads it.
+      tar -C "$out" -czf /tmp/kernel-lease.tgz . && find "$out" -type f -delete && mv /tmp/kernel-lease.tgz "$out/"
       ls -la "$out"
       ;;
     *) echo "unknown step $step" ;;
