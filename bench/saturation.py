@@ -5,10 +5,12 @@
         [--warmup 2] [--params 1.31e9] [--peak-tflops 790] [--loadgen PATH] [--report saturation.json]
 
 Runs decide-loadgen (closed loop, no ceiling run) against a running decide, reading /metrics
-once its warm-up is over and again at the end (so 1,024 clients connecting and sending their
-first requests at once do not count), and prints:
+once its warm-up is over and decide is answering, and again at the end (so 1,024 clients
+connecting and sending their first requests at once do not count), and prints:
 - decisions/s and the compute roofline for the tokens the model computed per decision
-  (prompt tokens read minus those served from the prefix cache, x 2 x params / peak);
+  (prompt tokens read minus those served from the prefix cache, x 2 x params / peak), beside
+  the load generator's own units/s over the same window (its timeline) and how many of its
+  100-ms buckets there ended no request;
 - how busy the model worker was (decide_model_busy_seconds_total over the run's wall time):
   below 1, the host side (HTTP, plugins, tokenization, batching) left the model waiting;
 - the passes' own efficiency (computed FLOPs over the worker's busy time, against the peak),
@@ -65,6 +67,40 @@ def machine_cpu_seconds():
     idle = ticks[3] + ticks[4]
     hz = os.sysconf("SC_CLK_TCK")
     return (sum(ticks[:8]) - idle - ticks[7]) / hz, ticks[7] / hz
+
+
+def wait_for_answers(url: str, limit_s: float) -> None:
+    """Returns once decide answers requests (decide_answers_total grows within 100 ms), or
+    after `limit_s`: the window must open on a loaded server. Kernel-lease-2 found two
+    windows of 1,024 clients at ~50% of the roofline against ~63% in three others, with the
+    same batches but the worker idle a fifth of the window and the load generator counting
+    4,885/s over its own: the window had opened before the load reached decide."""
+    deadline = time.monotonic() + limit_s
+    last = scrape(url).get("decide_answers_total", 0.0)
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = scrape(url).get("decide_answers_total", 0.0)
+        if now > last:
+            return
+        last = now
+
+
+def loadgen_in_window(report: dict, start_unix: float, end_unix: float) -> dict:
+    """From the load generator's timeline (units ended per 100 ms): its units per second over
+    the 100-ms buckets inside [start_unix, end_unix], and how many of those buckets ended
+    none (a stall every client saw, or no load yet)."""
+    timeline = report.get("timeline") or {}
+    ended, step = timeline.get("units_ended") or [], timeline.get("bucket_ms", 100) / 1e3
+    origin = timeline.get("start_unix_s")
+    if origin is None or not ended:
+        return {}
+    inside = [n for i, n in enumerate(ended) if start_unix <= origin + i * step and origin + (i + 1) * step <= end_unix]
+    if not inside:
+        return {}
+    return {
+        "loadgen_units_per_s_in_window": round(sum(inside) / (len(inside) * step), 1),
+        "loadgen_empty_buckets_in_window": sum(1 for n in inside if n == 0),
+    }
 
 
 def sample_queue(url: str, every_s: float, stop: threading.Event, out: list) -> None:
@@ -155,7 +191,10 @@ def main() -> None:
         children_before = children_cpu_seconds()
         spawned = time.monotonic()
         time.sleep(args.warmup)
+        wait_for_answers(args.url, 10.0)
+        opened_after = time.monotonic() - spawned
         before, started, machine_before = scrape(args.url), time.monotonic(), machine_cpu_seconds()
+        started_unix = time.time()
         sched_before = thread_sched(pid)
         queued, stop = [], threading.Event()
         sampler = threading.Thread(target=sample_queue, args=(args.url, args.sample_ms / 1e3, stop, queued))
@@ -165,6 +204,7 @@ def main() -> None:
         stop.set()
         sampler.join()
         wall, after, machine_after = time.monotonic() - started, scrape(args.url), machine_cpu_seconds()
+        ended_unix = time.time()
         sched_after = thread_sched(pid)
         if run.wait() != 0:
             raise SystemExit(f"decide-loadgen failed ({run.returncode})")
@@ -188,6 +228,8 @@ def main() -> None:
         "wall_s": round(wall, 3),
         "decisions_per_s": round(decisions / wall, 1),
         "loadgen_decisions_per_s": loadgen.get("decisions_per_s"),
+        **loadgen_in_window(loadgen, started_unix, ended_unix),
+        "window_opened_after_s": round(opened_after, 2),
         "computed_tokens_per_decision": round(per_decision, 1),
         "roofline_decisions_per_s": round(roofline),
         "of_roofline": round(decisions / wall / roofline, 3) if roofline else None,
