@@ -57,8 +57,8 @@ fn variants(block: AttentionBlock) -> Vec<(String, bool, bool)> {
 
 /// How a case's launch is laid out ([`AttentionPlan`]): as the server plans it (from the
 /// bounds for passes of more than `SHAPE_RULE_MAX_ROWS` rows, else from the shape), the same
-/// with the block order forced, by the rule through run 13
-/// (`DECIDE_ATTENTION_PLAN=0`), or as planned with the split forced.
+/// with the block order forced, by the rule through run 13 (`DECIDE_ATTENTION_PLAN=0`), or as
+/// planned with the split forced.
 #[derive(Clone, Copy, Debug)]
 enum Layout {
     Planned,
@@ -760,8 +760,7 @@ fn main() -> Res<()> {
     }
     // The 28,259-token prefill's attention in one layer, chunk by chunk as the server cuts it
     // (`decide_models::chunk_lengths`, the cuts on the key tiles), the cache in pieces, on the
-    // served kernel: laid out by the rule through run 13 against
-    // as planned from the bounds.
+    // served kernel: laid out by the rule through run 13 against as planned from the bounds.
     let served = AttentionBlock::WgmmaSpecialized;
     let lengths = [3712usize, 8192, 8192, 8163];
     let layouts = [

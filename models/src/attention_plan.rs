@@ -12,11 +12,12 @@
 //! (3,712 rows, nothing cached) went out in 3 parts and took 0.262 ms a layer against 0.095
 //! unsplit, and kernel_check found every split of 64 questions over a 4.4k input slower than
 //! none (0.202 ms unsplit, 0.331 in the 5 parts the old rule chose; H100,
-//! bench/reports/kernel-lease-1). Here each row block's tiles are counted
-//! from the bounds as the kernel counts them, and the blocks are dealt to the
-//! multiprocessors in launch order (one at a time as slots free up, as the hardware does),
-//! for each split and both orders; a split's partials are charged at what they measured.
-//! Over the 28k read's four chunks that is 120.6 ms of attention against 128.8 (28 layers).
+//! bench/reports/kernel-lease-1). Here each row block's tiles are counted from the bounds as
+//! the kernel counts them, and the blocks are dealt to the multiprocessors in launch order
+//! (one at a time as slots free up, as the hardware does), for each split and both orders; a
+//! split's partials are charged at what they measured. The 28k read's attention: 120.0 ms
+//! against 126.1 over 28 layers, its prefill 238.9 against 245.0 ms (p50), the read at the
+//! client 243.6 against 249.6 (an H200, bench/reports/kernel-lease-2).
 //!
 //! Passes of at most [`SHAPE_RULE_MAX_ROWS`] rows are planned from their shape alone (every
 //! block at all the keys): CUDA graphs replay them with other bounds, and a split changes
@@ -81,9 +82,8 @@ const MAX_SPLITS: usize = 64;
 /// rule before ([`legacy_splits`]), for A/B runs on a GPU.
 static FROM_BOUNDS: Switch = Switch::new("DECIDE_ATTENTION_PLAN", true);
 
-/// Plans every later launch by the rule through run 13 (`true`) or
-/// as this module plans (`false`), whatever `DECIDE_ATTENTION_PLAN` says; `kernel_check`
-/// times both.
+/// Plans every later launch by the rule through run 13 (`true`) or as this module plans
+/// (`false`), whatever `DECIDE_ATTENTION_PLAN` says; `kernel_check` times both.
 pub fn use_legacy_plan(legacy: bool) {
     FROM_BOUNDS.set(!legacy);
 }
@@ -126,8 +126,8 @@ impl AttentionPlan {
     /// The plan of a launch of `m` query rows and `heads` heads `dim` wide, whose own keys
     /// start at column `own_start` and are `own_rows` long: from `bounds` (4 per row, as the
     /// kernel reads them) when given, else from the shape alone (every block at all the
-    /// keys). `DECIDE_ATTENTION_PLAN=0`: the rule through run 13
-    /// for every launch ([`legacy_splits`], head by head).
+    /// keys). `DECIDE_ATTENTION_PLAN=0`: the rule through run 13 for every launch
+    /// ([`legacy_splits`], head by head).
     pub fn new(
         shape: BlockShape,
         heads: usize,
@@ -154,8 +154,7 @@ impl AttentionPlan {
         }
     }
 
-    /// The rule through run 13: [`legacy_splits`], head by head
-    /// unless `forced`.
+    /// The rule through run 13: [`legacy_splits`], head by head unless `forced`.
     fn legacy(
         shape: BlockShape,
         heads: usize,
@@ -285,11 +284,11 @@ impl Work<'_> {
     }
 }
 
-/// The rule through run 13 (`DECIDE_ATTENTION_PLAN=0`): how many
-/// parts to split the keys of an attention call into, from its shape alone, when few blocks
-/// meet many keys: one question over a long cached input (12 blocks for 28k keys
-/// otherwise), or 64 short questions over one 4k-token input (~560 blocks, 1.4 waves of
-/// `per_sm` blocks on every multiprocessor, the second mostly idle). Picks the split with the
+/// The rule through run 13 (`DECIDE_ATTENTION_PLAN=0`): how many parts to split the keys of
+/// an attention call into, from its shape alone, when few blocks meet many keys: one question
+/// over a long cached input (12 blocks for 28k keys otherwise), or 64 short questions over
+/// one 4k-token input (~560 blocks, 1.4 waves of `per_sm` blocks on every multiprocessor,
+/// the second mostly idle). Picks the split with the
 /// least estimated time: waves of blocks times key tiles per split, plus the f32 partials of
 /// each extra split, written and merged (estimated: a 64x64 tile takes a block ~5 µs; 3k rows
 /// x 12 heads of 128 partials take ~15 µs to write and read back, so ~1 tile per 12k
