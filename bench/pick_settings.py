@@ -43,6 +43,7 @@ VARIANTS = {
     "long-residual-in-gemm": ("DECIDE_RESIDUAL_IN_GEMM", "1", "opt-in"),
     "long-pool-keep": ("DECIDE_CUDA_POOL_KEEP", "1", "opt-in"),
     "long-gate-up-tma-store": ("DECIDE_GATE_UP_TMA_STORE", "1", "opt-in"),
+    "long-gate-up-multicast": ("DECIDE_GATE_UP_MULTICAST", "1", "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
 
@@ -78,6 +79,8 @@ TURNED_OFF = {"DECIDE_KV_PIECES": "0", "DECIDE_ATTENTION_TMA": "0", "DECIDE_ATTE
 def kernel_setting(case: str):
     """The setting whose kernels a failing case ran (None when no setting takes them out of
     the server): a default-off one then stays off, a default-on one is turned off."""
+    if "multicast" in case:
+        return "DECIDE_GATE_UP_MULTICAST"
     if "TMA store" in case:
         return "DECIDE_GATE_UP_TMA_STORE"
     if "longest-first" in case or "other block order" in case:

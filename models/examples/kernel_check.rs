@@ -498,9 +498,17 @@ fn main() -> Res<()> {
             )?)
         };
         // Both epilogues: each thread's stores, and the tile staged and stored with TMA
-        // (`DECIDE_GATE_UP_TMA_STORE`), which must give the same values.
-        for (epilogue, tma_store) in [("", false), (", TMA store", true)] {
+        // (`DECIDE_GATE_UP_TMA_STORE`); and two-CTA clusters sharing the weight's loads
+        // (`DECIDE_GATE_UP_MULTICAST`), with each epilogue: all must give the same values.
+        let ways = [
+            ("", false, false),
+            (", TMA store", true, false),
+            (", multicast", false, true),
+            (", multicast, TMA store", true, true),
+        ];
+        for (epilogue, tma_store, multicast) in ways {
             kernels::set_gate_up_tma_store(tma_store);
+            kernels::set_gate_up_multicast(multicast);
             for m in [1usize, 100, 128, 1000, 1029, 8192] {
                 let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
                 let name = format!("gate_up_silu ({m} rows{epilogue})");
@@ -516,15 +524,17 @@ fn main() -> Res<()> {
         for m in [1024usize, 2048, 3683, 4096, 7300, 8192] {
             let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
             let flops = (2 * m * 2 * i * k) as f64;
-            let fused = |tma_store| {
+            let fused = |tma_store, multicast| {
                 kernels::set_gate_up_tma_store(tma_store);
+                kernels::set_gate_up_multicast(multicast);
                 gpu_ms(&dev, || {
                     drop(kernels::gate_up_silu(&h, &w)?);
                     Ok(())
                 })
             };
-            let fused_ms = fused(false)?;
-            let stored_ms = fused(true)?;
+            let fused_ms = fused(false, false)?;
+            let stored_ms = fused(true, false)?;
+            let multicast_ms = fused(false, true)?;
             let unfused_ms = gpu_ms(&dev, || {
                 drop(unfused(&h)?);
                 Ok(())
@@ -533,19 +543,23 @@ fn main() -> Res<()> {
             println!(
                 "  gate/up + silu, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
                  with the TMA store {stored_ms:.4} ms ({:.0}), \
+                 in two-CTA clusters {multicast_ms:.4} ms ({:.0}), \
                  matmul + silu_mul {unfused_ms:.4} ms ({:.0} TFLOP/s)",
                 tf(fused_ms),
                 tf(stored_ms),
+                tf(multicast_ms),
                 tf(unfused_ms)
             );
             timings.push(format!(
-                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"tma_store_ms":{stored_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"tma_store_tflops":{},"unfused_tflops":{}}}"#,
+                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"tma_store_ms":{stored_ms},"multicast_ms":{multicast_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"tma_store_tflops":{},"multicast_tflops":{},"unfused_tflops":{}}}"#,
                 tf(fused_ms),
                 tf(stored_ms),
+                tf(multicast_ms),
                 tf(unfused_ms)
             ));
         }
         kernels::set_gate_up_tma_store(false);
+        kernels::set_gate_up_multicast(false);
     }
 
     let q15 = Heads {

@@ -59,11 +59,45 @@ __device__ __forceinline__ void wgmma_n256_ss(float (&d)[128], uint64_t a, uint6
 }
 
 // The tensor maps of a launch (`GateUpMaps` in models/src/kernels/tensor_maps.rs): h (K, M)
-// in boxes of 64 x 128, the weight (K, 2I) in boxes of 64 x 256, the output (I, M) in boxes
-// of 64 x 128 (written only with `tma_store`), 128-byte swizzle.
+// in boxes of 64 x 128, the weight (K, 2I) in boxes of 64 x 256 and of 64 x 128 (each CTA of
+// a cluster loads one half of a weight slice), the output (I, M) in boxes of 64 x 128
+// (written only with `tma_store`), 128-byte swizzle.
 struct __align__(64) GateUpMaps {
-    TensorMap h, w, out;
+    TensorMap h, w, w_half, out;
 };
+
+// ---- Two-CTA clusters (the multicast variant below) ----
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// Every thread of both CTAs arrives and waits (all of them must call it; not `.aligned`, so
+// the threads of a warp need not arrive together).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// Arrives on the mbarrier at the same offset as `bar` in CTA `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_in(uint64_t* bar, uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+        "r"(rank)
+        : "memory");
+}
+// One box of a 2-D tensor map at (x, y) into shared memory at `dst` of every CTA in `mask`
+// (the same offset in each), completing its bytes on the mbarrier at `bar`'s offset in each.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TensorMap* map, int x,
+                                                      int y, uint64_t* bar, uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(smem_u32(bar)),
+        "h"(mask)
+        : "memory");
+}
 
 // Named barrier 1 over the two consumer warpgroups (256 threads; the producer never joins).
 __device__ __forceinline__ void consumers_sync() {
@@ -102,9 +136,19 @@ __device__ __forceinline__ float silu_times(float g, float u) {
 // to the next tile, instead of each thread storing its 4-byte pairs to global memory (which
 // use half of each 32-byte sector: Nsight Compute, bench/reports/kernel-lease-1). The same
 // values either way.
-extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
-    gate_up_silu_sm90(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out, int M,
-                      int I, int K, int tma_store) {
+//
+// MC (the `_mc` entry point, launched in clusters of two CTAs): the two CTAs of a cluster
+// compute two neighbouring 128-row tiles against the same weight block, and each loads one
+// half of every weight slice into both CTAs' shared memory at once (TMA multicast), so the
+// weight is read from L2 once per 256 rows instead of per 128: a third less L2 traffic per
+// multiply (Nsight Compute on the 28k prefill: L2 77% busy, the clock at 1.61 GHz under the
+// power limit; bench/reports/kernel-lease-1). A slot is free again only once the consumers of
+// both CTAs have read it (each arrives on both CTAs' empty barriers), and the CTAs meet at a
+// cluster barrier at the start (barriers initialised) and at the end (no one writes into a
+// CTA that has gone). The same values as one CTA alone.
+template <bool MC>
+__device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __restrict__ out,
+                                             int M, int I, int K, int tma_store) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t raw_addr = smem_u32(smem_raw);
     const uint32_t base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023);
@@ -117,12 +161,24 @@ extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
     const int tid = threadIdx.x, role = tid >> 7, warp = tid >> 5, lane = tid & 31;
     const int k_blocks = K / GU_BK;
     const int m_tiles = (M + GU_BM - 1) / GU_BM;
-    const int tiles = m_tiles * (I / (GU_BN / 2));
+    const int n_blocks = I / (GU_BN / 2);
+    // With MC the work goes by pairs of M tiles, one per CTA of a cluster (the second of an
+    // odd last pair lies past M: it loads no rows of h and writes none).
+    const uint32_t rank = MC ? cluster_rank() : 0;
+    const int m_units = MC ? (m_tiles + 1) / 2 : m_tiles;
+    const int units = m_units * n_blocks;
+    const int first = MC ? blockIdx.x / 2 : blockIdx.x, stride = MC ? gridDim.x / 2 : gridDim.x;
     if (tid < GU_STAGES) {
         mbar_init(&full[tid], 1);
-        mbar_init(&empty[tid], 8);  // the consumers' eight warps
+        // The consumers' eight warps (of both CTAs with MC).
+        mbar_init(&empty[tid], MC ? 16 : 8);
     }
-    __syncthreads();
+    if constexpr (MC) {
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        cluster_sync();
+    } else {
+        __syncthreads();
+    }
 
     // Persistent: block b computes tiles b, b + gridDim.x, ... (M fastest), and slot uses
     // count on across them, so the producer fills the next tile's first slots while the
@@ -130,18 +186,36 @@ extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
     if (role == 0) {
         // The producer: one thread issues every copy.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (tid != 0) return;
-        int step = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const int m0 = (t % m_tiles) * GU_BM, w0 = (t / m_tiles) * GU_BN;
-            for (int kb = 0; kb < k_blocks; ++kb, ++step) {
-                const int slot = step % GU_STAGES, use = step / GU_STAGES;
-                if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
-                mbar_arrive_expect_tx(&full[slot], GU_A_BYTES + GU_B_BYTES);
-                tma_load_2d(a_base + slot * GU_A_BYTES, &maps.h, kb * GU_BK, m0, &full[slot]);
-                tma_load_2d(b_base + slot * GU_B_BYTES, &maps.w, kb * GU_BK, w0, &full[slot]);
+        if (tid == 0) {
+            int step = 0;
+            for (int t = first; t < units; t += stride) {
+                const int m_tile = MC ? 2 * (t % m_units) + (int)rank : t % m_units;
+                const int m0 = m_tile * GU_BM, w0 = (t / m_units) * GU_BN;
+                for (int kb = 0; kb < k_blocks; ++kb, ++step) {
+                    const int slot = step % GU_STAGES, use = step / GU_STAGES;
+                    if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
+                    // A tile past M (the second of an odd last pair) loads no rows of h: its
+                    // consumers multiply whatever the slot holds and write nothing.
+                    const bool rows = m_tile < m_tiles;
+                    mbar_arrive_expect_tx(&full[slot], (rows ? GU_A_BYTES : 0) + GU_B_BYTES);
+                    if (rows) {
+                        tma_load_2d(a_base + slot * GU_A_BYTES, &maps.h, kb * GU_BK, m0,
+                                    &full[slot]);
+                    }
+                    if constexpr (MC) {
+                        // This CTA's half of the weight slice, into both CTAs.
+                        const uint32_t half = rank * (GU_B_BYTES / 2);
+                        tma_load_2d_multicast(b_base + slot * GU_B_BYTES + half, &maps.w_half,
+                                              kb * GU_BK, w0 + (int)rank * (GU_BN / 2), &full[slot],
+                                              0x3);
+                    } else {
+                        tma_load_2d(b_base + slot * GU_B_BYTES, &maps.w, kb * GU_BK, w0,
+                                    &full[slot]);
+                    }
+                }
             }
         }
+        if constexpr (MC) cluster_sync();
         return;
     }
 
@@ -149,10 +223,17 @@ extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int c = role - 1;
     const int g = lane >> 2, tq = lane & 3;
+    // Releases a slot: to this CTA's producer, and with MC to the other CTA's too (whose
+    // copies also land here).
+    auto release = [&](int slot) {
+        mbar_arrive(&empty[slot]);
+        if constexpr (MC) mbar_arrive_in(&empty[slot], rank ^ 1);
+    };
     float acc[128];
     int step = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int m0 = (t % m_tiles) * GU_BM, nb = t / m_tiles;
+    for (int t = first; t < units; t += stride) {
+        const int m_tile = MC ? 2 * (t % m_units) + (int)rank : t % m_units;
+        const int m0 = m_tile * GU_BM, nb = t / m_units;
         for (int kb = 0; kb < k_blocks; ++kb, ++step) {
             const int slot = step % GU_STAGES;
             mbar_wait(&full[slot], (step / GU_STAGES) & 1);
@@ -168,11 +249,11 @@ extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
             // The previous slot's multiplies have finished: release it.
             wgmma_wait<1>();
             fence_registers(acc);
-            if (kb > 0 && lane == 0) mbar_arrive(&empty[(step - 1) % GU_STAGES]);
+            if (kb > 0 && lane == 0) release((step - 1) % GU_STAGES);
         }
         wgmma_wait<0>();
         fence_registers(acc);
-        if (lane == 0) mbar_arrive(&empty[(step - 1) % GU_STAGES]);
+        if (lane == 0) release((step - 1) % GU_STAGES);
 
         // Epilogue: rows g and g + 8 of this warp's 16, columns 2 tq, 2 tq + 1 of each
         // 8-column tile; tiles 0..15 are gate, 16..31 the matching up.
@@ -230,4 +311,17 @@ extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
     }
     // The last stores complete before the block's shared memory goes.
     if (tma_store && tid == 128) bulk_wait();
+    if constexpr (MC) cluster_sync();
+}
+
+extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
+    gate_up_silu_sm90(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out, int M,
+                      int I, int K, int tma_store) {
+    gate_up_body<false>(maps, out, M, I, K, tma_store);
+}
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GU_THREADS, 1)
+    gate_up_silu_sm90_mc(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out, int M,
+                         int I, int K, int tma_store) {
+    gate_up_body<true>(maps, out, M, I, K, tma_store);
 }

@@ -652,6 +652,11 @@ const GEMM_SM90_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gemm_sm90.pt
 const GEMM_SM90_MODULE: &str = "decide_gemm_sm90";
 const GATE_UP_KERNEL: (&str, &str, &str) = ("gate_up_silu_sm90", GEMM_SM90_MODULE, GEMM_SM90_PTX);
 
+/// The same kernel launched in clusters of two CTAs that share each weight slice's loads
+/// (TMA multicast; `MC` in gemm_sm90.cu says why).
+const GATE_UP_MC_KERNEL: (&str, &str, &str) =
+    ("gate_up_silu_sm90_mc", GEMM_SM90_MODULE, GEMM_SM90_PTX);
+
 /// The interleave of the weight [`gate_up_silu`] reads: gate and up rows alternate in blocks
 /// of this many (`GU_BN / 2` in gemm_sm90.cu).
 pub const GATE_UP_BLOCK: usize = 128;
@@ -673,6 +678,18 @@ pub fn set_gate_up_tma_store(on: bool) {
     GATE_UP_TMA_STORE.set(on);
 }
 
+/// Whether the gate/up kernel runs in clusters of two CTAs that load each weight slice once
+/// for both (`gate_up_silu_sm90_mc`). Opt-in (`DECIDE_GATE_UP_MULTICAST=1`;
+/// [`set_gate_up_multicast`] in-process) until a GPU run measures it: written in session 30
+/// without one.
+static GATE_UP_MULTICAST: Switch = Switch::new("DECIDE_GATE_UP_MULTICAST", false);
+
+/// Turns the gate/up kernel's two-CTA clusters on or off for later launches (`kernel_check`
+/// runs both ways).
+pub fn set_gate_up_multicast(on: bool) {
+    GATE_UP_MULTICAST.set(on);
+}
+
 /// Whether [`gate_up_silu`] runs on `device` for a hidden width `k` and FFN width `i`: built
 /// for and running on Hopper, `k` a multiple of the kernel's 64-column slices and `i` of its
 /// [`GATE_UP_BLOCK`].
@@ -685,11 +702,15 @@ fn gate_up_built_for(device: &Device) -> bool {
     matches!(device, Device::Cuda(dev) if !GEMM_SM90_PTX.is_empty() && is_sm90(dev))
 }
 
-/// Loads the gate/up kernel where it runs (see [`load_attention`]).
+/// Loads the gate/up kernels where they run (see [`load_attention`]).
 pub fn load_gate_up(device: &Device) -> Result<()> {
     match device {
         Device::Cuda(dev) if gate_up_built_for(device) => {
-            module_function(dev, GATE_UP_KERNEL, GATE_UP_SMEM).map(drop)
+            module_function(dev, GATE_UP_KERNEL, GATE_UP_SMEM)?;
+            if GATE_UP_MULTICAST.on() {
+                module_function(dev, GATE_UP_MC_KERNEL, GATE_UP_SMEM)?;
+            }
+            Ok(())
         }
         _ => Ok(()),
     }
@@ -707,7 +728,13 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
     if wk != k || n % 2 != 0 || !gate_up_silu_runs_on(h.device(), k, i) || m == 0 {
         bail!("gate_up_silu: ({m}, {k}) times a ({n}, {wk}) weight does not run here");
     }
-    let func = module_function(&dev, GATE_UP_KERNEL, GATE_UP_SMEM)?;
+    let multicast = GATE_UP_MULTICAST.on();
+    let kernel = if multicast {
+        GATE_UP_MC_KERNEL
+    } else {
+        GATE_UP_KERNEL
+    };
+    let func = module_function(&dev, kernel, GATE_UP_SMEM)?;
     let stream = dev.cuda_stream();
     let out = unsafe { dev.alloc::<bf16>(m * i)? };
     let out_addr = out.device_ptr(&stream).0;
@@ -729,10 +756,22 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
         .arg(&i32_)
         .arg(&k32)
         .arg(&tma_store);
-    // Persistent: one block per multiprocessor, each looping over tiles.
-    let tiles = m.div_ceil(128) * (i / GATE_UP_BLOCK);
+    // Persistent: one block per multiprocessor, each looping over tiles; with multicast,
+    // one cluster of two per pair of 128-row tiles, as many clusters as fit at once.
+    let blocks = if multicast {
+        let pairs = m.div_ceil(256) * (i / GATE_UP_BLOCK);
+        let query = LaunchConfig {
+            grid_dim: (2, 1, 1),
+            block_dim: (384, 1, 1),
+            shared_mem_bytes: GATE_UP_SMEM as u32,
+        };
+        let clusters = func.occupancy_max_active_clusters(query, &stream).w()? as usize;
+        2 * pairs.min(clusters.max(1))
+    } else {
+        (m.div_ceil(128) * (i / GATE_UP_BLOCK)).min(multiprocessors(&dev))
+    };
     let cfg = LaunchConfig {
-        grid_dim: (tiles.min(multiprocessors(&dev)) as u32, 1, 1),
+        grid_dim: (blocks as u32, 1, 1),
         block_dim: (384, 1, 1),
         shared_mem_bytes: GATE_UP_SMEM as u32,
     };

@@ -114,3 +114,11 @@ def test_a_failing_tma_store_epilogue_stays_off_and_the_rest_goes_on(tmp_path):
     settings, reasons = pick_settings.pick(d)
     assert settings == {}
     assert any("DECIDE_GATE_UP_TMA_STORE stays off" in r for r in reasons)
+
+
+def test_a_failing_multicast_gate_up_stays_off(tmp_path):
+    checks = OK_CHECKS + "gate_up_silu (1029 rows, multicast, TMA store)   max |diff| 9.00000 (max |ref| 17.750) FAILED\n"
+    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_multicast=[230.0, 231.0, 232.0, 233.0, 234.0])
+    settings, reasons = pick_settings.pick(d)
+    assert settings == {}
+    assert any("DECIDE_GATE_UP_MULTICAST stays off" in r for r in reasons)
