@@ -285,7 +285,8 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
             // this fence and the barrier.
             fence_async_shared();
             consumers_sync();
-            if (tid == 128) {
+            // (Not for a tile past M, the second of an odd last pair with MC.)
+            if (tid == 128 && m0 < M) {
                 const int x = nb * (GU_BN / 2);
                 tma_store_2d(&maps.out, out_base, x, m0);
                 tma_store_2d(&maps.out, out_base + GU_BM * 128, x + 64, m0);
