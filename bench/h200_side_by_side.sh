@@ -187,6 +187,12 @@ probes() {
   if [ -x /tmp/gpu/bin/kc ]; then
     "${t[@]}" /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
+    # The gate/up kernel in two-CTA clusters (opt-in, DECIDE_GATE_UP_MULTICAST=1): a run of
+    # its own, after the others and under a short limit, so a fault in it costs only itself;
+    # its prefill variant below runs only if every check here passed.
+    timeout 90 /tmp/gpu/bin/kc --gate-up-multicast --json "$OUT/kernel-check-multicast.json" \
+      >"$OUT/kernel-check-multicast.txt" 2>&1
+    echo "kernel_check --gate-up-multicast rc=$? ($(grep -c ' ok$' "$OUT/kernel-check-multicast.txt") ok, $(grep -c FAILED "$OUT/kernel-check-multicast.txt") failed)"
   fi
   if [ -x /tmp/gpu/bin/hs ]; then
     # The 28k read's prepare on this machine's cores (host/examples/host_steps): its template
@@ -240,7 +246,9 @@ probes() {
     long long-residual-in-gemm DECIDE_RESIDUAL_IN_GEMM=1
     long long-pool-keep DECIDE_CUDA_POOL_KEEP=1
     long long-gate-up-tma-store DECIDE_GATE_UP_TMA_STORE=1
-    long long-gate-up-multicast DECIDE_GATE_UP_MULTICAST=1
+    if [ -f "$OUT/kernel-check-multicast.json" ] && ! grep -q FAILED "$OUT/kernel-check-multicast.txt"; then
+      long long-gate-up-multicast DECIDE_GATE_UP_MULTICAST=1
+    fi
     long long-all DECIDE_ATTENTION_LONGEST_FIRST=1 DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
     long long-again
     if [ -x /tmp/gpu/bin/fb_old ]; then

@@ -48,6 +48,17 @@ VARIANTS = {
 MIN_MARGIN_MS = 1.0
 
 
+def multicast_verdict(probes: Path):
+    """Whether the gate/up kernel's two-CTA variant passed its own kernel_check run
+    (kernel-check-multicast.txt and .json, `kc --gate-up-multicast`): finished, at least one
+    check, none failed."""
+    text, done = probes / "kernel-check-multicast.txt", probes / "kernel-check-multicast.json"
+    if not (text.is_file() and done.is_file()):
+        return False
+    lines = text.read_text(errors="replace").splitlines()
+    return any(l.endswith(" ok") for l in lines) and not any(l.endswith("FAILED") for l in lines)
+
+
 def kernel_verdicts(probes: Path):
     """(finished, failed case names): the checks kernel-check.txt printed, each failing one
     named after the case it belongs to (a 'same in the other block order' line belongs to
@@ -133,6 +144,9 @@ def pick(probes: Path):
     if failed:
         reasons.append("the timed figures ran on failing kernels: no more settings")
         return settings, reasons
+    if not multicast_verdict(probes):
+        banned.add("DECIDE_GATE_UP_MULTICAST")
+        reasons.append("kc --gate-up-multicast did not pass (or did not run): DECIDE_GATE_UP_MULTICAST stays off")
     if not finished:
         settings["DECIDE_KV_PIECES"] = "0"
         reasons.append("kernel_check did not finish (no kernel-check.json): DECIDE_KV_PIECES=0, no opt-ins")

@@ -301,8 +301,108 @@ fn packed(name: &'static str, heads: Heads, picks: Vec<u32>) -> Case {
     }
 }
 
+/// gate_up_silu (one Hopper kernel) against candle's matmul and silu_mul over the same
+/// interleaved weight, at q15's widths: row counts that fill its 128-row tiles and ones that
+/// do not; then timed against the two launches it replaces. With `multicast`, the two-CTA
+/// cluster variant instead of the one-CTA kernel's checks (its timings beside the others').
+fn gate_up_checks(
+    dev: &Device,
+    multicast: bool,
+    check: &mut dyn FnMut(String, (f32, f32), f32),
+    timings: &mut Vec<String>,
+) -> Res<()> {
+    if kernels::gate_up_silu_runs_on(dev, 1536, 8960) {
+        let (k, i) = (1536, 8960);
+        let w = (Tensor::randn(0f32, 1f32, (2 * i, k), dev)? * 0.03)?.to_dtype(DType::BF16)?;
+        let unfused = |h: &Tensor| -> Res<Tensor> {
+            Ok(kernels::silu_mul(
+                &h.matmul(&w.t()?)?,
+                kernels::GATE_UP_BLOCK,
+            )?)
+        };
+        // Both epilogues: each thread's stores, and the tile staged and stored with TMA
+        // (`DECIDE_GATE_UP_TMA_STORE`); with `multicast`, the same in two-CTA clusters
+        // sharing the weight's loads (`DECIDE_GATE_UP_MULTICAST`). All must give the same
+        // values.
+        let ways = [(", TMA store", true), ("", false)].map(|(name, tma_store)| {
+            let name = if multicast {
+                format!(", multicast{name}")
+            } else {
+                name.to_string()
+            };
+            (name, tma_store, multicast)
+        });
+        for (epilogue, tma_store, multicast) in ways {
+            kernels::set_gate_up_tma_store(tma_store);
+            kernels::set_gate_up_multicast(multicast);
+            for m in [1usize, 100, 128, 1000, 1029, 8192] {
+                let h = Tensor::randn(0f32, 1f32, (m, k), dev)?.to_dtype(DType::BF16)?;
+                let name = format!("gate_up_silu ({m} rows{epilogue})");
+                match kernels::gate_up_silu(&h, &w) {
+                    Ok(got) => check(name, diff(&got, &unfused(&h)?)?, 0.02),
+                    Err(e) => {
+                        println!("{name:<48} error: {e} FAILED");
+                        check(name, (f32::INFINITY, 0.0), 0.0);
+                    }
+                }
+            }
+        }
+        for m in [1024usize, 2048, 3683, 4096, 7300, 8192] {
+            let h = Tensor::randn(0f32, 1f32, (m, k), dev)?.to_dtype(DType::BF16)?;
+            let flops = (2 * m * 2 * i * k) as f64;
+            let fused = |tma_store, multicast| {
+                kernels::set_gate_up_tma_store(tma_store);
+                kernels::set_gate_up_multicast(multicast);
+                gpu_ms(dev, || {
+                    drop(kernels::gate_up_silu(&h, &w)?);
+                    Ok(())
+                })
+            };
+            let fused_ms = fused(false, false)?;
+            let stored_ms = fused(true, false)?;
+            let multicast_ms = if multicast {
+                Some(fused(false, true)?)
+            } else {
+                None
+            };
+            let unfused_ms = gpu_ms(dev, || {
+                drop(unfused(&h)?);
+                Ok(())
+            })?;
+            let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
+            let clusters = multicast_ms.map_or(String::new(), |ms| {
+                format!(", in two-CTA clusters {ms:.4} ms ({:.0})", tf(ms))
+            });
+            println!(
+                "  gate/up + silu, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
+                 with the TMA store {stored_ms:.4} ms ({:.0}){clusters}, \
+                 matmul + silu_mul {unfused_ms:.4} ms ({:.0} TFLOP/s)",
+                tf(fused_ms),
+                tf(stored_ms),
+                tf(unfused_ms)
+            );
+            let clusters = multicast_ms.map_or(String::new(), |ms| {
+                format!(r#","multicast_ms":{ms},"multicast_tflops":{}"#, tf(ms))
+            });
+            timings.push(format!(
+                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"tma_store_ms":{stored_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"tma_store_tflops":{},"unfused_tflops":{}{clusters}}}"#,
+                tf(fused_ms),
+                tf(stored_ms),
+                tf(unfused_ms)
+            ));
+        }
+        kernels::set_gate_up_tma_store(false);
+        kernels::set_gate_up_multicast(false);
+    }
+    Ok(())
+}
+
 fn main() -> Res<()> {
     let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
+    // `--gate-up-multicast`: only the gate/up kernel in two-CTA clusters, checked and timed
+    // (a run of its own, so that a fault in that experimental kernel cannot cost the other
+    // checks: bench/h200_side_by_side.sh's probes run it after them, under its own time limit).
+    let multicast_only = std::env::args().any(|a| a == "--gate-up-multicast");
     let dev = Device::new_cuda(0)?;
     let mut failed = false;
     let mut report = Vec::new();
@@ -318,6 +418,15 @@ fn main() -> Res<()> {
             r#"{{"case":"{name}","max_diff":{d},"max_ref":{m},"ok":{ok}}}"#
         ));
     };
+
+    if multicast_only {
+        gate_up_checks(&dev, true, &mut check, &mut timings)?;
+        report.extend(timings);
+        if let Some(p) = json_path {
+            std::fs::write(&p, format!("[{}]\n", report.join(",\n")))?;
+        }
+        std::process::exit(i32::from(failed));
+    }
 
     // qkv_rope against split + bias + candle's rope.
     // d = 6 runs the one-pair-per-thread kernel (the others two pairs per thread).
@@ -485,82 +594,7 @@ fn main() -> Res<()> {
         check("silu_mul (blocks of 128)".into(), diff(&got, &want)?, 0.01);
     }
 
-    // gate_up_silu (one Hopper kernel) against candle's matmul and silu_mul over the same
-    // interleaved weight, at q15's widths: row counts that fill its 128-row tiles and ones
-    // that do not; then timed against the two launches it replaces.
-    if kernels::gate_up_silu_runs_on(&dev, 1536, 8960) {
-        let (k, i) = (1536, 8960);
-        let w = (Tensor::randn(0f32, 1f32, (2 * i, k), &dev)? * 0.03)?.to_dtype(DType::BF16)?;
-        let unfused = |h: &Tensor| -> Res<Tensor> {
-            Ok(kernels::silu_mul(
-                &h.matmul(&w.t()?)?,
-                kernels::GATE_UP_BLOCK,
-            )?)
-        };
-        // Both epilogues: each thread's stores, and the tile staged and stored with TMA
-        // (`DECIDE_GATE_UP_TMA_STORE`); and two-CTA clusters sharing the weight's loads
-        // (`DECIDE_GATE_UP_MULTICAST`), with each epilogue: all must give the same values.
-        let ways = [
-            ("", false, false),
-            (", TMA store", true, false),
-            (", multicast", false, true),
-            (", multicast, TMA store", true, true),
-        ];
-        for (epilogue, tma_store, multicast) in ways {
-            kernels::set_gate_up_tma_store(tma_store);
-            kernels::set_gate_up_multicast(multicast);
-            for m in [1usize, 100, 128, 1000, 1029, 8192] {
-                let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
-                let name = format!("gate_up_silu ({m} rows{epilogue})");
-                match kernels::gate_up_silu(&h, &w) {
-                    Ok(got) => check(name, diff(&got, &unfused(&h)?)?, 0.02),
-                    Err(e) => {
-                        println!("{name:<48} error: {e} FAILED");
-                        check(name, (f32::INFINITY, 0.0), 0.0);
-                    }
-                }
-            }
-        }
-        for m in [1024usize, 2048, 3683, 4096, 7300, 8192] {
-            let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
-            let flops = (2 * m * 2 * i * k) as f64;
-            let fused = |tma_store, multicast| {
-                kernels::set_gate_up_tma_store(tma_store);
-                kernels::set_gate_up_multicast(multicast);
-                gpu_ms(&dev, || {
-                    drop(kernels::gate_up_silu(&h, &w)?);
-                    Ok(())
-                })
-            };
-            let fused_ms = fused(false, false)?;
-            let stored_ms = fused(true, false)?;
-            let multicast_ms = fused(false, true)?;
-            let unfused_ms = gpu_ms(&dev, || {
-                drop(unfused(&h)?);
-                Ok(())
-            })?;
-            let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
-            println!(
-                "  gate/up + silu, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
-                 with the TMA store {stored_ms:.4} ms ({:.0}), \
-                 in two-CTA clusters {multicast_ms:.4} ms ({:.0}), \
-                 matmul + silu_mul {unfused_ms:.4} ms ({:.0} TFLOP/s)",
-                tf(fused_ms),
-                tf(stored_ms),
-                tf(multicast_ms),
-                tf(unfused_ms)
-            );
-            timings.push(format!(
-                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"tma_store_ms":{stored_ms},"multicast_ms":{multicast_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"tma_store_tflops":{},"multicast_tflops":{},"unfused_tflops":{}}}"#,
-                tf(fused_ms),
-                tf(stored_ms),
-                tf(multicast_ms),
-                tf(unfused_ms)
-            ));
-        }
-        kernels::set_gate_up_tma_store(false);
-        kernels::set_gate_up_multicast(false);
-    }
+    gate_up_checks(&dev, false, &mut check, &mut timings)?;
 
     let q15 = Heads {
         q: 12,

@@ -116,9 +116,21 @@ def test_a_failing_tma_store_epilogue_stays_off_and_the_rest_goes_on(tmp_path):
     assert any("DECIDE_GATE_UP_TMA_STORE stays off" in r for r in reasons)
 
 
-def test_a_failing_multicast_gate_up_stays_off(tmp_path):
-    checks = OK_CHECKS + "gate_up_silu (1029 rows, multicast, TMA store)   max |diff| 9.00000 (max |ref| 17.750) FAILED\n"
-    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_multicast=[230.0, 231.0, 232.0, 233.0, 234.0])
-    settings, reasons = pick_settings.pick(d)
+def test_the_multicast_gate_up_needs_its_own_check(tmp_path):
+    fast = dict(long=SERVED, long_gate_up_multicast=[230.0, 231.0, 232.0, 233.0, 234.0])
+    # No kernel-check-multicast files: it stays off whatever the prefill says.
+    settings, reasons = pick_settings.pick(probes(tmp_path / "none", **fast))
     assert settings == {}
     assert any("DECIDE_GATE_UP_MULTICAST stays off" in r for r in reasons)
+    # A failing check there keeps it off too.
+    failing = probes(tmp_path / "failing", **fast)
+    (failing / "kernel-check-multicast.txt").write_text(
+        "gate_up_silu (1029 rows, multicast)              max |diff| 9.00000 (max |ref| 17.750) FAILED\n")
+    (failing / "kernel-check-multicast.json").write_text("[]\n")
+    assert pick_settings.pick(failing)[0] == {}
+    # Passed: the prefill decides, as for the other opt-ins.
+    passing = probes(tmp_path / "passing", **fast)
+    (passing / "kernel-check-multicast.txt").write_text(
+        "gate_up_silu (1029 rows, multicast)              max |diff| 0.00000 (max |ref| 17.750) ok\n")
+    (passing / "kernel-check-multicast.json").write_text("[]\n")
+    assert pick_settings.pick(passing)[0] == {"DECIDE_GATE_UP_MULTICAST": "1"}
