@@ -12,8 +12,8 @@
 #   ncu-full   Nsight Compute's full sections for one launch each of the 28k read's main
 #              kernels at 8k-row chunks (ncu-<kernel>.csv): what bounds each;
 #   kc         kernel_check (kernel-check.txt, .json);
-#   kc-multicast  kernel_check of the gate/up kernel's two-CTA variant alone
-#              (kernel-check-multicast.txt, .json; a run of its own, 90 s at most);
+#   kc-multicast  kernel_check of the two-CTA gate/up kernel and attention, each alone
+#              (kernel-check-{gate-up,attention}-multicast.txt, .json; 90 s at most each);
 #   pack       everything in $OUT into kernel-lease.tgz (a call brings back a few files only).
 # Each step is capped (STEP_TIMEOUT, default 240 s) so one stuck tool costs one step.
 set -u
@@ -75,9 +75,11 @@ for step in "$@"; do
       echo "kernel_check rc=$? ($(grep -c ' ok$' "$out/kernel-check.txt") ok, $(grep -c FAILED "$out/kernel-check.txt") failed)"
       ;;
     kc-multicast)
-      timeout 90 "$bin/kc" --gate-up-multicast --json "$out/kernel-check-multicast.json" \
-        >"$out/kernel-check-multicast.txt" 2>&1
-      echo "kernel_check --gate-up-multicast rc=$? ($(grep -c ' ok$' "$out/kernel-check-multicast.txt") ok, $(grep -c FAILED "$out/kernel-check-multicast.txt") failed)"
+      for which in gate-up attention; do
+        timeout 90 "$bin/kc" --$which-multicast --json "$out/kernel-check-$which-multicast.json" \
+          >"$out/kernel-check-$which-multicast.txt" 2>&1
+        echo "kernel_check --$which-multicast rc=$? ($(grep -c ' ok$' "$out/kernel-check-$which-multicast.txt") ok, $(grep -c FAILED "$out/kernel-check-$which-multicast.txt") failed)"
+      done
       ;;
     pack)
       # Packed outside $OUT first: tar refuses a folder that changes as it reads it.

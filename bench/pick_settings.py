@@ -44,15 +44,21 @@ VARIANTS = {
     "long-pool-keep": ("DECIDE_CUDA_POOL_KEEP", "1", "opt-in"),
     "long-gate-up-tma-store": ("DECIDE_GATE_UP_TMA_STORE", "1", "opt-in"),
     "long-gate-up-multicast": ("DECIDE_GATE_UP_MULTICAST", "1", "opt-in"),
+    "long-attention-multicast": ("DECIDE_ATTENTION_MULTICAST", "1", "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
 
 
-def multicast_verdict(probes: Path):
-    """Whether the gate/up kernel's two-CTA variant passed its own kernel_check run
-    (kernel-check-multicast.txt and .json, `kc --gate-up-multicast`): finished, at least one
+# The two-CTA kernels, each checked in a kernel_check run of its own (`kc --NAME-multicast`:
+# kernel-check-NAME-multicast.txt and .json), and the setting that runs it.
+MULTICAST = {"gate-up": "DECIDE_GATE_UP_MULTICAST", "attention": "DECIDE_ATTENTION_MULTICAST"}
+
+
+def multicast_verdict(probes: Path, name: str):
+    """Whether a two-CTA kernel passed its own kernel_check run: finished, at least one
     check, none failed."""
-    text, done = probes / "kernel-check-multicast.txt", probes / "kernel-check-multicast.json"
+    text = probes / f"kernel-check-{name}-multicast.txt"
+    done = probes / f"kernel-check-{name}-multicast.json"
     if not (text.is_file() and done.is_file()):
         return False
     lines = text.read_text(errors="replace").splitlines()
@@ -90,8 +96,6 @@ TURNED_OFF = {"DECIDE_KV_PIECES": "0", "DECIDE_ATTENTION_TMA": "0", "DECIDE_ATTE
 def kernel_setting(case: str):
     """The setting whose kernels a failing case ran (None when no setting takes them out of
     the server): a default-off one then stays off, a default-on one is turned off."""
-    if "multicast" in case:
-        return "DECIDE_GATE_UP_MULTICAST"
     if "TMA store" in case:
         return "DECIDE_GATE_UP_TMA_STORE"
     if "longest-first" in case or "other block order" in case:
@@ -144,9 +148,10 @@ def pick(probes: Path):
     if failed:
         reasons.append("the timed figures ran on failing kernels: no more settings")
         return settings, reasons
-    if not multicast_verdict(probes):
-        banned.add("DECIDE_GATE_UP_MULTICAST")
-        reasons.append("kc --gate-up-multicast did not pass (or did not run): DECIDE_GATE_UP_MULTICAST stays off")
+    for name, var in MULTICAST.items():
+        if not multicast_verdict(probes, name):
+            banned.add(var)
+            reasons.append(f"kc --{name}-multicast did not pass (or did not run): {var} stays off")
     if not finished:
         settings["DECIDE_KV_PIECES"] = "0"
         reasons.append("kernel_check did not finish (no kernel-check.json): DECIDE_KV_PIECES=0, no opt-ins")

@@ -397,12 +397,103 @@ fn gate_up_checks(
     Ok(())
 }
 
+/// The two-CTA attention (`DECIDE_ATTENTION_MULTICAST`, heads 128 wide) against the f32
+/// reference on the served kernel with tensor maps: a causal chunk from nothing, one after a
+/// cache in pieces, questions over one input, a pass's last layer (picked rows), rows after
+/// pieces without maps; then the 28k read's four chunks timed with and without it.
+fn attention_multicast_checks(
+    dev: &Device,
+    check: &mut dyn FnMut(String, (f32, f32), f32),
+    timings: &mut Vec<String>,
+) -> Res<()> {
+    let served = AttentionBlock::WgmmaSpecialized;
+    let q15 = Heads {
+        q: 12,
+        kv: 2,
+        dim: 128,
+    };
+    if !served.runs_on(dev, q15.dim) {
+        println!("attention multicast: not on this device");
+        return Ok(());
+    }
+    kernels::set_tensor_maps(true);
+    let case =
+        |prefixes: Vec<usize>, segments: Vec<(Option<usize>, usize)>, picks: Vec<u32>| Case {
+            name: "multicast",
+            heads: q15,
+            prefixes,
+            segments,
+            picks,
+        };
+    let cases = [
+        ("1000 causal rows", case(vec![], vec![(None, 1000)], vec![])),
+        ("3712 causal rows", case(vec![], vec![(None, 3712)], vec![])),
+        (
+            "2048 rows after pieces 3712 + 1280",
+            case(vec![3712, 1280], vec![(Some(ALL_PREFIXES), 2048)], vec![]),
+        ),
+        (
+            "64x47 over 4352",
+            case(vec![4352], vec![(Some(0), 47); 64], vec![]),
+        ),
+        (
+            "3 picked rows of 700 after 2000",
+            case(vec![2000], vec![(Some(0), 700)], vec![0, 350, 699]),
+        ),
+        (
+            "300 rows after pieces 1500 + 1300 + 1100 + 900 + 700 (5: no maps)",
+            case(
+                vec![1500, 1300, 1100, 900, 700],
+                vec![(Some(ALL_PREFIXES), 300)],
+                vec![],
+            ),
+        ),
+    ];
+    kernels::set_attention_multicast(true);
+    for (name, c) in &cases {
+        let r = attention_case(dev, c, served, Layout::Planned, false)?;
+        check(format!("attention multicast: {name}"), r.diff, 0.02);
+        if let Some(d) = r.order_diff {
+            check("  same in the other block order".to_string(), d, 0.0);
+        }
+    }
+    let lengths = [3712usize, 8192, 8192, 8163];
+    for multicast in [false, true] {
+        kernels::set_attention_multicast(multicast);
+        let mut layer_ms = 0.0;
+        for (i, &n) in lengths.iter().enumerate() {
+            let held: usize = lengths[..i].iter().sum();
+            let c = case(
+                lengths[..i].to_vec(),
+                vec![((i > 0).then_some(ALL_PREFIXES), n)],
+                vec![],
+            );
+            let r = attention_case(dev, &c, served, Layout::Planned, true)?;
+            let ms = r.secs.unwrap_or(0.0) * 1e3;
+            layer_ms += ms;
+            let what = if multicast { "multicast" } else { "one CTA" };
+            let key = format!("28k prefill, {what}: {n} after {held}");
+            check(format!("attention {key}"), r.diff, 0.02);
+            println!("  {key}: {ms:.3} ms");
+            timings.push(format!(r#"{{"case":"{key}","ms":{ms}}}"#));
+        }
+        println!(
+            "  28k prefill attention, multicast {multicast}: {layer_ms:.3} ms a layer, {:.1} ms over 28 layers",
+            layer_ms * 28.0
+        );
+    }
+    kernels::set_attention_multicast(false);
+    Ok(())
+}
+
 fn main() -> Res<()> {
     let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
     // `--gate-up-multicast`: only the gate/up kernel in two-CTA clusters, checked and timed
     // (a run of its own, so that a fault in that experimental kernel cannot cost the other
     // checks: bench/h200_side_by_side.sh's probes run it after them, under its own time limit).
     let multicast_only = std::env::args().any(|a| a == "--gate-up-multicast");
+    // `--attention-multicast`: only the two-CTA attention, likewise.
+    let attention_multicast_only = std::env::args().any(|a| a == "--attention-multicast");
     let dev = Device::new_cuda(0)?;
     let mut failed = false;
     let mut report = Vec::new();
@@ -419,8 +510,13 @@ fn main() -> Res<()> {
         ));
     };
 
-    if multicast_only {
-        gate_up_checks(&dev, true, &mut check, &mut timings)?;
+    if multicast_only || attention_multicast_only {
+        if multicast_only {
+            gate_up_checks(&dev, true, &mut check, &mut timings)?;
+        }
+        if attention_multicast_only {
+            attention_multicast_checks(&dev, &mut check, &mut timings)?;
+        }
         report.extend(timings);
         if let Some(p) = json_path {
             std::fs::write(&p, format!("[{}]\n", report.join(",\n")))?;

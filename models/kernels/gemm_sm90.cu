@@ -66,27 +66,8 @@ struct __align__(64) GateUpMaps {
     TensorMap h, w, w_half, out;
 };
 
-// ---- Two-CTA clusters (the multicast variant below) ----
+// ---- Two-CTA clusters (the multicast variant below; sm90_common.cuh has the rest) ----
 
-// This CTA's rank in its cluster.
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-// Every thread of both CTAs arrives and waits (all of them must call it; not `.aligned`, so
-// the threads of a warp need not arrive together).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// Arrives on the mbarrier at the same offset as `bar` in CTA `rank` of the cluster.
-__device__ __forceinline__ void mbar_arrive_in(uint64_t* bar, uint32_t rank) {
-    asm volatile(
-        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
-        "r"(rank)
-        : "memory");
-}
 // One box of a 2-D tensor map at (x, y) into shared memory at `dst` of every CTA in `mask`
 // (the same offset in each), completing its bytes on the mbarrier at `bar`'s offset in each.
 __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TensorMap* map, int x,

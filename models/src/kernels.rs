@@ -678,6 +678,18 @@ pub fn set_gate_up_tma_store(on: bool) {
     GATE_UP_TMA_STORE.set(on);
 }
 
+/// Whether the warp-specialized attention (heads 128 wide) runs in clusters of two CTAs over
+/// heads 2p and 2p + 1 of the same rows, which load each key and value tile once for both
+/// (`attention_bf16_d128_wgmma_ws_mc`; `MC` in attention_sm90.cu says why). Opt-in
+/// (`DECIDE_ATTENTION_MULTICAST=1`; [`set_attention_multicast`] in-process) until a GPU run
+/// measures it: written in session 30 without one.
+static ATTENTION_MULTICAST: Switch = Switch::new("DECIDE_ATTENTION_MULTICAST", false);
+
+/// Turns the two-CTA attention on or off for later launches (`kernel_check` runs both ways).
+pub fn set_attention_multicast(on: bool) {
+    ATTENTION_MULTICAST.set(on);
+}
+
 /// Whether the gate/up kernel runs in clusters of two CTAs that load each weight slice once
 /// for both (`gate_up_silu_sm90_mc`). Opt-in (`DECIDE_GATE_UP_MULTICAST=1`;
 /// [`set_gate_up_multicast`] in-process) until a GPU run measures it: written in session 30
@@ -961,6 +973,16 @@ pub fn attention(
     let Some(kernel) = block.kernel(d) else {
         bail!("attention kernel {block:?}: head width {d} is not built");
     };
+    // The two-CTA variant over pairs of heads that share a kv head (opt-in).
+    let multicast = block == AttentionBlock::WgmmaSpecialized
+        && d == 128
+        && (h / kv) % 2 == 0
+        && ATTENTION_MULTICAST.on();
+    let kernel = if multicast {
+        ("attention_bf16_d128_wgmma_ws_mc", kernel.1, kernel.2)
+    } else {
+        kernel
+    };
     let smem = block.shared_memory(d);
     let func = module_function(&dev, kernel, smem)?;
     let stream = dev.cuda_stream();
@@ -1022,7 +1044,8 @@ pub fn attention(
     }
     // The grid's shape tells the kernel in which order its blocks take rows and heads
     // (`block_place` in attention_common.cuh).
-    let grid_dim = if plan.longest_first {
+    // (The two-CTA variant always starts its pairs of heads longest first.)
+    let grid_dim = if plan.longest_first || multicast {
         ((m.div_ceil(rows) * h) as u32, 1, splits as u32)
     } else {
         (m.div_ceil(rows) as u32, h as u32, splits as u32)

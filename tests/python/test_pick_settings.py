@@ -124,13 +124,23 @@ def test_the_multicast_gate_up_needs_its_own_check(tmp_path):
     assert any("DECIDE_GATE_UP_MULTICAST stays off" in r for r in reasons)
     # A failing check there keeps it off too.
     failing = probes(tmp_path / "failing", **fast)
-    (failing / "kernel-check-multicast.txt").write_text(
+    (failing / "kernel-check-gate-up-multicast.txt").write_text(
         "gate_up_silu (1029 rows, multicast)              max |diff| 9.00000 (max |ref| 17.750) FAILED\n")
-    (failing / "kernel-check-multicast.json").write_text("[]\n")
+    (failing / "kernel-check-gate-up-multicast.json").write_text("[]\n")
     assert pick_settings.pick(failing)[0] == {}
     # Passed: the prefill decides, as for the other opt-ins.
     passing = probes(tmp_path / "passing", **fast)
-    (passing / "kernel-check-multicast.txt").write_text(
+    (passing / "kernel-check-gate-up-multicast.txt").write_text(
         "gate_up_silu (1029 rows, multicast)              max |diff| 0.00000 (max |ref| 17.750) ok\n")
-    (passing / "kernel-check-multicast.json").write_text("[]\n")
+    (passing / "kernel-check-gate-up-multicast.json").write_text("[]\n")
     assert pick_settings.pick(passing)[0] == {"DECIDE_GATE_UP_MULTICAST": "1"}
+
+
+def test_the_attention_multicast_needs_its_own_check_too(tmp_path):
+    fast = dict(long=SERVED, long_attention_multicast=[230.0, 231.0, 232.0, 233.0, 234.0])
+    assert pick_settings.pick(probes(tmp_path / "none", **fast))[0] == {}
+    passing = probes(tmp_path / "passing", **fast)
+    (passing / "kernel-check-attention-multicast.txt").write_text(
+        "attention multicast: 3712 causal rows           max |diff| 0.00800 (max |ref| 3.500) ok\n")
+    (passing / "kernel-check-attention-multicast.json").write_text("[]\n")
+    assert pick_settings.pick(passing)[0] == {"DECIDE_ATTENTION_MULTICAST": "1"}
