@@ -44,7 +44,6 @@ typedef __nv_bfloat16 bf16;
 #define GU_THREADS 384
 #define GU_A_BYTES (GU_BM * GU_BK * 2)
 #define GU_B_BYTES (GU_BN * GU_BK * 2)
-#define GU_OUT_BYTES (GU_BM * (GU_BN / 2) * 2)  // a tile's output, staged for a TMA store
 
 // D (+)= A B for a 64x256 tile and k 16, A and B in shared memory (descriptors), both
 // K-major; accumulate 0 overwrites D.

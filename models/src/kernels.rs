@@ -662,7 +662,8 @@ const GATE_UP_MC_KERNEL: (&str, &str, &str) =
 pub const GATE_UP_BLOCK: usize = 128;
 
 /// Shared memory of one block of the gate/up kernel: `GU_STAGES` slots of a 128 x 64 slice of
-/// `h` and a 256 x 64 slice of the weight, and 1 KiB to start on a 1024-byte boundary.
+/// `h` and a 256 x 64 slice of the weight, a 128 x 128 tile of output for the TMA-store
+/// epilogue, and 1 KiB to start on a 1024-byte boundary.
 const GATE_UP_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 128 * 128 * 2 + 1024;
 
 /// Whether the gate/up kernel's epilogue stages each tile's output in shared memory and
@@ -677,6 +678,10 @@ static GATE_UP_TMA_STORE: Switch = Switch::new("DECIDE_GATE_UP_TMA_STORE", false
 pub fn set_gate_up_tma_store(on: bool) {
     GATE_UP_TMA_STORE.set(on);
 }
+
+/// The warp-specialized attention for heads 128 wide in clusters of two CTAs.
+const ATTENTION_MC_KERNEL: (&str, &str, &str) =
+    ("attention_bf16_d128_wgmma_ws_mc", SM90_MODULE, SM90_PTX);
 
 /// Whether the warp-specialized attention (heads 128 wide) runs in clusters of two CTAs over
 /// heads 2p and 2p + 1 of the same rows, which load each key and value tile once for both
@@ -772,13 +777,7 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
     // one cluster of two per pair of 128-row tiles, as many clusters as fit at once.
     let blocks = if multicast {
         let pairs = m.div_ceil(256) * (i / GATE_UP_BLOCK);
-        let query = LaunchConfig {
-            grid_dim: (2, 1, 1),
-            block_dim: (384, 1, 1),
-            shared_mem_bytes: GATE_UP_SMEM as u32,
-        };
-        let clusters = func.occupancy_max_active_clusters(query, &stream).w()? as usize;
-        2 * pairs.min(clusters.max(1))
+        2 * pairs.min(gate_up_clusters(&dev, &func)?)
     } else {
         (m.div_ceil(128) * (i / GATE_UP_BLOCK)).min(multiprocessors(&dev))
     };
@@ -789,6 +788,28 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
     };
     unsafe { b.launch(cfg) }.w()?;
     Ok(tensor(out, &dev, (m, i)))
+}
+
+/// How many two-CTA clusters of the gate/up kernel fit on the device at once (asked of the
+/// driver once per device and thread: every launch needs it), at least one.
+fn gate_up_clusters(dev: &CudaDevice, func: &CudaFunction) -> Result<usize> {
+    thread_local! {
+        static CLUSTERS: RefCell<HashMap<DeviceId, usize>> = RefCell::new(HashMap::new());
+    }
+    if let Some(n) = CLUSTERS.with(|c| c.borrow().get(&dev.id()).copied()) {
+        return Ok(n);
+    }
+    let query = LaunchConfig {
+        grid_dim: (2, 1, 1),
+        block_dim: (384, 1, 1),
+        shared_mem_bytes: GATE_UP_SMEM as u32,
+    };
+    let n = (func
+        .occupancy_max_active_clusters(query, &dev.cuda_stream())
+        .w()? as usize)
+        .max(1);
+    CLUSTERS.with(|c| c.borrow_mut().insert(dev.id(), n));
+    Ok(n)
 }
 
 /// The log-softmax of f32 `logits` `(rows, vocab)` over each row, read at the flat indices
@@ -979,7 +1000,7 @@ pub fn attention(
         && (h / kv) % 2 == 0
         && ATTENTION_MULTICAST.on();
     let kernel = if multicast {
-        ("attention_bf16_d128_wgmma_ws_mc", kernel.1, kernel.2)
+        ATTENTION_MC_KERNEL
     } else {
         kernel
     };
