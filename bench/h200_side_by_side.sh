@@ -187,15 +187,6 @@ probes() {
   if [ -x /tmp/gpu/bin/kc ]; then
     "${t[@]}" /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
-    # The two-CTA kernels (opt-in, not yet run on a GPU: DECIDE_GATE_UP_MULTICAST=1,
-    # DECIDE_ATTENTION_MULTICAST=1): each a run of its own, after the others and under a
-    # short limit, so a fault in one costs only itself; their prefill variants below run only
-    # if every check of theirs passed.
-    for which in gate-up attention; do
-      timeout 90 /tmp/gpu/bin/kc --$which-multicast --json "$OUT/kernel-check-$which-multicast.json" \
-        >"$OUT/kernel-check-$which-multicast.txt" 2>&1
-      echo "kernel_check --$which-multicast rc=$? ($(grep -c ' ok$' "$OUT/kernel-check-$which-multicast.txt") ok, $(grep -c FAILED "$OUT/kernel-check-$which-multicast.txt") failed)"
-    done
   fi
   if [ -x /tmp/gpu/bin/hs ]; then
     # The 28k read's prepare on this machine's cores (host/examples/host_steps): its template
@@ -223,9 +214,8 @@ probes() {
     # and down projections added to the stream in their GEMM (DECIDE_RESIDUAL_IN_GEMM=1);
     # with the CUDA memory pool keeping its free memory mapped (DECIDE_CUDA_POOL_KEEP=1);
     # with the gate/up kernel's output stored by TMA (DECIDE_GATE_UP_TMA_STORE=1); with the
-    # gate/up kernel in two-CTA clusters sharing the weight's loads (DECIDE_GATE_UP_MULTICAST=1);
-    # with the attention in two-CTA clusters sharing K and V (DECIDE_ATTENTION_MULTICAST=1);
-    # with those three settings; as served again (the spread); and from an earlier commit's
+    # gate/up kernel's epilogue run during the next tile's multiplies (DECIDE_GATE_UP_OVERLAP=1);
+    # with longest-first, residual-in-GEMM and pool-keep together; as served again (the spread); and from an earlier commit's
     # forward_bench when landed at /tmp/gpu/bin/fb_old: the A/Bs on the model alone. (Run 11
     # measured the gate/up kernel's A/B, DECIDE_FUSED_GATE_UP=0, and 16k-row chunks,
     # DECIDE_BENCH_CHUNK=16384.)
@@ -250,9 +240,7 @@ probes() {
     long long-residual-in-gemm DECIDE_RESIDUAL_IN_GEMM=1
     long long-pool-keep DECIDE_CUDA_POOL_KEEP=1
     long long-gate-up-tma-store DECIDE_GATE_UP_TMA_STORE=1
-    passed() { [ -f "$OUT/kernel-check-$1-multicast.json" ] && ! grep -q FAILED "$OUT/kernel-check-$1-multicast.txt"; }
-    passed gate-up && long long-gate-up-multicast DECIDE_GATE_UP_MULTICAST=1
-    passed attention && long long-attention-multicast DECIDE_ATTENTION_MULTICAST=1
+    long long-gate-up-overlap DECIDE_GATE_UP_OVERLAP=1
     long long-all DECIDE_ATTENTION_LONGEST_FIRST=1 DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
     long long-again
     if [ -x /tmp/gpu/bin/fb_old ]; then

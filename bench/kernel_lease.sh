@@ -12,8 +12,6 @@
 #   ncu-full   Nsight Compute's full sections for one launch each of the 28k read's main
 #              kernels at 8k-row chunks (ncu-<kernel>.csv): what bounds each;
 #   kc         kernel_check (kernel-check.txt, .json);
-#   kc-multicast  kernel_check of the two-CTA gate/up kernel and attention, each alone
-#              (kernel-check-{gate-up,attention}-multicast.txt, .json; 90 s at most each);
 #   pack       everything in $OUT into kernel-lease.tgz (a call brings back a few files only).
 # Each step is capped (STEP_TIMEOUT, default 240 s) so one stuck tool costs one step.
 set -u
@@ -73,13 +71,6 @@ for step in "$@"; do
     kc)
       timeout "$cap" "$bin/kc" --json "$out/kernel-check.json" >"$out/kernel-check.txt" 2>&1
       echo "kernel_check rc=$? ($(grep -c ' ok$' "$out/kernel-check.txt") ok, $(grep -c FAILED "$out/kernel-check.txt") failed)"
-      ;;
-    kc-multicast)
-      for which in gate-up attention; do
-        timeout 90 "$bin/kc" --$which-multicast --json "$out/kernel-check-$which-multicast.json" \
-          >"$out/kernel-check-$which-multicast.txt" 2>&1
-        echo "kernel_check --$which-multicast rc=$? ($(grep -c ' ok$' "$out/kernel-check-$which-multicast.txt") ok, $(grep -c FAILED "$out/kernel-check-$which-multicast.txt") failed)"
-      done
       ;;
     pack)
       # Packed outside $OUT first: tar refuses a folder that changes as it reads it.

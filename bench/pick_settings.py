@@ -43,26 +43,9 @@ VARIANTS = {
     "long-residual-in-gemm": ("DECIDE_RESIDUAL_IN_GEMM", "1", "opt-in"),
     "long-pool-keep": ("DECIDE_CUDA_POOL_KEEP", "1", "opt-in"),
     "long-gate-up-tma-store": ("DECIDE_GATE_UP_TMA_STORE", "1", "opt-in"),
-    "long-gate-up-multicast": ("DECIDE_GATE_UP_MULTICAST", "1", "opt-in"),
-    "long-attention-multicast": ("DECIDE_ATTENTION_MULTICAST", "1", "opt-in"),
+    "long-gate-up-overlap": ("DECIDE_GATE_UP_OVERLAP", "1", "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
-
-
-# The two-CTA kernels, each checked in a kernel_check run of its own (`kc --NAME-multicast`:
-# kernel-check-NAME-multicast.txt and .json), and the setting that runs it.
-MULTICAST = {"gate-up": "DECIDE_GATE_UP_MULTICAST", "attention": "DECIDE_ATTENTION_MULTICAST"}
-
-
-def multicast_verdict(probes: Path, name: str):
-    """Whether a two-CTA kernel passed its own kernel_check run: finished, at least one
-    check, none failed."""
-    text = probes / f"kernel-check-{name}-multicast.txt"
-    done = probes / f"kernel-check-{name}-multicast.json"
-    if not (text.is_file() and done.is_file()):
-        return False
-    lines = text.read_text(errors="replace").splitlines()
-    return any(l.endswith(" ok") for l in lines) and not any(l.endswith("FAILED") for l in lines)
 
 
 def kernel_verdicts(probes: Path):
@@ -98,6 +81,8 @@ def kernel_setting(case: str):
     the server): a default-off one then stays off, a default-on one is turned off."""
     if "TMA store" in case:
         return "DECIDE_GATE_UP_TMA_STORE"
+    if "overlapped" in case:
+        return "DECIDE_GATE_UP_OVERLAP"
     if "longest-first" in case or "other block order" in case:
         return "DECIDE_ATTENTION_LONGEST_FIRST"
     if "pieces" in case or re.search(r"after \d+ \+ \d+", case):
@@ -148,10 +133,6 @@ def pick(probes: Path):
     if failed:
         reasons.append("the timed figures ran on failing kernels: no more settings")
         return settings, reasons
-    for name, var in MULTICAST.items():
-        if not multicast_verdict(probes, name):
-            banned.add(var)
-            reasons.append(f"kc --{name}-multicast did not pass (or did not run): {var} stays off")
     if not finished:
         settings["DECIDE_KV_PIECES"] = "0"
         reasons.append("kernel_check did not finish (no kernel-check.json): DECIDE_KV_PIECES=0, no opt-ins")

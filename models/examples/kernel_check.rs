@@ -301,199 +301,8 @@ fn packed(name: &'static str, heads: Heads, picks: Vec<u32>) -> Case {
     }
 }
 
-/// gate_up_silu (one Hopper kernel) against candle's matmul and silu_mul over the same
-/// interleaved weight, at q15's widths: row counts that fill its 128-row tiles and ones that
-/// do not; then timed against the two launches it replaces. With `multicast`, the two-CTA
-/// cluster variant instead of the one-CTA kernel's checks (its timings beside the others').
-fn gate_up_checks(
-    dev: &Device,
-    multicast: bool,
-    check: &mut dyn FnMut(String, (f32, f32), f32),
-    timings: &mut Vec<String>,
-) -> Res<()> {
-    if kernels::gate_up_silu_runs_on(dev, 1536, 8960) {
-        let (k, i) = (1536, 8960);
-        let w = (Tensor::randn(0f32, 1f32, (2 * i, k), dev)? * 0.03)?.to_dtype(DType::BF16)?;
-        let unfused = |h: &Tensor| -> Res<Tensor> {
-            Ok(kernels::silu_mul(
-                &h.matmul(&w.t()?)?,
-                kernels::GATE_UP_BLOCK,
-            )?)
-        };
-        // Both epilogues: each thread's stores, and the tile staged and stored with TMA
-        // (`DECIDE_GATE_UP_TMA_STORE`); with `multicast`, the same in two-CTA clusters
-        // sharing the weight's loads (`DECIDE_GATE_UP_MULTICAST`). All must give the same
-        // values.
-        let ways = [(", TMA store", true), ("", false)].map(|(name, tma_store)| {
-            let name = if multicast {
-                format!(", multicast{name}")
-            } else {
-                name.to_string()
-            };
-            (name, tma_store, multicast)
-        });
-        for (epilogue, tma_store, multicast) in ways {
-            kernels::set_gate_up_tma_store(tma_store);
-            kernels::set_gate_up_multicast(multicast);
-            for m in [1usize, 100, 128, 1000, 1029, 8192] {
-                let h = Tensor::randn(0f32, 1f32, (m, k), dev)?.to_dtype(DType::BF16)?;
-                let name = format!("gate_up_silu ({m} rows{epilogue})");
-                match kernels::gate_up_silu(&h, &w) {
-                    Ok(got) => check(name, diff(&got, &unfused(&h)?)?, 0.02),
-                    Err(e) => {
-                        println!("{name:<48} error: {e} FAILED");
-                        check(name, (f32::INFINITY, 0.0), 0.0);
-                    }
-                }
-            }
-        }
-        for m in [1024usize, 2048, 3683, 4096, 7300, 8192] {
-            let h = Tensor::randn(0f32, 1f32, (m, k), dev)?.to_dtype(DType::BF16)?;
-            let flops = (2 * m * 2 * i * k) as f64;
-            let fused = |tma_store, multicast| {
-                kernels::set_gate_up_tma_store(tma_store);
-                kernels::set_gate_up_multicast(multicast);
-                gpu_ms(dev, || {
-                    drop(kernels::gate_up_silu(&h, &w)?);
-                    Ok(())
-                })
-            };
-            let fused_ms = fused(false, false)?;
-            let stored_ms = fused(true, false)?;
-            let multicast_ms = if multicast {
-                Some(fused(false, true)?)
-            } else {
-                None
-            };
-            let unfused_ms = gpu_ms(dev, || {
-                drop(unfused(&h)?);
-                Ok(())
-            })?;
-            let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
-            let clusters = multicast_ms.map_or(String::new(), |ms| {
-                format!(", in two-CTA clusters {ms:.4} ms ({:.0})", tf(ms))
-            });
-            println!(
-                "  gate/up + silu, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
-                 with the TMA store {stored_ms:.4} ms ({:.0}){clusters}, \
-                 matmul + silu_mul {unfused_ms:.4} ms ({:.0} TFLOP/s)",
-                tf(fused_ms),
-                tf(stored_ms),
-                tf(unfused_ms)
-            );
-            let clusters = multicast_ms.map_or(String::new(), |ms| {
-                format!(r#","multicast_ms":{ms},"multicast_tflops":{}"#, tf(ms))
-            });
-            timings.push(format!(
-                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"tma_store_ms":{stored_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"tma_store_tflops":{},"unfused_tflops":{}{clusters}}}"#,
-                tf(fused_ms),
-                tf(stored_ms),
-                tf(unfused_ms)
-            ));
-        }
-        kernels::set_gate_up_tma_store(false);
-        kernels::set_gate_up_multicast(false);
-    }
-    Ok(())
-}
-
-/// The two-CTA attention (`DECIDE_ATTENTION_MULTICAST`, heads 128 wide) against the f32
-/// reference on the served kernel with tensor maps: a causal chunk from nothing, one after a
-/// cache in pieces, questions over one input, a pass's last layer (picked rows), rows after
-/// pieces without maps; then the 28k read's four chunks timed with and without it.
-fn attention_multicast_checks(
-    dev: &Device,
-    check: &mut dyn FnMut(String, (f32, f32), f32),
-    timings: &mut Vec<String>,
-) -> Res<()> {
-    let served = AttentionBlock::WgmmaSpecialized;
-    let q15 = Heads {
-        q: 12,
-        kv: 2,
-        dim: 128,
-    };
-    if !served.runs_on(dev, q15.dim) {
-        println!("attention multicast: not on this device");
-        return Ok(());
-    }
-    kernels::set_tensor_maps(true);
-    let case =
-        |prefixes: Vec<usize>, segments: Vec<(Option<usize>, usize)>, picks: Vec<u32>| Case {
-            name: "multicast",
-            heads: q15,
-            prefixes,
-            segments,
-            picks,
-        };
-    let cases = [
-        ("1000 causal rows", case(vec![], vec![(None, 1000)], vec![])),
-        ("3712 causal rows", case(vec![], vec![(None, 3712)], vec![])),
-        (
-            "2048 rows after pieces 3712 + 1280",
-            case(vec![3712, 1280], vec![(Some(ALL_PREFIXES), 2048)], vec![]),
-        ),
-        (
-            "64x47 over 4352",
-            case(vec![4352], vec![(Some(0), 47); 64], vec![]),
-        ),
-        (
-            "3 picked rows of 700 after 2000",
-            case(vec![2000], vec![(Some(0), 700)], vec![0, 350, 699]),
-        ),
-        (
-            "300 rows after pieces 1500 + 1300 + 1100 + 900 + 700 (5: no maps)",
-            case(
-                vec![1500, 1300, 1100, 900, 700],
-                vec![(Some(ALL_PREFIXES), 300)],
-                vec![],
-            ),
-        ),
-    ];
-    kernels::set_attention_multicast(true);
-    for (name, c) in &cases {
-        let r = attention_case(dev, c, served, Layout::Planned, false)?;
-        check(format!("attention multicast: {name}"), r.diff, 0.02);
-        if let Some(d) = r.order_diff {
-            check("  same in the other block order".to_string(), d, 0.0);
-        }
-    }
-    let lengths = [3712usize, 8192, 8192, 8163];
-    for multicast in [false, true] {
-        kernels::set_attention_multicast(multicast);
-        let mut layer_ms = 0.0;
-        for (i, &n) in lengths.iter().enumerate() {
-            let held: usize = lengths[..i].iter().sum();
-            let c = case(
-                lengths[..i].to_vec(),
-                vec![((i > 0).then_some(ALL_PREFIXES), n)],
-                vec![],
-            );
-            let r = attention_case(dev, &c, served, Layout::Planned, true)?;
-            let ms = r.secs.unwrap_or(0.0) * 1e3;
-            layer_ms += ms;
-            let what = if multicast { "multicast" } else { "one CTA" };
-            let key = format!("28k prefill, {what}: {n} after {held}");
-            check(format!("attention {key}"), r.diff, 0.02);
-            println!("  {key}: {ms:.3} ms");
-            timings.push(format!(r#"{{"case":"{key}","ms":{ms}}}"#));
-        }
-        println!(
-            "  28k prefill attention, multicast {multicast}: {layer_ms:.3} ms a layer, {:.1} ms over 28 layers",
-            layer_ms * 28.0
-        );
-    }
-    kernels::set_attention_multicast(false);
-    Ok(())
-}
-
 fn main() -> Res<()> {
     let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
-    // `--gate-up-multicast`: only the gate/up kernel in two-CTA clusters, checked and timed
-    // (a run of its own, so that a fault in that experimental kernel cannot cost the other
-    // checks: bench/h200_side_by_side.sh's probes run it after them, under its own time limit).
-    let multicast_only = std::env::args().any(|a| a == "--gate-up-multicast");
-    // `--attention-multicast`: only the two-CTA attention, likewise.
-    let attention_multicast_only = std::env::args().any(|a| a == "--attention-multicast");
     let dev = Device::new_cuda(0)?;
     let mut failed = false;
     let mut report = Vec::new();
@@ -509,20 +318,6 @@ fn main() -> Res<()> {
             r#"{{"case":"{name}","max_diff":{d},"max_ref":{m},"ok":{ok}}}"#
         ));
     };
-
-    if multicast_only || attention_multicast_only {
-        if multicast_only {
-            gate_up_checks(&dev, true, &mut check, &mut timings)?;
-        }
-        if attention_multicast_only {
-            attention_multicast_checks(&dev, &mut check, &mut timings)?;
-        }
-        report.extend(timings);
-        if let Some(p) = json_path {
-            std::fs::write(&p, format!("[{}]\n", report.join(",\n")))?;
-        }
-        std::process::exit(i32::from(failed));
-    }
 
     // qkv_rope against split + bias + candle's rope.
     // d = 6 runs the one-pair-per-thread kernel (the others two pairs per thread).
@@ -690,7 +485,91 @@ fn main() -> Res<()> {
         check("silu_mul (blocks of 128)".into(), diff(&got, &want)?, 0.01);
     }
 
-    gate_up_checks(&dev, false, &mut check, &mut timings)?;
+    // gate_up_silu (one Hopper kernel) against candle's matmul and silu_mul over the same
+    // interleaved weight, at q15's widths: row counts that fill its 128-row tiles and ones
+    // that do not; then timed against the two launches it replaces.
+    if kernels::gate_up_silu_runs_on(&dev, 1536, 8960) {
+        let (k, i) = (1536, 8960);
+        let w = (Tensor::randn(0f32, 1f32, (2 * i, k), &dev)? * 0.03)?.to_dtype(DType::BF16)?;
+        let unfused = |h: &Tensor| -> Res<Tensor> {
+            Ok(kernels::silu_mul(
+                &h.matmul(&w.t()?)?,
+                kernels::GATE_UP_BLOCK,
+            )?)
+        };
+        // The three epilogues: each thread's stores after the tile's multiplies, the tile
+        // staged and stored with TMA (`DECIDE_GATE_UP_TMA_STORE`), and each thread's stores
+        // during the next tile's multiplies (`DECIDE_GATE_UP_OVERLAP`, which must match the
+        // first bit for bit). All must give the same values.
+        let set = |tma_store, overlap| {
+            kernels::set_gate_up_tma_store(tma_store);
+            kernels::set_gate_up_overlap(overlap);
+        };
+        for (epilogue, tma_store, overlap) in [
+            ("", false, false),
+            (", TMA store", true, false),
+            (", overlapped", false, true),
+        ] {
+            for m in [1usize, 100, 128, 1000, 1029, 8192] {
+                let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
+                let name = format!("gate_up_silu ({m} rows{epilogue})");
+                set(tma_store, overlap);
+                let got = kernels::gate_up_silu(&h, &w);
+                set(false, false);
+                match got {
+                    Ok(got) => {
+                        if overlap {
+                            let plain = kernels::gate_up_silu(&h, &w)?;
+                            check(format!("{name} = plain"), diff(&got, &plain)?, 0.0);
+                        }
+                        check(name, diff(&got, &unfused(&h)?)?, 0.02)
+                    }
+                    Err(e) => {
+                        println!("{name:<48} error: {e} FAILED");
+                        check(name, (f32::INFINITY, 0.0), 0.0);
+                    }
+                }
+            }
+        }
+        for m in [1024usize, 2048, 3683, 4096, 7300, 8192] {
+            let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
+            let flops = (2 * m * 2 * i * k) as f64;
+            let fused = |tma_store, overlap| {
+                set(tma_store, overlap);
+                let ms = gpu_ms(&dev, || {
+                    drop(kernels::gate_up_silu(&h, &w)?);
+                    Ok(())
+                });
+                set(false, false);
+                ms
+            };
+            let fused_ms = fused(false, false)?;
+            let stored_ms = fused(true, false)?;
+            let overlapped_ms = fused(false, true)?;
+            let unfused_ms = gpu_ms(&dev, || {
+                drop(unfused(&h)?);
+                Ok(())
+            })?;
+            let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
+            println!(
+                "  gate/up + silu, {m} rows: one kernel {fused_ms:.4} ms ({:.0} TFLOP/s), \
+                 with the TMA store {stored_ms:.4} ms ({:.0}), \
+                 overlapped {overlapped_ms:.4} ms ({:.0}), \
+                 matmul + silu_mul {unfused_ms:.4} ms ({:.0} TFLOP/s)",
+                tf(fused_ms),
+                tf(stored_ms),
+                tf(overlapped_ms),
+                tf(unfused_ms)
+            );
+            timings.push(format!(
+                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"tma_store_ms":{stored_ms},"overlapped_ms":{overlapped_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"tma_store_tflops":{},"overlapped_tflops":{},"unfused_tflops":{}}}"#,
+                tf(fused_ms),
+                tf(stored_ms),
+                tf(overlapped_ms),
+                tf(unfused_ms)
+            ));
+        }
+    }
 
     let q15 = Heads {
         q: 12,

@@ -202,23 +202,6 @@ __device__ __forceinline__ KeyTable stage_key_table(
 // H200's 50 MiB L2.
 #define ATT_L2_BUDGET (32l << 20)
 
-// The longest-first order of the second shape for block `idx` of `grid` blocks over H
-// heads (the two-CTA attention places pairs of heads with it: idx, grid and H halved).
-template <int BM>
-__device__ __forceinline__ void place_longest_first(int idx, int grid, int H, int KV, int D,
-                                                    int keys, int& row0, int& h) {
-    const int blocks = grid / H;
-    const long kv_bytes = (long)max(keys, 1) * D * 2 * (long)sizeof(bf16);
-    const int fit = kv_bytes >= ATT_L2_BUDGET ? 1 : 1 << (31 - __clz((int)(ATT_L2_BUDGET / kv_bytes)));
-    const int section = min(H, fit * (H / KV));
-    const int s = idx / (section * blocks);
-    const int in_section = idx - s * section * blocks;
-    const int heads_here = min(section, H - s * section);
-    const int b = in_section / heads_here;
-    h = s * section + in_section - b * heads_here;
-    row0 = (blocks - 1 - b) * BM;
-}
-
 // The query rows (the first, row0) and the head a block of BM rows takes, from the launch's
 // grid, of one of two shapes (the launcher's choice, kernels.rs `attention`):
 // - (row blocks, H, splits): head blockIdx.y, and within a head the last rows first. In a
@@ -237,7 +220,16 @@ __device__ __forceinline__ void block_place(int H, int KV, int D, int keys, int&
         row0 = (gridDim.x - 1 - blockIdx.x) * BM;
         return;
     }
-    place_longest_first<BM>(blockIdx.x, gridDim.x, H, KV, D, keys, row0, h);
+    const int blocks = gridDim.x / H;
+    const long kv_bytes = (long)max(keys, 1) * D * 2 * (long)sizeof(bf16);
+    const int fit = kv_bytes >= ATT_L2_BUDGET ? 1 : 1 << (31 - __clz((int)(ATT_L2_BUDGET / kv_bytes)));
+    const int section = min(H, fit * (H / KV));
+    const int s = blockIdx.x / (section * blocks);
+    const int in_section = blockIdx.x - s * section * blocks;
+    const int heads_here = min(section, H - s * section);
+    const int b = in_section / heads_here;
+    h = s * section + in_section - b * heads_here;
+    row0 = (blocks - 1 - b) * BM;
 }
 
 // The key tiles (of BN columns) a block of BM rows visits: those meeting the union of its

@@ -288,19 +288,6 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const TensorMap* map, int
             : "memory");
     }
 }
-// With two-CTA clusters: this CTA's box (64 columns, `rank`) of a BN-row tile, into the
-// same place in both CTAs, completing its bytes on the mbarrier at `bar`'s offset in each.
-template <int BN>
-__device__ __forceinline__ void tma_box_multicast(uint32_t dst, const TensorMap* map, int row,
-                                                  int kvh, uint64_t* bar, uint32_t rank) {
-    const unsigned long long m = reinterpret_cast<unsigned long long>(map);
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst + rank * BN * 128),
-        "l"(m), "r"((int)rank * 64), "r"(row), "r"(kvh), "r"(smem_u32(bar)), "h"((uint16_t)0x3)
-        : "memory");
-}
-
 // Named barrier 1 + c of the two consumer warpgroups (256 threads); c is 0 or 1 (immediate
 // ids, so the compiler reserves two barriers, not all sixteen).
 __device__ __forceinline__ void consumers_sync(int c) {
@@ -318,17 +305,7 @@ __device__ __forceinline__ void consumers_arrive(int c) {
     }
 }
 
-// MC (the `_mc` entry point, launched in clusters of two CTAs over heads 2p and 2p + 1 of
-// the same rows, which share a kv head and so read the same key and value tiles): each CTA
-// loads one of a TMA tile's two 64-column boxes into both CTAs at once (multicast), so the
-// cluster reads each K and V tile from L2 once instead of twice. The attention reads ~8 TB/s
-// from L2 on the 28k read's chunks (Nsight Compute, bench/reports/kernel-lease-1) under a
-// power limit that holds the clock down. Tiles staged by copies (straddling sources) are
-// still staged by each CTA for itself. A slot is free once the consumers of both CTAs have
-// released it; the CTAs meet at a cluster barrier after setting up and before leaving. The
-// blocks start longest first (pairs of heads). Heads 128 wide, with tensor maps; the same
-// results as one CTA alone.
-template <int D, bool MC>
+template <int D>
 __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMaps& maps) {
     constexpr int BM = WG_BM, BN = WG_BN;
     constexpr int NT = BN / 8, OT = D / 8, PIECES = D / 8;
@@ -354,22 +331,13 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
 
     const int tid = threadIdx.x, role = tid >> 7, warp = tid >> 5, lane = tid & 31;
     int row0, h;
-    const uint32_t rank = MC ? cluster_rank() : 0;
-    if constexpr (MC) {
-        // Pairs of heads: the pair's place as one block's of H / 2 heads, longest first.
-        place_longest_first<BM>(blockIdx.x / 2, gridDim.x / 2, H / 2, KV, D, own_start + own_rows,
-                                row0, h);
-        h = 2 * h + (int)rank;
-    } else {
-        block_place<BM>(H, KV, D, own_start + own_rows, row0, h);
-    }
+    block_place<BM>(H, KV, D, own_start + own_rows, row0, h);
     const int kvh = h / (H / KV);
     if (tid < WS_SLOTS) {
         mbar_init(&full_k[tid], 128);
         mbar_init(&full_v[tid], 128);
-        // The consumers' eight warps (of both CTAs with MC).
-        mbar_init(&empty_k[tid], MC ? 16 : 8);
-        mbar_init(&empty_v[tid], MC ? 16 : 8);
+        mbar_init(&empty_k[tid], 8);
+        mbar_init(&empty_v[tid], 8);
     }
     const KeyTable keys = stage_key_table(s_table, prefix_k, prefix_v, prefix_start, prefix_len,
                                           n_prefix, k_own, v_own, own_start, own_rows, kvh);
@@ -378,18 +346,11 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     int it_begin, it_end;
     tiles.share(blockIdx.z, n_splits, it_begin, it_end);
     const int n = it_end - it_begin;
-    if constexpr (MC) {
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        cluster_sync();
-    }
 
     if (role == 0) {
         // The producer.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n");
-        if (n == 0) {
-            if constexpr (MC) cluster_sync();
-            return;
-        }
+        if (n == 0) return;
         const int part = tid % PIECES, first = tid / PIECES;
         // Queries, in K tile 0's group.
 #pragma unroll
@@ -469,12 +430,7 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
                 if (map) {
                     if (tid == 0) {
                         mbar_expect_tx(&full[slot], TILE_BYTES);
-                        if constexpr (MC) {
-                            tma_box_multicast<BN>(base + slot * TILE_BYTES, map, row, kvh,
-                                                  &full[slot], rank);
-                        } else {
-                            tma_tile<D, BN>(base + slot * TILE_BYTES, map, row, kvh, &full[slot]);
-                        }
+                        tma_tile<D, BN>(base + slot * TILE_BYTES, map, row, kvh, &full[slot]);
                     }
                 } else {
                     stage(col0, whole, src, base + slot * TILE_BYTES, values);
@@ -485,7 +441,6 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
             fill(empty_v, full_v, v_base, mv, v, true);
         }
         cp_async_wait<0>();
-        if constexpr (MC) cluster_sync();
         return;
     }
 
@@ -530,15 +485,9 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     // The softmax of tile i's scores (landed), K slot released; the output's rescale is
     // left pending until the previous O += P V has finished.
     Rescale pending{false, 1.f, 1.f};
-    // Releases a slot: to this CTA's producer, and with MC to the other CTA's (whose
-    // multicast copies land here too).
-    auto release = [&](uint64_t* empty) {
-        mbar_arrive(empty);
-        if constexpr (MC) mbar_arrive_in(empty, rank ^ 1);
-    };
     auto softmax = [&](int i) {
         fence_registers(sf);
-        if (lane == 0) release(&empty_k[i % WS_SLOTS]);
+        if (lane == 0) mbar_arrive(&empty_k[i % WS_SLOTS]);
         const int col0 = tiles.col0(it_begin + i, BN);
         pending = softmax_scores(s, st, bands.whole(col0, col0 + BN), col0, b0, b1, tq,
                                  scale_log2);
@@ -546,7 +495,7 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     // Tile i's O += P V has finished: V slot released.
     auto values_done = [&](int i) {
         fence_registers(of);
-        if (lane == 0) release(&empty_v[i % WS_SLOTS]);
+        if (lane == 0) mbar_arrive(&empty_v[i % WS_SLOTS]);
     };
     auto probabilities = [&] {
 #pragma unroll
@@ -582,20 +531,15 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     }
     write_rows(o, st, r0, r1, tq, h, M, H, blockIdx.z, n_splits, scale_log2, out, part_o,
                part_ml);
-    if constexpr (MC) cluster_sync();
 }
 
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
     attention_bf16_d128_wgmma_ws(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
-    attention_wgmma_ws<128, false>(ATTENTION_ARGS, maps);
+    attention_wgmma_ws<128>(ATTENTION_ARGS, maps);
 }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
     attention_bf16_d64_wgmma_ws(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
-    attention_wgmma_ws<64, false>(ATTENTION_ARGS, maps);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(WS_THREADS, 1)
-    attention_bf16_d128_wgmma_ws_mc(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
-    attention_wgmma_ws<128, true>(ATTENTION_ARGS, maps);
+    attention_wgmma_ws<64>(ATTENTION_ARGS, maps);
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)

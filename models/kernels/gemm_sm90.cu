@@ -58,26 +58,11 @@ __device__ __forceinline__ void wgmma_n256_ss(float (&d)[128], uint64_t a, uint6
 }
 
 // The tensor maps of a launch (`GateUpMaps` in models/src/kernels/tensor_maps.rs): h (K, M)
-// in boxes of 64 x 128, the weight (K, 2I) in boxes of 64 x 256 and of 64 x 128 (each CTA of
-// a cluster loads one half of a weight slice), the output (I, M) in boxes of 64 x 128
-// (written only with `tma_store`), 128-byte swizzle.
+// in boxes of 64 x 128, the weight (K, 2I) in boxes of 64 x 256, the output (I, M) in boxes of
+// 64 x 128 (written only with `tma_store`), 128-byte swizzle.
 struct __align__(64) GateUpMaps {
-    TensorMap h, w, w_half, out;
+    TensorMap h, w, out;
 };
-
-// ---- Two-CTA clusters (the multicast variant below; sm90_common.cuh has the rest) ----
-
-// One box of a 2-D tensor map at (x, y) into shared memory at `dst` of every CTA in `mask`
-// (the same offset in each), completing its bytes on the mbarrier at `bar`'s offset in each.
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TensorMap* map, int x,
-                                                      int y, uint64_t* bar, uint16_t mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(smem_u32(bar)),
-        "h"(mask)
-        : "memory");
-}
 
 // Named barrier 1 over the two consumer warpgroups (256 threads; the producer never joins).
 __device__ __forceinline__ void consumers_sync() {
@@ -111,22 +96,47 @@ __device__ __forceinline__ float silu_times(float g, float u) {
     return __fdividef(g, 1.f + __expf(-g)) * u;
 }
 
+// OVERLAP: a consumer's epilogue of tile t runs during tile t + 1's first GU_SLICES weight
+// slices, in as many slices, instead of between the two main loops with the tensor cores
+// idle. The epilogue is ~2,000 cycles of special-function work (an exp2 and a reciprocal per
+// output, 16 a cycle per multiprocessor) against ~25,000 of multiplies a tile (q15, K 1,536):
+// ~8% of the kernel. At the end of a tile's main loop, each thread's gate and up accumulators
+// are rounded to bf16 (as the plain epilogue does first) and packed in pairs, 64 registers
+// that the next tile's multiplies leave alone; the slices then read those and write the
+// outputs while the wgmma run. The same values bit for bit. Needs K / GU_BK >= GU_SLICES.
+#define GU_SLICES 8
+
+// Slice s of a packed epilogue (output pairs 4 s .. 4 s + 3 of a thread's 32: pair q is row
+// half q / 16, 8-column tile q % 16): silu(gate) * up, written at `row` (the thread's first
+// row of the tile, m0 + tile_row) and column `col0` (the tile's first + 2 tq).
+// (s is a constant once the callers' loops are unrolled, so pk stays in registers.)
+__device__ __forceinline__ void gate_up_slice(const uint32_t (&pk)[64], int s,
+                                              bf16* __restrict__ out, int row, int M, int I,
+                                              long col0) {
+#pragma unroll
+    for (int q = 4 * s; q < 4 * s + 4; ++q) {
+        const int half = q / 16, j = q % 16;
+        const int r = row + 8 * half;
+        float o[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const uint32_t gu = pk[2 * q + e];
+            const float g = __uint_as_float(gu << 16), u = __uint_as_float(gu & 0xffff0000u);
+            o[e] = __fdividef(g, 1.f + __expf(-g)) * u;
+        }
+        if (r < M) {
+            *reinterpret_cast<__nv_bfloat162*>(out + (long)r * I + col0 + 8 * j) =
+                __floats2bfloat162_rn(o[0], o[1]);
+        }
+    }
+}
+
 // tma_store: the epilogue writes each tile's output into shared memory (the 128-byte
 // swizzle, two 64-column boxes) and one thread stores it with TMA while the consumers go on
 // to the next tile, instead of each thread storing its 4-byte pairs to global memory (which
 // use half of each 32-byte sector: Nsight Compute, bench/reports/kernel-lease-1). The same
 // values either way.
-//
-// MC (the `_mc` entry point, launched in clusters of two CTAs): the two CTAs of a cluster
-// compute two neighbouring 128-row tiles against the same weight block, and each loads one
-// half of every weight slice into both CTAs' shared memory at once (TMA multicast), so the
-// weight is read from L2 once per 256 rows instead of per 128: a third less L2 traffic per
-// multiply (Nsight Compute on the 28k prefill: L2 77% busy, the clock at 1.61 GHz under the
-// power limit; bench/reports/kernel-lease-1). A slot is free again only once the consumers of
-// both CTAs have read it (each arrives on both CTAs' empty barriers), and the CTAs meet at a
-// cluster barrier at the start (barriers initialised) and at the end (no one writes into a
-// CTA that has gone). The same values as one CTA alone.
-template <bool MC>
+template <bool OVERLAP>
 __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __restrict__ out,
                                              int M, int I, int K, int tma_store) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -142,23 +152,13 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
     const int k_blocks = K / GU_BK;
     const int m_tiles = (M + GU_BM - 1) / GU_BM;
     const int n_blocks = I / (GU_BN / 2);
-    // With MC the work goes by pairs of M tiles, one per CTA of a cluster (the second of an
-    // odd last pair lies past M: it loads no rows of h and writes none).
-    const uint32_t rank = MC ? cluster_rank() : 0;
-    const int m_units = MC ? (m_tiles + 1) / 2 : m_tiles;
-    const int units = m_units * n_blocks;
-    const int first = MC ? blockIdx.x / 2 : blockIdx.x, stride = MC ? gridDim.x / 2 : gridDim.x;
+    const int units = m_tiles * n_blocks;
     if (tid < GU_STAGES) {
         mbar_init(&full[tid], 1);
-        // The consumers' eight warps (of both CTAs with MC).
-        mbar_init(&empty[tid], MC ? 16 : 8);
+        // The consumers' eight warps.
+        mbar_init(&empty[tid], 8);
     }
-    if constexpr (MC) {
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        cluster_sync();
-    } else {
-        __syncthreads();
-    }
+    __syncthreads();
 
     // Persistent: block b computes tiles b, b + gridDim.x, ... (M fastest), and slot uses
     // count on across them, so the producer fills the next tile's first slots while the
@@ -168,34 +168,17 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid == 0) {
             int step = 0;
-            for (int t = first; t < units; t += stride) {
-                const int m_tile = MC ? 2 * (t % m_units) + (int)rank : t % m_units;
-                const int m0 = m_tile * GU_BM, w0 = (t / m_units) * GU_BN;
+            for (int t = blockIdx.x; t < units; t += gridDim.x) {
+                const int m0 = (t % m_tiles) * GU_BM, w0 = (t / m_tiles) * GU_BN;
                 for (int kb = 0; kb < k_blocks; ++kb, ++step) {
                     const int slot = step % GU_STAGES, use = step / GU_STAGES;
                     if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
-                    // A tile past M (the second of an odd last pair) loads no rows of h: its
-                    // consumers multiply whatever the slot holds and write nothing.
-                    const bool rows = m_tile < m_tiles;
-                    mbar_arrive_expect_tx(&full[slot], (rows ? GU_A_BYTES : 0) + GU_B_BYTES);
-                    if (rows) {
-                        tma_load_2d(a_base + slot * GU_A_BYTES, &maps.h, kb * GU_BK, m0,
-                                    &full[slot]);
-                    }
-                    if constexpr (MC) {
-                        // This CTA's half of the weight slice, into both CTAs.
-                        const uint32_t half = rank * (GU_B_BYTES / 2);
-                        tma_load_2d_multicast(b_base + slot * GU_B_BYTES + half, &maps.w_half,
-                                              kb * GU_BK, w0 + (int)rank * (GU_BN / 2), &full[slot],
-                                              0x3);
-                    } else {
-                        tma_load_2d(b_base + slot * GU_B_BYTES, &maps.w, kb * GU_BK, w0,
-                                    &full[slot]);
-                    }
+                    mbar_arrive_expect_tx(&full[slot], GU_A_BYTES + GU_B_BYTES);
+                    tma_load_2d(a_base + slot * GU_A_BYTES, &maps.h, kb * GU_BK, m0, &full[slot]);
+                    tma_load_2d(b_base + slot * GU_B_BYTES, &maps.w, kb * GU_BK, w0, &full[slot]);
                 }
             }
         }
-        if constexpr (MC) cluster_sync();
         return;
     }
 
@@ -203,18 +186,21 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int c = role - 1;
     const int g = lane >> 2, tq = lane & 3;
-    // Releases a slot: to this CTA's producer, and with MC to the other CTA's too (whose
-    // copies also land here).
-    auto release = [&](int slot) {
-        mbar_arrive(&empty[slot]);
-        if constexpr (MC) mbar_arrive_in(&empty[slot], rank ^ 1);
-    };
+    // Releases a slot to the producer.
+    auto release = [&](int slot) { mbar_arrive(&empty[slot]); };
     float acc[128];
     int step = 0;
-    for (int t = first; t < units; t += stride) {
-        const int m_tile = MC ? 2 * (t % m_units) + (int)rank : t % m_units;
-        const int m0 = m_tile * GU_BM, nb = t / m_units;
-        for (int kb = 0; kb < k_blocks; ++kb, ++step) {
+    if constexpr (OVERLAP) {
+        // The packed gate/up pairs of the last tile, its first row for this thread and its
+        // first column; `pending` while they are unwritten.
+        uint32_t pk[64];
+        bool pending = false;
+        int p_row = 0;
+        long p_col = 0;
+        const int tile_row = c * 64 + (warp & 3) * 16 + g;
+        // Weight slice kb of a tile: waits for it, issues its multiplies (then `between`,
+        // while they run), and releases the slot before it.
+        auto k_step = [&](int kb, auto between) {
             const int slot = step % GU_STAGES;
             mbar_wait(&full[slot], (step / GU_STAGES) & 1);
             const uint32_t a = a_base + slot * GU_A_BYTES + c * 64 * 128;
@@ -226,73 +212,124 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
                               descriptor(b + kk * 32, 16, 1024), kb > 0 || kk > 0);
             }
             wgmma_commit();
-            // The previous slot's multiplies have finished: release it.
+            between();
             wgmma_wait<1>();
             fence_registers(acc);
             if (kb > 0 && lane == 0) release((step - 1) % GU_STAGES);
+            ++step;
+        };
+        for (int t = blockIdx.x; t < units; t += gridDim.x) {
+            const int m0 = (t % m_tiles) * GU_BM, nb = t / m_tiles;
+#pragma unroll
+            for (int s = 0; s < GU_SLICES; ++s) {
+                k_step(s, [&] {
+                    if (pending) gate_up_slice(pk, s, out, p_row, M, I, p_col);
+                });
+            }
+            for (int kb = GU_SLICES; kb < k_blocks; ++kb) k_step(kb, [] {});
+            wgmma_wait<0>();
+            fence_registers(acc);
+            if (lane == 0) release((step - 1) % GU_STAGES);
+            // Gate and up rounded to bf16 (what the unfused matmul writes), in pairs.
+#pragma unroll
+            for (int q = 0; q < 32; ++q) {
+                const int half = q / 16, j = q % 16;
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * half + e],
+                                                                   acc[4 * (j + 16) + 2 * half + e]);
+                    pk[2 * q + e] = *reinterpret_cast<const uint32_t*>(&v);
+                }
+            }
+            pending = true;
+            p_row = m0 + tile_row;
+            p_col = (long)nb * (GU_BN / 2) + 2 * tq;
         }
-        wgmma_wait<0>();
-        fence_registers(acc);
-        if (lane == 0) release((step - 1) % GU_STAGES);
+        if (pending) {
+#pragma unroll
+            for (int s = 0; s < GU_SLICES; ++s) gate_up_slice(pk, s, out, p_row, M, I, p_col);
+        }
+    } else {
+        for (int t = blockIdx.x; t < units; t += gridDim.x) {
+            const int m0 = (t % m_tiles) * GU_BM, nb = t / m_tiles;
+            for (int kb = 0; kb < k_blocks; ++kb, ++step) {
+                const int slot = step % GU_STAGES;
+                mbar_wait(&full[slot], (step / GU_STAGES) & 1);
+                const uint32_t a = a_base + slot * GU_A_BYTES + c * 64 * 128;
+                const uint32_t b = b_base + slot * GU_B_BYTES;
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < GU_BK / 16; ++kk) {
+                    wgmma_n256_ss(acc, descriptor(a + kk * 32, 16, 1024),
+                                  descriptor(b + kk * 32, 16, 1024), kb > 0 || kk > 0);
+                }
+                wgmma_commit();
+                // The previous slot's multiplies have finished: release it.
+                wgmma_wait<1>();
+                fence_registers(acc);
+                if (kb > 0 && lane == 0) release((step - 1) % GU_STAGES);
+            }
+            wgmma_wait<0>();
+            fence_registers(acc);
+            if (lane == 0) release((step - 1) % GU_STAGES);
 
-        // Epilogue: rows g and g + 8 of this warp's 16, columns 2 tq, 2 tq + 1 of each
-        // 8-column tile; tiles 0..15 are gate, 16..31 the matching up.
-        const int tile_row = c * 64 + (warp & 3) * 16 + g;
-        if (tma_store) {
-            // The staging buffer is free once the last tile's store has read it (a whole
-            // main loop ago, so this seldom waits).
-            if (tid == 128) bulk_wait_read();
-            consumers_sync();
+            // Epilogue: rows g and g + 8 of this warp's 16, columns 2 tq, 2 tq + 1 of each
+            // 8-column tile; tiles 0..15 are gate, 16..31 the matching up.
+            const int tile_row = c * 64 + (warp & 3) * 16 + g;
+            if (tma_store) {
+                // The staging buffer is free once the last tile's store has read it (a whole
+                // main loop ago, so this seldom waits).
+                if (tid == 128) bulk_wait_read();
+                consumers_sync();
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int r = tile_row + 8 * half;
+#pragma unroll
+                    for (int j = 0; j < 16; ++j) {
+                        const float* gv = &acc[4 * j + 2 * half];
+                        const float* uv = &acc[4 * (j + 16) + 2 * half];
+                        const __nv_bfloat162 v =
+                            __floats2bfloat162_rn(silu_times(gv[0], uv[0]), silu_times(gv[1], uv[1]));
+                        // Columns 8 j.. are 16-byte piece j % 8 of box j / 8, row r's pieces
+                        // permuted by r % 8 (the 128-byte swizzle the map writes from).
+                        const uint32_t at = out_base + (j >> 3) * (GU_BM * 128) + r * 128 +
+                                            (((j & 7) ^ (r & 7)) << 4) + tq * 4;
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at),
+                                     "r"(*reinterpret_cast<const uint32_t*>(&v))
+                                     : "memory");
+                    }
+                }
+                // The writes, made by threads, are seen by the TMA unit (the async proxy) after
+                // this fence and the barrier.
+                fence_async_shared();
+                consumers_sync();
+                if (tid == 128) {
+                    const int x = nb * (GU_BN / 2);
+                    tma_store_2d(&maps.out, out_base, x, m0);
+                    tma_store_2d(&maps.out, out_base + GU_BM * 128, x + 64, m0);
+                    bulk_commit();
+                }
+                continue;
+            }
+            const int r0 = m0 + tile_row;
+            const long col0 = (long)nb * (GU_BN / 2) + 2 * tq;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const int r = tile_row + 8 * half;
+                const int r = r0 + 8 * half;
+                if (r >= M) continue;
+                bf16* row = out + (long)r * I + col0;
 #pragma unroll
                 for (int j = 0; j < 16; ++j) {
                     const float* gv = &acc[4 * j + 2 * half];
                     const float* uv = &acc[4 * (j + 16) + 2 * half];
-                    const __nv_bfloat162 v =
+                    *reinterpret_cast<__nv_bfloat162*>(row + 8 * j) =
                         __floats2bfloat162_rn(silu_times(gv[0], uv[0]), silu_times(gv[1], uv[1]));
-                    // Columns 8 j.. are 16-byte piece j % 8 of box j / 8, row r's pieces
-                    // permuted by r % 8 (the 128-byte swizzle the map writes from).
-                    const uint32_t at = out_base + (j >> 3) * (GU_BM * 128) + r * 128 +
-                                        (((j & 7) ^ (r & 7)) << 4) + tq * 4;
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at),
-                                 "r"(*reinterpret_cast<const uint32_t*>(&v))
-                                 : "memory");
                 }
             }
-            // The writes, made by threads, are seen by the TMA unit (the async proxy) after
-            // this fence and the barrier.
-            fence_async_shared();
-            consumers_sync();
-            // (Not for a tile past M, the second of an odd last pair with MC.)
-            if (tid == 128 && m0 < M) {
-                const int x = nb * (GU_BN / 2);
-                tma_store_2d(&maps.out, out_base, x, m0);
-                tma_store_2d(&maps.out, out_base + GU_BM * 128, x + 64, m0);
-                bulk_commit();
-            }
-            continue;
         }
-        const int r0 = m0 + tile_row;
-        const long col0 = (long)nb * (GU_BN / 2) + 2 * tq;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int r = r0 + 8 * half;
-            if (r >= M) continue;
-            bf16* row = out + (long)r * I + col0;
-#pragma unroll
-            for (int j = 0; j < 16; ++j) {
-                const float* gv = &acc[4 * j + 2 * half];
-                const float* uv = &acc[4 * (j + 16) + 2 * half];
-                *reinterpret_cast<__nv_bfloat162*>(row + 8 * j) =
-                    __floats2bfloat162_rn(silu_times(gv[0], uv[0]), silu_times(gv[1], uv[1]));
-            }
-        }
+        // The last stores complete before the block's shared memory goes.
+        if (tma_store && tid == 128) bulk_wait();
     }
-    // The last stores complete before the block's shared memory goes.
-    if (tma_store && tid == 128) bulk_wait();
-    if constexpr (MC) cluster_sync();
 }
 
 extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
@@ -301,8 +338,8 @@ extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
     gate_up_body<false>(maps, out, M, I, K, tma_store);
 }
 
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GU_THREADS, 1)
-    gate_up_silu_sm90_mc(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out, int M,
-                         int I, int K, int tma_store) {
+extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
+    gate_up_silu_sm90_overlap(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out,
+                              int M, int I, int K, int tma_store) {
     gate_up_body<true>(maps, out, M, I, K, tma_store);
 }

@@ -132,25 +132,3 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TensorMap* map, 
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
         : "memory");
 }
-
-// ---- Clusters of CTAs (the gate/up and attention kernels' two-CTA variants) ----
-
-// This CTA's rank in its cluster.
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-// Every thread of both CTAs arrives and waits (all of them must call it; not `.aligned`, so
-// the threads of a warp need not arrive together).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// Arrives on the mbarrier at the same offset as `bar` in CTA `rank` of the cluster.
-__device__ __forceinline__ void mbar_arrive_in(uint64_t* bar, uint32_t rank) {
-    asm volatile(
-        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
-        "r"(rank)
-        : "memory");
-}

@@ -652,10 +652,10 @@ const GEMM_SM90_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gemm_sm90.pt
 const GEMM_SM90_MODULE: &str = "decide_gemm_sm90";
 const GATE_UP_KERNEL: (&str, &str, &str) = ("gate_up_silu_sm90", GEMM_SM90_MODULE, GEMM_SM90_PTX);
 
-/// The same kernel launched in clusters of two CTAs that share each weight slice's loads
-/// (TMA multicast; `MC` in gemm_sm90.cu says why).
-const GATE_UP_MC_KERNEL: (&str, &str, &str) =
-    ("gate_up_silu_sm90_mc", GEMM_SM90_MODULE, GEMM_SM90_PTX);
+/// The same kernel with each tile's epilogue run during the next tile's first multiplies
+/// (`OVERLAP` in gemm_sm90.cu says why).
+const GATE_UP_OVERLAP_KERNEL: (&str, &str, &str) =
+    ("gate_up_silu_sm90_overlap", GEMM_SM90_MODULE, GEMM_SM90_PTX);
 
 /// The interleave of the weight [`gate_up_silu`] reads: gate and up rows alternate in blocks
 /// of this many (`GU_BN / 2` in gemm_sm90.cu).
@@ -679,33 +679,21 @@ pub fn set_gate_up_tma_store(on: bool) {
     GATE_UP_TMA_STORE.set(on);
 }
 
-/// The warp-specialized attention for heads 128 wide in clusters of two CTAs.
-const ATTENTION_MC_KERNEL: (&str, &str, &str) =
-    ("attention_bf16_d128_wgmma_ws_mc", SM90_MODULE, SM90_PTX);
+/// Whether the gate/up kernel writes each tile's output while the next tile's multiplies run
+/// (`gate_up_silu_sm90_overlap`), where the hidden width has the 8 weight slices of 64 columns
+/// it spreads that over (`GU_SLICES`) and the TMA store is off. The same values bit for bit.
+/// Opt-in (`DECIDE_GATE_UP_OVERLAP=1`; [`set_gate_up_overlap`] in-process) until a GPU run
+/// measures it: written in session 31 without one.
+static GATE_UP_OVERLAP: Switch = Switch::new("DECIDE_GATE_UP_OVERLAP", false);
 
-/// Whether the warp-specialized attention (heads 128 wide) runs in clusters of two CTAs over
-/// heads 2p and 2p + 1 of the same rows, which load each key and value tile once for both
-/// (`attention_bf16_d128_wgmma_ws_mc`; `MC` in attention_sm90.cu says why). Opt-in
-/// (`DECIDE_ATTENTION_MULTICAST=1`; [`set_attention_multicast`] in-process) until a GPU run
-/// measures it: written in session 30 without one.
-static ATTENTION_MULTICAST: Switch = Switch::new("DECIDE_ATTENTION_MULTICAST", false);
-
-/// Turns the two-CTA attention on or off for later launches (`kernel_check` runs both ways).
-pub fn set_attention_multicast(on: bool) {
-    ATTENTION_MULTICAST.set(on);
+/// Turns the gate/up kernel's overlapped epilogue on or off for later launches
+/// (`kernel_check` runs both ways).
+pub fn set_gate_up_overlap(on: bool) {
+    GATE_UP_OVERLAP.set(on);
 }
 
-/// Whether the gate/up kernel runs in clusters of two CTAs that load each weight slice once
-/// for both (`gate_up_silu_sm90_mc`). Opt-in (`DECIDE_GATE_UP_MULTICAST=1`;
-/// [`set_gate_up_multicast`] in-process) until a GPU run measures it: written in session 30
-/// without one.
-static GATE_UP_MULTICAST: Switch = Switch::new("DECIDE_GATE_UP_MULTICAST", false);
-
-/// Turns the gate/up kernel's two-CTA clusters on or off for later launches (`kernel_check`
-/// runs both ways).
-pub fn set_gate_up_multicast(on: bool) {
-    GATE_UP_MULTICAST.set(on);
-}
+/// The weight slices of 64 columns the overlapped epilogue is spread over (`GU_SLICES`).
+const GATE_UP_OVERLAP_SLICES: usize = 8;
 
 /// Whether [`gate_up_silu`] runs on `device` for a hidden width `k` and FFN width `i`: built
 /// for and running on Hopper, `k` a multiple of the kernel's 64-column slices and `i` of its
@@ -724,8 +712,8 @@ pub fn load_gate_up(device: &Device) -> Result<()> {
     match device {
         Device::Cuda(dev) if gate_up_built_for(device) => {
             module_function(dev, GATE_UP_KERNEL, GATE_UP_SMEM)?;
-            if GATE_UP_MULTICAST.on() {
-                module_function(dev, GATE_UP_MC_KERNEL, GATE_UP_SMEM)?;
+            if GATE_UP_OVERLAP.on() {
+                module_function(dev, GATE_UP_OVERLAP_KERNEL, GATE_UP_SMEM)?;
             }
             Ok(())
         }
@@ -745,9 +733,10 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
     if wk != k || n % 2 != 0 || !gate_up_silu_runs_on(h.device(), k, i) || m == 0 {
         bail!("gate_up_silu: ({m}, {k}) times a ({n}, {wk}) weight does not run here");
     }
-    let multicast = GATE_UP_MULTICAST.on();
-    let kernel = if multicast {
-        GATE_UP_MC_KERNEL
+    let tma_store = GATE_UP_TMA_STORE.on();
+    let overlap = GATE_UP_OVERLAP.on() && !tma_store && k / 64 >= GATE_UP_OVERLAP_SLICES;
+    let kernel = if overlap {
+        GATE_UP_OVERLAP_KERNEL
     } else {
         GATE_UP_KERNEL
     };
@@ -765,7 +754,7 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
     )
     .ok_or_else(|| candle_core::Error::Msg("gate_up_silu: TMA refused an operand".into()))?;
     let (m32, i32_, k32) = (m as i32, i as i32, k as i32);
-    let tma_store = i32::from(GATE_UP_TMA_STORE.on());
+    let tma_store = i32::from(tma_store);
     let mut b = stream.launch_builder(&func);
     b.arg(&maps)
         .arg(&out)
@@ -773,43 +762,15 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
         .arg(&i32_)
         .arg(&k32)
         .arg(&tma_store);
-    // Persistent: one block per multiprocessor, each looping over tiles; with multicast,
-    // one cluster of two per pair of 128-row tiles, as many clusters as fit at once.
-    let blocks = if multicast {
-        let pairs = m.div_ceil(256) * (i / GATE_UP_BLOCK);
-        2 * pairs.min(gate_up_clusters(&dev, &func)?)
-    } else {
-        (m.div_ceil(128) * (i / GATE_UP_BLOCK)).min(multiprocessors(&dev))
-    };
+    // Persistent: one block per multiprocessor, each looping over tiles.
+    let tiles = m.div_ceil(128) * (i / GATE_UP_BLOCK);
     let cfg = LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
+        grid_dim: (tiles.min(multiprocessors(&dev)) as u32, 1, 1),
         block_dim: (384, 1, 1),
         shared_mem_bytes: GATE_UP_SMEM as u32,
     };
     unsafe { b.launch(cfg) }.w()?;
     Ok(tensor(out, &dev, (m, i)))
-}
-
-/// How many two-CTA clusters of the gate/up kernel fit on the device at once (asked of the
-/// driver once per device and thread: every launch needs it), at least one.
-fn gate_up_clusters(dev: &CudaDevice, func: &CudaFunction) -> Result<usize> {
-    thread_local! {
-        static CLUSTERS: RefCell<HashMap<DeviceId, usize>> = RefCell::new(HashMap::new());
-    }
-    if let Some(n) = CLUSTERS.with(|c| c.borrow().get(&dev.id()).copied()) {
-        return Ok(n);
-    }
-    let query = LaunchConfig {
-        grid_dim: (2, 1, 1),
-        block_dim: (384, 1, 1),
-        shared_mem_bytes: GATE_UP_SMEM as u32,
-    };
-    let n = (func
-        .occupancy_max_active_clusters(query, &dev.cuda_stream())
-        .w()? as usize)
-        .max(1);
-    CLUSTERS.with(|c| c.borrow_mut().insert(dev.id(), n));
-    Ok(n)
 }
 
 /// The log-softmax of f32 `logits` `(rows, vocab)` over each row, read at the flat indices
@@ -994,16 +955,6 @@ pub fn attention(
     let Some(kernel) = block.kernel(d) else {
         bail!("attention kernel {block:?}: head width {d} is not built");
     };
-    // The two-CTA variant over pairs of heads that share a kv head (opt-in).
-    let multicast = block == AttentionBlock::WgmmaSpecialized
-        && d == 128
-        && (h / kv) % 2 == 0
-        && ATTENTION_MULTICAST.on();
-    let kernel = if multicast {
-        ATTENTION_MC_KERNEL
-    } else {
-        kernel
-    };
     let smem = block.shared_memory(d);
     let func = module_function(&dev, kernel, smem)?;
     let stream = dev.cuda_stream();
@@ -1065,8 +1016,7 @@ pub fn attention(
     }
     // The grid's shape tells the kernel in which order its blocks take rows and heads
     // (`block_place` in attention_common.cuh).
-    // (The two-CTA variant always starts its pairs of heads longest first.)
-    let grid_dim = if plan.longest_first || multicast {
+    let grid_dim = if plan.longest_first {
         ((m.div_ceil(rows) * h) as u32, 1, splits as u32)
     } else {
         (m.div_ceil(rows) as u32, h as u32, splits as u32)

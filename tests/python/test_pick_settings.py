@@ -116,31 +116,14 @@ def test_a_failing_tma_store_epilogue_stays_off_and_the_rest_goes_on(tmp_path):
     assert any("DECIDE_GATE_UP_TMA_STORE stays off" in r for r in reasons)
 
 
-def test_the_multicast_gate_up_needs_its_own_check(tmp_path):
-    fast = dict(long=SERVED, long_gate_up_multicast=[230.0, 231.0, 232.0, 233.0, 234.0])
-    # No kernel-check-multicast files: it stays off whatever the prefill says.
-    settings, reasons = pick_settings.pick(probes(tmp_path / "none", **fast))
+def test_a_failing_overlapped_epilogue_stays_off(tmp_path):
+    checks = OK_CHECKS + "gate_up_silu (1029 rows, overlapped) = plain     max |diff| 0.01000 (max |ref| 17.750) FAILED\n"
+    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_overlap=[230.0, 231.0, 232.0, 233.0, 234.0])
+    settings, reasons = pick_settings.pick(d)
     assert settings == {}
-    assert any("DECIDE_GATE_UP_MULTICAST stays off" in r for r in reasons)
-    # A failing check there keeps it off too.
-    failing = probes(tmp_path / "failing", **fast)
-    (failing / "kernel-check-gate-up-multicast.txt").write_text(
-        "gate_up_silu (1029 rows, multicast)              max |diff| 9.00000 (max |ref| 17.750) FAILED\n")
-    (failing / "kernel-check-gate-up-multicast.json").write_text("[]\n")
-    assert pick_settings.pick(failing)[0] == {}
-    # Passed: the prefill decides, as for the other opt-ins.
-    passing = probes(tmp_path / "passing", **fast)
-    (passing / "kernel-check-gate-up-multicast.txt").write_text(
-        "gate_up_silu (1029 rows, multicast)              max |diff| 0.00000 (max |ref| 17.750) ok\n")
-    (passing / "kernel-check-gate-up-multicast.json").write_text("[]\n")
-    assert pick_settings.pick(passing)[0] == {"DECIDE_GATE_UP_MULTICAST": "1"}
+    assert any("DECIDE_GATE_UP_OVERLAP stays off" in r for r in reasons)
 
 
-def test_the_attention_multicast_needs_its_own_check_too(tmp_path):
-    fast = dict(long=SERVED, long_attention_multicast=[230.0, 231.0, 232.0, 233.0, 234.0])
-    assert pick_settings.pick(probes(tmp_path / "none", **fast))[0] == {}
-    passing = probes(tmp_path / "passing", **fast)
-    (passing / "kernel-check-attention-multicast.txt").write_text(
-        "attention multicast: 3712 causal rows           max |diff| 0.00800 (max |ref| 3.500) ok\n")
-    (passing / "kernel-check-attention-multicast.json").write_text("[]\n")
-    assert pick_settings.pick(passing)[0] == {"DECIDE_ATTENTION_MULTICAST": "1"}
+def test_a_faster_overlapped_epilogue_goes_on(tmp_path):
+    d = probes(tmp_path, long=SERVED, long_gate_up_overlap=[230.0, 231.0, 232.0, 233.0, 234.0])
+    assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_OVERLAP": "1"}

@@ -104,15 +104,13 @@ fn encode(addr: u64, dims: &[u64], strides: &[u64], boxes: &[u32]) -> Option<[u6
 
 /// The tensor maps of one launch of the gate/up kernel (`GateUpMaps` in gemm_sm90.cu, same
 /// layout): the input `h` `(m, k)` in boxes of 64 columns x 128 rows, the interleaved
-/// weight `(2 i, k)` in boxes of 64 x 256 and of 64 x 128 (a half, for the two-CTA variant),
-/// and the output `(m, i)` in boxes of 64 x 128 (which the kernel writes through only with
-/// its TMA-store epilogue).
+/// weight `(2 i, k)` in boxes of 64 x 256, and the output `(m, i)` in boxes of 64 x 128
+/// (which the kernel writes through only with its TMA-store epilogue).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 pub(super) struct GateUpMaps {
     h: [u64; 16],
     w: [u64; 16],
-    w_half: [u64; 16],
     out: [u64; 16],
 }
 
@@ -127,7 +125,6 @@ impl GateUpMaps {
         Some(Self {
             h: encode(h, &[k as u64, m as u64], &[row], &[64, 128])?,
             w: encode(w, &[k as u64, n as u64], &[row], &[64, 256])?,
-            w_half: encode(w, &[k as u64, n as u64], &[row], &[64, 128])?,
             out: encode(out, &[i as u64, m as u64], &[(i * 2) as u64], &[64, 128])?,
         })
     }
