@@ -4,7 +4,8 @@
 # model in /tmp/gpu/models) and `.kc/unpack.sh` (the probes in /tmp/gpu/bin); writes into
 # $OUT. Steps, by name (`bash bench/kernel_lease.sh long ncu-times`):
 #   long       the 28k prefill alone (forward_bench long, RUNS runs, default 9): as served,
-#              with each setting in LONG_SETTINGS (name=VAR=VALUE,...), and as served again;
+#              with each setting in LONG_SETTINGS (name=VAR=VALUE,...; several variables
+#              of one setting joined by +: name=VAR=VALUE+VAR2=VALUE2), and as served again;
 #   lb         layer_bench: each part of a layer at the 28k read's chunk sizes;
 #   ncu-times  Nsight Compute's duration of every kernel of one 28k prefill (after one
 #              warm-up prefill; --clock-control none, caches kept), ncu-times.csv: where the
@@ -43,7 +44,11 @@ for step in "$@"; do
     long)
       long long
       IFS=, read -ra settings <<<"${LONG_SETTINGS:-legacy-plan=DECIDE_ATTENTION_PLAN=0}"
-      for s in "${settings[@]}"; do long "long-${s%%=*}" "${s#*=}"; done
+      for s in "${settings[@]}"; do
+        vars=${s#*=}
+        # shellcheck disable=SC2086  # one word per variable
+        long "long-${s%%=*}" ${vars//+/ }
+      done
       long long-again
       ;;
     lb)

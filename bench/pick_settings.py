@@ -21,9 +21,12 @@ The rules, written down so a reader of the report knows what ran:
   fastest run is below the as-served fastest too. The as-served figure is the better of
   `long` and `long-again` (run first and last); the margin is 1 ms or the gap between those
   two, whichever is more (one lease's drift).
-- Reverting a default (no-pieces, remainder-last, unaligned) applies when the revert wins. Of the opt-in
-  settings (longest-first, residual-in-gemm, pool-keep) that win, the best alone is turned on;
-  all three only when all three win and `long-all` (the three together) wins and beats each.
+- Reverting a default (no-pieces, remainder-last, unaligned, legacy-plan) applies when the
+  revert wins. Of the opt-in variants that win, one alone is turned on: the one with the
+  lowest p50. Some variants are several settings at once (`long-all`: longest-first,
+  residual-in-gemm and pool-keep; `long-gate-up-band-overlap`: the gate/up kernel's bands and
+  overlapped epilogue), so settings that help together are picked together only when the
+  prefill measured them together.
 Exit 0 with the env file written (possibly empty: the defaults), 3 as above, 2 on bad usage.
 """
 
@@ -33,17 +36,22 @@ import re
 import sys
 from pathlib import Path
 
-# forward-long-<variant>.json: what the variant runs with, and whether it reverts a default.
+# forward-long-<variant>.json: what the variant runs with ({variable: value}), and whether it
+# reverts a default.
 VARIANTS = {
-    "long-no-pieces": ("DECIDE_KV_PIECES", "0", "revert"),
-    "long-remainder-last": ("DECIDE_PREFILL_REMAINDER_FIRST", "0", "revert"),
-    "long-unaligned": ("DECIDE_PREFILL_ALIGN", "0", "revert"),
-    "long-legacy-plan": ("DECIDE_ATTENTION_PLAN", "0", "revert"),
-    "long-longest-first": ("DECIDE_ATTENTION_LONGEST_FIRST", "1", "opt-in"),
-    "long-residual-in-gemm": ("DECIDE_RESIDUAL_IN_GEMM", "1", "opt-in"),
-    "long-pool-keep": ("DECIDE_CUDA_POOL_KEEP", "1", "opt-in"),
-    "long-gate-up-tma-store": ("DECIDE_GATE_UP_TMA_STORE", "1", "opt-in"),
-    "long-gate-up-overlap": ("DECIDE_GATE_UP_OVERLAP", "1", "opt-in"),
+    "long-no-pieces": ({"DECIDE_KV_PIECES": "0"}, "revert"),
+    "long-remainder-last": ({"DECIDE_PREFILL_REMAINDER_FIRST": "0"}, "revert"),
+    "long-unaligned": ({"DECIDE_PREFILL_ALIGN": "0"}, "revert"),
+    "long-legacy-plan": ({"DECIDE_ATTENTION_PLAN": "0"}, "revert"),
+    "long-longest-first": ({"DECIDE_ATTENTION_LONGEST_FIRST": "1"}, "opt-in"),
+    "long-residual-in-gemm": ({"DECIDE_RESIDUAL_IN_GEMM": "1"}, "opt-in"),
+    "long-pool-keep": ({"DECIDE_CUDA_POOL_KEEP": "1"}, "opt-in"),
+    "long-all": ({"DECIDE_ATTENTION_LONGEST_FIRST": "1", "DECIDE_RESIDUAL_IN_GEMM": "1",
+                  "DECIDE_CUDA_POOL_KEEP": "1"}, "opt-in"),
+    "long-gate-up-tma-store": ({"DECIDE_GATE_UP_TMA_STORE": "1"}, "opt-in"),
+    "long-gate-up-overlap": ({"DECIDE_GATE_UP_OVERLAP": "1"}, "opt-in"),
+    "long-gate-up-bands": ({"DECIDE_GATE_UP_BAND_ROWS": "4096"}, "opt-in"),
+    "long-gate-up-band-overlap": ({"DECIDE_GATE_UP_BAND_ROWS": "4096", "DECIDE_GATE_UP_OVERLAP": "1"}, "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
 
@@ -81,6 +89,8 @@ def kernel_setting(case: str):
     the server): a default-off one then stays off, a default-on one is turned off."""
     if "TMA store" in case:
         return "DECIDE_GATE_UP_TMA_STORE"
+    if "bands of" in case:
+        return "DECIDE_GATE_UP_BAND_ROWS"
     if "overlapped" in case:
         return "DECIDE_GATE_UP_OVERLAP"
     if "longest-first" in case or "other block order" in case:
@@ -157,20 +167,16 @@ def pick(probes: Path):
         return won
 
     opt_ins = []
-    for variant, (var, value, kind) in VARIANTS.items():
-        if var in banned or not wins(variant):
+    for variant, (values, kind) in VARIANTS.items():
+        if banned & values.keys() or not wins(variant):
             continue
         if kind == "revert":
-            settings[var] = value
+            settings.update(values)
         else:
             opt_ins.append(variant)
-    if len(opt_ins) == 3 and wins("long-all") and p50(runs["long-all"]) <= min(p50(runs[v]) for v in opt_ins):
-        chosen = opt_ins
-    else:
-        chosen = sorted(opt_ins, key=lambda v: p50(runs[v]))[:1]
+    chosen = sorted(opt_ins, key=lambda v: p50(runs[v]))[:1]
     for variant in chosen:
-        var, value, _ = VARIANTS[variant]
-        settings[var] = value
+        settings.update(VARIANTS[variant][0])
     reasons.append("opt-in: " + (", ".join(chosen) if chosen else "none"))
     return settings, reasons
 

@@ -499,26 +499,31 @@ fn main() -> Res<()> {
         };
         // The three epilogues: each thread's stores after the tile's multiplies, the tile
         // staged and stored with TMA (`DECIDE_GATE_UP_TMA_STORE`), and each thread's stores
-        // during the next tile's multiplies (`DECIDE_GATE_UP_OVERLAP`, which must match the
-        // first bit for bit). All must give the same values.
-        let set = |tma_store, overlap| {
+        // during the next tile's multiplies (`DECIDE_GATE_UP_OVERLAP`); and the tiles in
+        // bands of rows (`DECIDE_GATE_UP_BAND_ROWS`, 512 here so that 1,000 rows end in a
+        // short band), alone and overlapped. All must give the same values, the overlapped
+        // and banded ones bit for bit those of the first.
+        let set = |tma_store, overlap, band| {
             kernels::set_gate_up_tma_store(tma_store);
             kernels::set_gate_up_overlap(overlap);
+            kernels::set_gate_up_band_rows(band);
         };
-        for (epilogue, tma_store, overlap) in [
-            ("", false, false),
-            (", TMA store", true, false),
-            (", overlapped", false, true),
+        for (epilogue, tma_store, overlap, band) in [
+            ("", false, false, 0),
+            (", TMA store", true, false, 0),
+            (", overlapped", false, true, 0),
+            (", bands of 512", false, false, 512),
+            (", overlapped, bands of 512", false, true, 512),
         ] {
             for m in [1usize, 100, 128, 1000, 1029, 8192] {
                 let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
                 let name = format!("gate_up_silu ({m} rows{epilogue})");
-                set(tma_store, overlap);
+                set(tma_store, overlap, band);
                 let got = kernels::gate_up_silu(&h, &w);
-                set(false, false);
+                set(false, false, 0);
                 match got {
                     Ok(got) => {
-                        if overlap {
+                        if overlap || band > 0 {
                             let plain = kernels::gate_up_silu(&h, &w)?;
                             check(format!("{name} = plain"), diff(&got, &plain)?, 0.0);
                         }
@@ -534,18 +539,25 @@ fn main() -> Res<()> {
         for m in [1024usize, 2048, 3683, 4096, 7300, 8192] {
             let h = Tensor::randn(0f32, 1f32, (m, k), &dev)?.to_dtype(DType::BF16)?;
             let flops = (2 * m * 2 * i * k) as f64;
-            let fused = |tma_store, overlap| {
-                set(tma_store, overlap);
+            let fused = |tma_store, overlap, band| {
+                set(tma_store, overlap, band);
                 let ms = gpu_ms(&dev, || {
                     drop(kernels::gate_up_silu(&h, &w)?);
                     Ok(())
                 });
-                set(false, false);
+                set(false, false, 0);
                 ms
             };
-            let fused_ms = fused(false, false)?;
-            let stored_ms = fused(true, false)?;
-            let overlapped_ms = fused(false, true)?;
+            let fused_ms = fused(false, false, 0)?;
+            let stored_ms = fused(true, false, 0)?;
+            let overlapped_ms = fused(false, true, 0)?;
+            // Bands of 2,048 and 4,096 rows, alone and overlapped.
+            let mut banded = Vec::new();
+            for band in [2048usize, 4096] {
+                for overlap in [false, true] {
+                    banded.push((band, overlap, fused(false, overlap, band)?));
+                }
+            }
             let unfused_ms = gpu_ms(&dev, || {
                 drop(unfused(&h)?);
                 Ok(())
@@ -561,12 +573,24 @@ fn main() -> Res<()> {
                 tf(overlapped_ms),
                 tf(unfused_ms)
             );
+            let bands: Vec<String> = banded
+                .iter()
+                .map(|&(band, overlap, ms)| {
+                    let how = if overlap { ", overlapped" } else { "" };
+                    println!(
+                        "  gate/up + silu, {m} rows, bands of {band}{how}: {ms:.4} ms ({:.0} TFLOP/s)",
+                        tf(ms)
+                    );
+                    format!(r#"{{"band_rows":{band},"overlapped":{overlap},"ms":{ms},"tflops":{}}}"#, tf(ms))
+                })
+                .collect();
             timings.push(format!(
-                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"tma_store_ms":{stored_ms},"overlapped_ms":{overlapped_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"tma_store_tflops":{},"overlapped_tflops":{},"unfused_tflops":{}}}"#,
+                r#"{{"case":"gate_up_silu {m} rows","fused_ms":{fused_ms},"tma_store_ms":{stored_ms},"overlapped_ms":{overlapped_ms},"unfused_ms":{unfused_ms},"fused_tflops":{},"tma_store_tflops":{},"overlapped_tflops":{},"unfused_tflops":{},"bands":[{}]}}"#,
                 tf(fused_ms),
                 tf(stored_ms),
                 tf(overlapped_ms),
-                tf(unfused_ms)
+                tf(unfused_ms),
+                bands.join(",")
             ));
         }
     }

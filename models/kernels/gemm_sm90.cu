@@ -131,6 +131,23 @@ __device__ __forceinline__ void gate_up_slice(const uint32_t (&pk)[64], int s,
     }
 }
 
+// The first row m0 and the weight block nb of tile t. Tiles go along M first, in bands of
+// `band` 128-row tiles (the last band what is left): every weight block for one band's rows,
+// then the next band. Without bands (band >= the M tiles) the blocks running at once read
+// all of h, which stays in L2 only while it is small: kernel_check timed 8,192 rows at 642
+// TFLOP/s against 717 at 4,096 (bench/reports/kernel-lease-3), where the tile counts fill
+// their last waves about as well; a band of 4,096 rows keeps 12.5 MiB of h in L2 at the cost
+// of reading the weight once per band.
+__device__ __forceinline__ void tile_at(int t, int m_tiles, int n_blocks, int band, int& m0,
+                                        int& nb) {
+    const int per_band = band * n_blocks;
+    const int b = t / per_band;
+    const int rows = min(band, m_tiles - b * band);  // tiles of this band
+    const int r = t - b * per_band;
+    nb = r / rows;
+    m0 = (b * band + r % rows) * GU_BM;
+}
+
 // tma_store: the epilogue writes each tile's output into shared memory (the 128-byte
 // swizzle, two 64-column boxes) and one thread stores it with TMA while the consumers go on
 // to the next tile, instead of each thread storing its 4-byte pairs to global memory (which
@@ -138,7 +155,7 @@ __device__ __forceinline__ void gate_up_slice(const uint32_t (&pk)[64], int s,
 // values either way.
 template <bool OVERLAP>
 __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __restrict__ out,
-                                             int M, int I, int K, int tma_store) {
+                                             int M, int I, int K, int tma_store, int band) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t raw_addr = smem_u32(smem_raw);
     const uint32_t base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023);
@@ -169,7 +186,9 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
         if (tid == 0) {
             int step = 0;
             for (int t = blockIdx.x; t < units; t += gridDim.x) {
-                const int m0 = (t % m_tiles) * GU_BM, w0 = (t / m_tiles) * GU_BN;
+                int m0, nb;
+                tile_at(t, m_tiles, n_blocks, band, m0, nb);
+                const int w0 = nb * GU_BN;
                 for (int kb = 0; kb < k_blocks; ++kb, ++step) {
                     const int slot = step % GU_STAGES, use = step / GU_STAGES;
                     if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
@@ -219,7 +238,8 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
             ++step;
         };
         for (int t = blockIdx.x; t < units; t += gridDim.x) {
-            const int m0 = (t % m_tiles) * GU_BM, nb = t / m_tiles;
+            int m0, nb;
+            tile_at(t, m_tiles, n_blocks, band, m0, nb);
 #pragma unroll
             for (int s = 0; s < GU_SLICES; ++s) {
                 k_step(s, [&] {
@@ -251,7 +271,8 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
         }
     } else {
         for (int t = blockIdx.x; t < units; t += gridDim.x) {
-            const int m0 = (t % m_tiles) * GU_BM, nb = t / m_tiles;
+            int m0, nb;
+            tile_at(t, m_tiles, n_blocks, band, m0, nb);
             for (int kb = 0; kb < k_blocks; ++kb, ++step) {
                 const int slot = step % GU_STAGES;
                 mbar_wait(&full[slot], (step / GU_STAGES) & 1);
@@ -334,12 +355,12 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
 
 extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
     gate_up_silu_sm90(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out, int M,
-                      int I, int K, int tma_store) {
-    gate_up_body<false>(maps, out, M, I, K, tma_store);
+                      int I, int K, int tma_store, int band) {
+    gate_up_body<false>(maps, out, M, I, K, tma_store, band);
 }
 
 extern "C" __global__ void __launch_bounds__(GU_THREADS, 1)
     gate_up_silu_sm90_overlap(const __grid_constant__ GateUpMaps maps, bf16* __restrict__ out,
-                              int M, int I, int K, int tma_store) {
-    gate_up_body<true>(maps, out, M, I, K, tma_store);
+                              int M, int I, int K, int tma_store, int band) {
+    gate_up_body<true>(maps, out, M, I, K, tma_store, band);
 }

@@ -7,6 +7,7 @@
 use candle_core::backend::BackendStorage;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::cuda_backend::cudarc;
 use candle_core::cuda_backend::cudarc::cublas::{result as cublas, sys as cublas_sys};
@@ -695,6 +696,32 @@ pub fn set_gate_up_overlap(on: bool) {
 /// The weight slices of 64 columns the overlapped epilogue is spread over (`GU_SLICES`).
 const GATE_UP_OVERLAP_SLICES: usize = 8;
 
+/// The rows of `h` the gate/up kernel's tiles go through in bands (every weight block for one
+/// band's rows, then the next band: `tile_at` in gemm_sm90.cu says why), 0 for none;
+/// `usize::MAX` until read from `DECIDE_GATE_UP_BAND_ROWS` (0 unless set: written in session
+/// 31 without a GPU run to measure it). [`set_gate_up_band_rows`] overrides it.
+static GATE_UP_BAND_ROWS: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Sets the gate/up kernel's band of rows for later launches (0: none; `kernel_check` times
+/// several).
+pub fn set_gate_up_band_rows(rows: usize) {
+    GATE_UP_BAND_ROWS.store(rows, Ordering::Relaxed);
+}
+
+fn gate_up_band_rows() -> usize {
+    match GATE_UP_BAND_ROWS.load(Ordering::Relaxed) {
+        usize::MAX => {
+            let rows = std::env::var("DECIDE_GATE_UP_BAND_ROWS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            set_gate_up_band_rows(rows);
+            rows
+        }
+        rows => rows,
+    }
+}
+
 /// Whether [`gate_up_silu`] runs on `device` for a hidden width `k` and FFN width `i`: built
 /// for and running on Hopper, `k` a multiple of the kernel's 64-column slices and `i` of its
 /// [`GATE_UP_BLOCK`].
@@ -755,13 +782,20 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
     .ok_or_else(|| candle_core::Error::Msg("gate_up_silu: TMA refused an operand".into()))?;
     let (m32, i32_, k32) = (m as i32, i as i32, k as i32);
     let tma_store = i32::from(tma_store);
+    // The band in 128-row tiles, at least one; all of them for none.
+    let m_tiles = m.div_ceil(128);
+    let band = match gate_up_band_rows() {
+        0 => m_tiles,
+        rows => rows.div_ceil(128).clamp(1, m_tiles),
+    } as i32;
     let mut b = stream.launch_builder(&func);
     b.arg(&maps)
         .arg(&out)
         .arg(&m32)
         .arg(&i32_)
         .arg(&k32)
-        .arg(&tma_store);
+        .arg(&tma_store)
+        .arg(&band);
     // Persistent: one block per multiprocessor, each looping over tiles.
     let tiles = m.div_ceil(128) * (i / GATE_UP_BLOCK);
     let cfg = LaunchConfig {
