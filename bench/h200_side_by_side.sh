@@ -9,7 +9,8 @@
 # `.peer/make_hf.py` (the bf16 checkpoint /tmp/peer/q15-hf). Writes $OUT/PHASE.tgz of:
 #
 #   probes: only the kernel and model probes below (a call of their own, as the decide phase
-#           with them may pass a call's 10 minutes); PROBES=0 leaves them out of `decide`.
+#           with them may pass a call's 10 minutes); PROBES=0 leaves them out of `decide`;
+#           KC_FROM=DIR takes kernel_check's verdict from DIR (an earlier call's, same binaries).
 #           Ends with bench/pick_settings.py: the GPU settings that won (settings.txt; kept on
 #           the machine for SETTINGS=auto below).
 #   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
@@ -184,7 +185,13 @@ probes() {
   # step, not the call (session 26 lost a whole probes call and its landed files when the
   # machine stopped answering ~7 minutes in, the cause unknown).
   local t=(timeout "${PROBE_TIMEOUT:-240}")
-  if [ -x /tmp/gpu/bin/kc ]; then
+  if [ -n "${KC_FROM:-}" ]; then
+    # KC_FROM=DIR: kernel_check's verdict from an earlier call of the same session, on the
+    # same kind of GPU and the same .kc binaries (DIR holds its kernel-check.txt and .json),
+    # when the lease's device time does not cover running it again (~170 s by session 31).
+    cp "$KC_FROM/kernel-check.txt" "$KC_FROM/kernel-check.json" "$OUT/"
+    echo "kernel_check: the verdict of $KC_FROM ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok, $(grep -c FAILED "$OUT/kernel-check.txt") failed)" | tee "$OUT/kernel-check-source.txt"
+  elif [ -x /tmp/gpu/bin/kc ]; then
     "${t[@]}" /tmp/gpu/bin/kc --json "$OUT/kernel-check.json" >"$OUT/kernel-check.txt" 2>&1
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
   fi
