@@ -220,9 +220,9 @@ probes() {
     # unset, long passes take the order the attention plan finds shorter); with the output
     # and down projections added to the stream in their GEMM (DECIDE_RESIDUAL_IN_GEMM=1);
     # with the CUDA memory pool keeping its free memory mapped (DECIDE_CUDA_POOL_KEEP=1);
-    # with the gate/up kernel's output stored by TMA (DECIDE_GATE_UP_TMA_STORE=1); with the
-    # gate/up kernel's epilogue run during the next tile's multiplies (DECIDE_GATE_UP_OVERLAP=1);
-    # with its tiles in bands of 4,096 rows (DECIDE_GATE_UP_BAND_ROWS=4096), and both;
+    # with the gate/up kernel's output stored by TMA (DECIDE_GATE_UP_TMA_STORE=1); with its
+    # epilogue after each tile's multiplies, as before (DECIDE_GATE_UP_OVERLAP=0); with its
+    # tiles in bands of 4,096 rows (DECIDE_GATE_UP_BAND_ROWS=4096);
     # with longest-first, residual-in-GEMM and pool-keep together; as served again (the spread); and from an earlier commit's
     # forward_bench when landed at /tmp/gpu/bin/fb_old: the A/Bs on the model alone. (Run 11
     # measured the gate/up kernel's A/B, DECIDE_FUSED_GATE_UP=0, and 16k-row chunks,
@@ -248,9 +248,8 @@ probes() {
     long long-residual-in-gemm DECIDE_RESIDUAL_IN_GEMM=1
     long long-pool-keep DECIDE_CUDA_POOL_KEEP=1
     long long-gate-up-tma-store DECIDE_GATE_UP_TMA_STORE=1
-    long long-gate-up-overlap DECIDE_GATE_UP_OVERLAP=1
+    long long-no-overlap DECIDE_GATE_UP_OVERLAP=0
     long long-gate-up-bands DECIDE_GATE_UP_BAND_ROWS=4096
-    long long-gate-up-band-overlap DECIDE_GATE_UP_BAND_ROWS=4096 DECIDE_GATE_UP_OVERLAP=1
     long long-all DECIDE_ATTENTION_LONGEST_FIRST=1 DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
     long long-again
     if [ -x /tmp/gpu/bin/fb_old ]; then

@@ -21,12 +21,11 @@ The rules, written down so a reader of the report knows what ran:
   fastest run is below the as-served fastest too. The as-served figure is the better of
   `long` and `long-again` (run first and last); the margin is 1 ms or the gap between those
   two, whichever is more (one lease's drift).
-- Reverting a default (no-pieces, remainder-last, unaligned, legacy-plan) applies when the
-  revert wins. Of the opt-in variants that win, one alone is turned on: the one with the
-  lowest p50. Some variants are several settings at once (`long-all`: longest-first,
-  residual-in-gemm and pool-keep; `long-gate-up-band-overlap`: the gate/up kernel's bands and
-  overlapped epilogue), so settings that help together are picked together only when the
-  prefill measured them together.
+- Reverting a default (no-pieces, remainder-last, unaligned, legacy-plan, no-overlap)
+  applies when the revert wins. Of the opt-in variants that win, one alone is turned on: the
+  one with the lowest p50. A variant may be several settings at once (`long-all`:
+  longest-first, residual-in-gemm and pool-keep), so settings that help together are picked
+  together only when the prefill measured them together.
 Exit 0 with the env file written (possibly empty: the defaults), 3 as above, 2 on bad usage.
 """
 
@@ -49,9 +48,8 @@ VARIANTS = {
     "long-all": ({"DECIDE_ATTENTION_LONGEST_FIRST": "1", "DECIDE_RESIDUAL_IN_GEMM": "1",
                   "DECIDE_CUDA_POOL_KEEP": "1"}, "opt-in"),
     "long-gate-up-tma-store": ({"DECIDE_GATE_UP_TMA_STORE": "1"}, "opt-in"),
-    "long-gate-up-overlap": ({"DECIDE_GATE_UP_OVERLAP": "1"}, "opt-in"),
+    "long-no-overlap": ({"DECIDE_GATE_UP_OVERLAP": "0"}, "revert"),
     "long-gate-up-bands": ({"DECIDE_GATE_UP_BAND_ROWS": "4096"}, "opt-in"),
-    "long-gate-up-band-overlap": ({"DECIDE_GATE_UP_BAND_ROWS": "4096", "DECIDE_GATE_UP_OVERLAP": "1"}, "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
 
@@ -80,8 +78,10 @@ def kernel_verdicts(probes: Path):
 
 # Default-on settings a failing kernel_check case turns off (the value that does). The
 # longest-first order is on where the attention plan finds it shorter (models/src/
-# attention_plan.rs); =0 turns it off everywhere.
-TURNED_OFF = {"DECIDE_KV_PIECES": "0", "DECIDE_ATTENTION_TMA": "0", "DECIDE_ATTENTION_LONGEST_FIRST": "0"}
+# attention_plan.rs); =0 turns it off everywhere. The gate/up kernel's overlapped epilogue is
+# on by default since session 31.
+TURNED_OFF = {"DECIDE_KV_PIECES": "0", "DECIDE_ATTENTION_TMA": "0", "DECIDE_ATTENTION_LONGEST_FIRST": "0",
+              "DECIDE_GATE_UP_OVERLAP": "0"}
 
 
 def kernel_setting(case: str):

@@ -682,10 +682,13 @@ pub fn set_gate_up_tma_store(on: bool) {
 
 /// Whether the gate/up kernel writes each tile's output while the next tile's multiplies run
 /// (`gate_up_silu_sm90_overlap`), where the hidden width has the 8 weight slices of 64 columns
-/// it spreads that over (`GU_SLICES`) and the TMA store is off. The same values bit for bit.
-/// Opt-in (`DECIDE_GATE_UP_OVERLAP=1`; [`set_gate_up_overlap`] in-process) until a GPU run
-/// measures it: written in session 31 without one.
-static GATE_UP_OVERLAP: Switch = Switch::new("DECIDE_GATE_UP_OVERLAP", false);
+/// it spreads that over (`GU_SLICES`) and the TMA store is off. The same values bit for bit,
+/// and faster at every size kernel_check timed on an H200 (session 31,
+/// bench/reports/kernel-lease-3: 8,192 rows 0.663 ms against 0.735, 3,683 rows 0.280 against
+/// 0.301, 1,024 rows 0.091 against 0.104), so on unless `DECIDE_GATE_UP_OVERLAP=0`
+/// ([`set_gate_up_overlap`] in-process); the probes' `long-no-overlap` measures the prefill
+/// without it.
+static GATE_UP_OVERLAP: Switch = Switch::new("DECIDE_GATE_UP_OVERLAP", true);
 
 /// Turns the gate/up kernel's overlapped epilogue on or off for later launches
 /// (`kernel_check` runs both ways).
