@@ -222,7 +222,7 @@ probes() {
     # with the CUDA memory pool keeping its free memory mapped (DECIDE_CUDA_POOL_KEEP=1);
     # with the gate/up kernel's output stored by TMA (DECIDE_GATE_UP_TMA_STORE=1); with its
     # epilogue after each tile's multiplies, as before (DECIDE_GATE_UP_OVERLAP=0); with its
-    # tiles in bands of 4,096 rows (DECIDE_GATE_UP_BAND_ROWS=4096);
+    # tiles in bands of 4,096 or 2,048 rows (DECIDE_GATE_UP_BAND_ROWS);
     # with longest-first, residual-in-GEMM and pool-keep together; as served again (the spread); and from an earlier commit's
     # forward_bench when landed at /tmp/gpu/bin/fb_old: the A/Bs on the model alone. (Run 11
     # measured the gate/up kernel's A/B, DECIDE_FUSED_GATE_UP=0, and 16k-row chunks,
@@ -250,6 +250,7 @@ probes() {
     long long-gate-up-tma-store DECIDE_GATE_UP_TMA_STORE=1
     long long-no-overlap DECIDE_GATE_UP_OVERLAP=0
     long long-gate-up-bands DECIDE_GATE_UP_BAND_ROWS=4096
+    long long-gate-up-bands-2048 DECIDE_GATE_UP_BAND_ROWS=2048
     long long-all DECIDE_ATTENTION_LONGEST_FIRST=1 DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
     long long-again
     if [ -x /tmp/gpu/bin/fb_old ]; then

@@ -50,6 +50,7 @@ VARIANTS = {
     "long-gate-up-tma-store": ({"DECIDE_GATE_UP_TMA_STORE": "1"}, "opt-in"),
     "long-no-overlap": ({"DECIDE_GATE_UP_OVERLAP": "0"}, "revert"),
     "long-gate-up-bands": ({"DECIDE_GATE_UP_BAND_ROWS": "4096"}, "opt-in"),
+    "long-gate-up-bands-2048": ({"DECIDE_GATE_UP_BAND_ROWS": "2048"}, "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
 

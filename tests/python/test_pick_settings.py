@@ -140,3 +140,9 @@ def test_failing_bands_stay_off(tmp_path):
     settings, reasons = pick_settings.pick(d)
     assert settings == {}
     assert any("DECIDE_GATE_UP_BAND_ROWS stays off" in r for r in reasons)
+
+
+def test_the_faster_band_of_two_goes_on(tmp_path):
+    d = probes(tmp_path, long=SERVED, long_gate_up_bands=[236.0, 237.0, 238.0, 239.0, 240.0],
+               long_gate_up_bands_2048=[230.0, 231.0, 232.0, 233.0, 234.0])
+    assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_BAND_ROWS": "2048"}
