@@ -209,6 +209,26 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
     auto release = [&](int slot) { mbar_arrive(&empty[slot]); };
     float acc[128];
     int step = 0;
+    // Weight slice kb of a tile: waits for it, issues its multiplies (then `between`,
+    // while they run), and releases the slot before it, whose multiplies have finished.
+    auto k_step = [&](int kb, auto between) {
+        const int slot = step % GU_STAGES;
+        mbar_wait(&full[slot], (step / GU_STAGES) & 1);
+        const uint32_t a = a_base + slot * GU_A_BYTES + c * 64 * 128;
+        const uint32_t b = b_base + slot * GU_B_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < GU_BK / 16; ++kk) {
+            wgmma_n256_ss(acc, descriptor(a + kk * 32, 16, 1024),
+                          descriptor(b + kk * 32, 16, 1024), kb > 0 || kk > 0);
+        }
+        wgmma_commit();
+        between();
+        wgmma_wait<1>();
+        fence_registers(acc);
+        if (kb > 0 && lane == 0) release((step - 1) % GU_STAGES);
+        ++step;
+    };
     if constexpr (OVERLAP) {
         // The packed gate/up pairs of the last tile, its first row for this thread and its
         // first column; `pending` while they are unwritten.
@@ -217,26 +237,6 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
         int p_row = 0;
         long p_col = 0;
         const int tile_row = c * 64 + (warp & 3) * 16 + g;
-        // Weight slice kb of a tile: waits for it, issues its multiplies (then `between`,
-        // while they run), and releases the slot before it.
-        auto k_step = [&](int kb, auto between) {
-            const int slot = step % GU_STAGES;
-            mbar_wait(&full[slot], (step / GU_STAGES) & 1);
-            const uint32_t a = a_base + slot * GU_A_BYTES + c * 64 * 128;
-            const uint32_t b = b_base + slot * GU_B_BYTES;
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < GU_BK / 16; ++kk) {
-                wgmma_n256_ss(acc, descriptor(a + kk * 32, 16, 1024),
-                              descriptor(b + kk * 32, 16, 1024), kb > 0 || kk > 0);
-            }
-            wgmma_commit();
-            between();
-            wgmma_wait<1>();
-            fence_registers(acc);
-            if (kb > 0 && lane == 0) release((step - 1) % GU_STAGES);
-            ++step;
-        };
         for (int t = blockIdx.x; t < units; t += gridDim.x) {
             int m0, nb;
             tile_at(t, m_tiles, n_blocks, band, m0, nb);
@@ -273,23 +273,7 @@ __device__ __forceinline__ void gate_up_body(const GateUpMaps& maps, bf16* __res
         for (int t = blockIdx.x; t < units; t += gridDim.x) {
             int m0, nb;
             tile_at(t, m_tiles, n_blocks, band, m0, nb);
-            for (int kb = 0; kb < k_blocks; ++kb, ++step) {
-                const int slot = step % GU_STAGES;
-                mbar_wait(&full[slot], (step / GU_STAGES) & 1);
-                const uint32_t a = a_base + slot * GU_A_BYTES + c * 64 * 128;
-                const uint32_t b = b_base + slot * GU_B_BYTES;
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < GU_BK / 16; ++kk) {
-                    wgmma_n256_ss(acc, descriptor(a + kk * 32, 16, 1024),
-                                  descriptor(b + kk * 32, 16, 1024), kb > 0 || kk > 0);
-                }
-                wgmma_commit();
-                // The previous slot's multiplies have finished: release it.
-                wgmma_wait<1>();
-                fence_registers(acc);
-                if (kb > 0 && lane == 0) release((step - 1) % GU_STAGES);
-            }
+            for (int kb = 0; kb < k_blocks; ++kb) k_step(kb, [] {});
             wgmma_wait<0>();
             fence_registers(acc);
             if (lane == 0) release((step - 1) % GU_STAGES);
