@@ -264,16 +264,31 @@ __device__ __forceinline__ BlockTiles block_tiles(int* s_bounds, int* range,
         s_bounds[i] = row0 + i / 4 < M ? bounds[4 * row0 + i] : 0;
     }
     __syncthreads();
+    // The union of the rows' bands: each thread's rows, then each warp's (a reduction in
+    // registers), then one atomic per warp and bound. (One atomic per row contended for the
+    // same four words: 4 x 128 serialized atomics at the start of every block.) Every warp
+    // takes part, whole (blockDim.x is a multiple of 32); rows past BM add nothing.
+    int lo0 = 0x7fffffff, hi0 = 0, lo1 = 0x7fffffff, hi1 = 0;
     for (int r = tid; r < BM; r += blockDim.x) {
         const int* b = s_bounds + 4 * r;
         if (b[1] > b[0]) {
-            atomicMin(&range[0], b[0]);
-            atomicMax(&range[1], b[1]);
+            lo0 = min(lo0, b[0]);
+            hi0 = max(hi0, b[1]);
         }
         if (b[3] > b[2]) {
-            atomicMin(&range[2], b[2]);
-            atomicMax(&range[3], b[3]);
+            lo1 = min(lo1, b[2]);
+            hi1 = max(hi1, b[3]);
         }
+    }
+    lo0 = __reduce_min_sync(0xffffffff, lo0);
+    hi0 = __reduce_max_sync(0xffffffff, hi0);
+    lo1 = __reduce_min_sync(0xffffffff, lo1);
+    hi1 = __reduce_max_sync(0xffffffff, hi1);
+    if ((tid & 31) == 0 && tid < BM) {
+        atomicMin(&range[0], lo0);
+        atomicMax(&range[1], hi0);
+        atomicMin(&range[2], lo1);
+        atomicMax(&range[3], hi1);
     }
     __syncthreads();
     int ta0 = 0, ta1 = 0, tb0 = 0, tb1 = 0;
