@@ -701,8 +701,9 @@ const GATE_UP_OVERLAP_SLICES: usize = 8;
 
 /// The rows of `h` the gate/up kernel's tiles go through in bands (every weight block for one
 /// band's rows, then the next band: `tile_at` in gemm_sm90.cu says why), 0 for none;
-/// `usize::MAX` until read from `DECIDE_GATE_UP_BAND_ROWS` (0 unless set: written in session
-/// 31 without a GPU run to measure it). [`set_gate_up_band_rows`] overrides it.
+/// `usize::MAX` until read from `DECIDE_GATE_UP_BAND_ROWS` (0 unless set: kernel_check timed
+/// 8,192 rows faster in bands of 4,096 once, 7,300 not, bench/reports/kernel-lease-3; opt-in
+/// until a prefill measures it). [`set_gate_up_band_rows`] overrides it.
 static GATE_UP_BAND_ROWS: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Sets the gate/up kernel's band of rows for later launches (0: none; `kernel_check` times
