@@ -339,6 +339,18 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
         mbar_init(&empty_k[tid], 8);
         mbar_init(&empty_v[tid], 8);
     }
+    if (role == 0) {
+        // The producer's queries first, in K tile 0's group: they load while the block reads
+        // its rows' bounds below (they depend on the rows and the head alone).
+        const int part = tid % PIECES, first = tid / PIECES;
+#pragma unroll 1
+        for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
+            const int j = first + i * ROWS_PER_PASS;
+            const bool valid = row0 + j < M;
+            const bf16* src = q + (long)(valid ? row0 + j : 0) * q_stride + h * D + part * 8;
+            cp_async16(q_s + swizzled(j, part, BM), src, valid);
+        }
+    }
     const KeyTable keys = stage_key_table(s_table, prefix_k, prefix_v, prefix_start, prefix_len,
                                           n_prefix, k_own, v_own, own_start, own_rows, kvh);
     // Syncs the block (after the barriers' initialisation and the key table too).
@@ -350,16 +362,12 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     if (role == 0) {
         // The producer.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n");
-        if (n == 0) return;
-        const int part = tid % PIECES, first = tid / PIECES;
-        // Queries, in K tile 0's group.
-#pragma unroll
-        for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
-            const int j = first + i * ROWS_PER_PASS;
-            const bool valid = row0 + j < M;
-            const bf16* src = q + (long)(valid ? row0 + j : 0) * q_stride + h * D + part * 8;
-            cp_async16(q_s + swizzled(j, part, BM), src, valid);
+        if (n == 0) {
+            // (The queries' copies land before the block's shared memory goes.)
+            cp_async_wait<0>();
+            return;
         }
+        const int part = tid % PIECES, first = tid / PIECES;
         // Stages the K (or V) rows of a tile into `slot_addr`, and commits the group. When
         // the tile lies in one source (`whole`: src is piece `part` of its first row), this
         // thread's rows first + i * ROWS_PER_PASS are i * ROWS_PER_PASS rows apart in global
