@@ -363,7 +363,9 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
         // The producer.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n");
         if (n == 0) {
-            // (The queries' copies land before the block's shared memory goes.)
+            // The queries' copies land before the block's shared memory goes (committed
+            // first: wait_group waits for committed groups only).
+            cp_async_commit();
             cp_async_wait<0>();
             return;
         }
