@@ -24,7 +24,9 @@
 // multiplies have read it); the two consumers each multiply 64 of the 128 rows
 // (wgmma m64n256k16, both operands from shared memory in the 128-byte swizzle) and keep one
 // slot's multiplies in flight while waiting for the next. Tiles are taken along M first, so
-// the blocks share a few weight blocks at a time and all of h stays in L2.
+// the blocks share a few weight blocks at a time (in bands of rows where asked: `tile_at`).
+// The served variant (`_overlap`, `OVERLAP` below) writes each tile's output while the next
+// tile's first weight slices multiply.
 //
 // Rounding follows the unfused path: gate and up are rounded to bf16 (what the matmul wrote)
 // before silu(gate) * up in f32, rounded once more (the division is the fast one,
