@@ -102,10 +102,11 @@ __device__ __forceinline__ float silu_times(float g, float u) {
 // slices, in as many slices, instead of between the two main loops with the tensor cores
 // idle. The epilogue is ~2,000 cycles of special-function work (an exp2 and a reciprocal per
 // output, 16 a cycle per multiprocessor) against ~25,000 of multiplies a tile (q15, K 1,536):
-// ~8% of the kernel (kernel_check on an H200: 0.663 ms against 0.735 at 8,192 rows). At the end of a tile's main loop, each thread's gate and up accumulators
-// are rounded to bf16 (as the plain epilogue does first) and packed in pairs, 64 registers
-// that the next tile's multiplies leave alone; the slices then read those and write the
-// outputs while the wgmma run. The same values bit for bit. Needs K / GU_BK >= GU_SLICES.
+// ~8% of the kernel (kernel_check on an H200: 0.663 ms against 0.735 at 8,192 rows). At the
+// end of a tile's main loop, each thread's gate and up accumulators are rounded to bf16 (as
+// the plain epilogue does first) and packed in pairs, 64 registers that the next tile's
+// multiplies leave alone; the slices then read those and write the outputs while the wgmma
+// run. The same values bit for bit. Needs K / GU_BK >= GU_SLICES.
 #define GU_SLICES 8
 
 // Slice s of a packed epilogue (output pairs 4 s .. 4 s + 3 of a thread's 32: pair q is row
