@@ -7,7 +7,6 @@
 use candle_core::backend::BackendStorage;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::cuda_backend::cudarc;
 use candle_core::cuda_backend::cudarc::cublas::{result as cublas, sys as cublas_sys};
@@ -22,7 +21,7 @@ use half::bf16;
 
 use crate::attention_plan::MULTIPROCESSORS;
 pub use crate::attention_plan::{force_longest_first, use_legacy_plan, AttentionPlan, BlockShape};
-use crate::switch::Switch;
+use crate::switch::{Number, Switch};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
 const MODULE: &str = "decide_fused";
@@ -700,30 +699,15 @@ pub fn set_gate_up_overlap(on: bool) {
 const GATE_UP_OVERLAP_SLICES: usize = 8;
 
 /// The rows of `h` the gate/up kernel's tiles go through in bands (every weight block for one
-/// band's rows, then the next band: `tile_at` in gemm_sm90.cu says why), 0 for none;
-/// `usize::MAX` until read from `DECIDE_GATE_UP_BAND_ROWS` (0 unless set: kernel_check timed
-/// 8,192 rows faster in bands of 4,096 once, 7,300 not, bench/reports/kernel-lease-3; opt-in
-/// until a prefill measures it). [`set_gate_up_band_rows`] overrides it.
-static GATE_UP_BAND_ROWS: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// band's rows, then the next band: `tile_at` in gemm_sm90.cu says why), 0 for none, from
+/// `DECIDE_GATE_UP_BAND_ROWS` (0 unless set: kernel_check timed 8,192 rows faster in bands of
+/// 4,096 once, 7,300 not, bench/reports/kernel-lease-3; opt-in until a prefill measures it).
+static GATE_UP_BAND_ROWS: Number = Number::new("DECIDE_GATE_UP_BAND_ROWS", 0);
 
 /// Sets the gate/up kernel's band of rows for later launches (0: none; `kernel_check` times
 /// several).
 pub fn set_gate_up_band_rows(rows: usize) {
-    GATE_UP_BAND_ROWS.store(rows, Ordering::Relaxed);
-}
-
-fn gate_up_band_rows() -> usize {
-    match GATE_UP_BAND_ROWS.load(Ordering::Relaxed) {
-        usize::MAX => {
-            let rows = std::env::var("DECIDE_GATE_UP_BAND_ROWS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            set_gate_up_band_rows(rows);
-            rows
-        }
-        rows => rows,
-    }
+    GATE_UP_BAND_ROWS.set(rows);
 }
 
 /// Whether [`gate_up_silu`] runs on `device` for a hidden width `k` and FFN width `i`: built
@@ -788,7 +772,7 @@ pub fn gate_up_silu(h: &Tensor, w: &Tensor) -> Result<Tensor> {
     let tma_store = i32::from(tma_store);
     // The band in 128-row tiles, at least one; all of them for none.
     let m_tiles = m.div_ceil(128);
-    let band = match gate_up_band_rows() {
+    let band = match GATE_UP_BAND_ROWS.get() {
         0 => m_tiles,
         rows => rows.div_ceil(128).clamp(1, m_tiles),
     } as i32;

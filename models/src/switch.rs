@@ -1,9 +1,9 @@
-//! Process-wide on/off settings of the kernels' launchers, for A/B runs on a GPU: each is read
-//! from its environment variable the first time a launch asks, and can be set in-process
-//! (`kernel_check` runs both ways). Why its own module: every such setting needs the same
-//! read-once, overridable state, apart from what the setting does.
+//! Process-wide settings of the kernels' launchers, for A/B runs on a GPU: on/off switches and
+//! numbers, each read from its environment variable the first time a launch asks, and
+//! settable in-process (`kernel_check` runs both ways). Why its own module: every such
+//! setting needs the same read-once, overridable state, apart from what the setting does.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// One setting: `var` turns it away from `default` ("0" turns a default-on setting off, "1"
 /// turns a default-off one on); [`Switch::set`] overrides both.
@@ -47,9 +47,47 @@ impl Switch {
     }
 }
 
+/// A number: `var`'s value when it parses, else `default`; [`Number::set`] overrides both.
+pub(crate) struct Number {
+    /// [`Number::UNREAD`] until read or set.
+    value: AtomicUsize,
+    var: &'static str,
+    default: usize,
+}
+
+impl Number {
+    const UNREAD: usize = usize::MAX;
+
+    pub(crate) const fn new(var: &'static str, default: usize) -> Self {
+        Self {
+            value: AtomicUsize::new(Self::UNREAD),
+            var,
+            default,
+        }
+    }
+
+    pub(crate) fn set(&self, value: usize) {
+        self.value.store(value, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> usize {
+        match self.value.load(Ordering::Relaxed) {
+            Self::UNREAD => {
+                let value = std::env::var(self.var)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(self.default);
+                self.set(value);
+                value
+            }
+            value => value,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Switch;
+    use super::{Number, Switch};
 
     #[test]
     fn reads_its_variable_once_and_set_overrides_it() {
@@ -61,5 +99,13 @@ mod tests {
         OFF.set(true);
         assert!(!ON.on());
         assert!(OFF.on());
+    }
+
+    #[test]
+    fn a_number_reads_its_variable_once_and_set_overrides_it() {
+        static N: Number = Number::new("DECIDE_TEST_NUMBER_UNSET_VARIABLE", 7);
+        assert_eq!(N.get(), 7);
+        N.set(4096);
+        assert_eq!(N.get(), 4096);
     }
 }
