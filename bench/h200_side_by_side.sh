@@ -249,7 +249,7 @@ probes() {
     long long-pool-keep DECIDE_CUDA_POOL_KEEP=1
     long long-gate-up-tma-store DECIDE_GATE_UP_TMA_STORE=1
     long long-no-overlap DECIDE_GATE_UP_OVERLAP=0
-    long long-gate-up-bands DECIDE_GATE_UP_BAND_ROWS=4096
+    long long-no-bands DECIDE_GATE_UP_BAND_ROWS=0
     long long-gate-up-bands-2048 DECIDE_GATE_UP_BAND_ROWS=2048
     long long-all DECIDE_ATTENTION_LONGEST_FIRST=1 DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
     long long-again

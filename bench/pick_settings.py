@@ -21,7 +21,7 @@ The rules, written down so a reader of the report knows what ran:
   fastest run is below the as-served fastest too. The as-served figure is the better of
   `long` and `long-again` (run first and last); the margin is 1 ms or the gap between those
   two, whichever is more (one lease's drift).
-- Reverting a default (no-pieces, remainder-last, unaligned, legacy-plan, no-overlap)
+- Reverting a default (no-pieces, remainder-last, unaligned, legacy-plan, no-overlap, no-bands)
   applies when the revert wins. Of the opt-in variants that win, one alone is turned on: the
   one with the lowest p50. A variant may be several settings at once (`long-all`:
   longest-first, residual-in-gemm and pool-keep), so settings that help together are picked
@@ -49,7 +49,7 @@ VARIANTS = {
                   "DECIDE_CUDA_POOL_KEEP": "1"}, "opt-in"),
     "long-gate-up-tma-store": ({"DECIDE_GATE_UP_TMA_STORE": "1"}, "opt-in"),
     "long-no-overlap": ({"DECIDE_GATE_UP_OVERLAP": "0"}, "revert"),
-    "long-gate-up-bands": ({"DECIDE_GATE_UP_BAND_ROWS": "4096"}, "opt-in"),
+    "long-no-bands": ({"DECIDE_GATE_UP_BAND_ROWS": "0"}, "revert"),
     "long-gate-up-bands-2048": ({"DECIDE_GATE_UP_BAND_ROWS": "2048"}, "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
@@ -80,9 +80,9 @@ def kernel_verdicts(probes: Path):
 # Default-on settings a failing kernel_check case turns off (the value that does). The
 # longest-first order is on where the attention plan finds it shorter (models/src/
 # attention_plan.rs); =0 turns it off everywhere. The gate/up kernel's overlapped epilogue is
-# on by default since session 31.
+# on by default since session 31, its bands of 4,096 rows since session 32.
 TURNED_OFF = {"DECIDE_KV_PIECES": "0", "DECIDE_ATTENTION_TMA": "0", "DECIDE_ATTENTION_LONGEST_FIRST": "0",
-              "DECIDE_GATE_UP_OVERLAP": "0"}
+              "DECIDE_GATE_UP_OVERLAP": "0", "DECIDE_GATE_UP_BAND_ROWS": "0"}
 
 
 def kernel_setting(case: str):

@@ -385,6 +385,7 @@ fn main() -> anyhow::Result<()> {
         };
         for (name, state, count, cold, n) in [
             ("single", SHORT_STATE, 1, false, reps),
+            ("long1 cold", long.as_str(), 1, true, multi_reps),
             ("multi64 cold", long.as_str(), 64, true, multi_reps),
             ("multi64 warm", long.as_str(), 64, false, multi_reps),
         ] {

@@ -700,9 +700,12 @@ const GATE_UP_OVERLAP_SLICES: usize = 8;
 
 /// The rows of `h` the gate/up kernel's tiles go through in bands (every weight block for one
 /// band's rows, then the next band: `tile_at` in gemm_sm90.cu says why), 0 for none, from
-/// `DECIDE_GATE_UP_BAND_ROWS` (0 unless set: kernel_check timed 8,192 rows faster in bands of
-/// 4,096 once, 7,300 not, bench/reports/kernel-lease-3; opt-in until a prefill measures it).
-static GATE_UP_BAND_ROWS: Number = Number::new("DECIDE_GATE_UP_BAND_ROWS", 0);
+/// `DECIDE_GATE_UP_BAND_ROWS` (4,096 unless set; 0 turns the bands off). The default since
+/// session 32: the 28k prefill as served took p50 236.8 ms in bands of 4,096 against 238.2
+/// without (fastest 234.0 against 236.5; 2,048: 237.2) on an H100, bench/reports/
+/// h100-run-14/probes, and kernel_check on an H200 timed 8,192 rows 0.6245 ms against 0.663
+/// (overlapped), equal at 7,300 (bench/reports/kernel-lease-3).
+static GATE_UP_BAND_ROWS: Number = Number::new("DECIDE_GATE_UP_BAND_ROWS", 4096);
 
 /// Sets the gate/up kernel's band of rows for later launches (0: none; `kernel_check` times
 /// several).

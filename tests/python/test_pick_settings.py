@@ -118,7 +118,7 @@ def test_a_failing_tma_store_epilogue_stays_off_and_the_rest_goes_on(tmp_path):
 
 def test_a_failing_overlapped_epilogue_is_turned_off(tmp_path):
     checks = OK_CHECKS + "gate_up_silu (1029 rows, overlapped) = plain     max |diff| 0.01000 (max |ref| 17.750) FAILED\n"
-    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_bands=[230.0, 231.0, 232.0, 233.0, 234.0])
+    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_bands_2048=[230.0, 231.0, 232.0, 233.0, 234.0])
     settings, reasons = pick_settings.pick(d)
     assert settings == {"DECIDE_GATE_UP_OVERLAP": "0"}
     assert any("DECIDE_GATE_UP_OVERLAP =0" in r for r in reasons)
@@ -129,20 +129,20 @@ def test_the_overlapped_epilogue_is_reverted_when_the_prefill_is_faster_without(
     assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_OVERLAP": "0"}
 
 
-def test_faster_bands_go_on(tmp_path):
-    d = probes(tmp_path, long=SERVED, long_gate_up_bands=[230.0, 231.0, 232.0, 233.0, 234.0])
-    assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_BAND_ROWS": "4096"}
+def test_the_bands_are_reverted_when_the_prefill_is_faster_without(tmp_path):
+    d = probes(tmp_path, long=SERVED, long_no_bands=[230.0, 231.0, 232.0, 233.0, 234.0])
+    assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_BAND_ROWS": "0"}
 
 
-def test_failing_bands_stay_off(tmp_path):
+def test_failing_bands_are_turned_off(tmp_path):
     checks = OK_CHECKS + "gate_up_silu (1000 rows, overlapped, bands of 512) = plain max |diff| 0.01000 (max |ref| 17.750) FAILED\n"
-    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_bands=[230.0, 231.0, 232.0, 233.0, 234.0])
+    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_bands_2048=[230.0, 231.0, 232.0, 233.0, 234.0])
     settings, reasons = pick_settings.pick(d)
-    assert settings == {}
-    assert any("DECIDE_GATE_UP_BAND_ROWS stays off" in r for r in reasons)
+    assert settings == {"DECIDE_GATE_UP_BAND_ROWS": "0"}
+    assert any("DECIDE_GATE_UP_BAND_ROWS =0" in r for r in reasons)
 
 
-def test_the_faster_band_of_two_goes_on(tmp_path):
-    d = probes(tmp_path, long=SERVED, long_gate_up_bands=[236.0, 237.0, 238.0, 239.0, 240.0],
+def test_faster_smaller_bands_go_on(tmp_path):
+    d = probes(tmp_path, long=SERVED, long_no_bands=[236.0, 237.0, 238.0, 239.0, 240.0],
                long_gate_up_bands_2048=[230.0, 231.0, 232.0, 233.0, 234.0])
     assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_BAND_ROWS": "2048"}
