@@ -15,7 +15,13 @@
 //! - `prepare`: what `Engine::decide` counts as prepare, step by step, on this thread: the
 //!   renderer plugin call (one session per request), `Model::render_cached` (chat template + tokenization), `label_ids`.
 //! - `decide` (with `--decide`; needs a model fast enough on CPU, e.g. smol): whole requests
-//!   through `Engine::decide`, its own `Server-Timing` steps (compile, prepare, model, answer).
+//!   through `Engine::decide`, its own `Server-Timing` steps (compile, prepare, model, answer):
+//!   `single`, `long1 cold` (one question over the long input under a new salt, as issue 17's
+//!   first read), `multi64` cold and warm. `long1 cold`'s prepare is the `prepare` rows'
+//!   render + template + label ids of a first question, but after a forward pass: on a
+//!   2-core CPU with smol and 4.7k tokens 1.9-2.5 ms against their ~0.4 ms in a tight loop
+//!   (session 32), a gap like the server's 2.0-2.6 ms against host_steps' 0.9 ms for the
+//!   28k read on the GPU hosts.
 
 use std::time::{Duration, Instant};
 
