@@ -6,7 +6,8 @@
 # copy after the landing calls: `.gpu/land.sh` (gpu-pack: /tmp/gpu/bin/decide, the q15 GGUF in
 # /tmp/gpu/models), the load generator unpacked to /tmp/gpu/bin/decide-loadgen, and for vLLM
 # `.peer/land.sh` (the copy of ../shared/tools/vllm-peer: wheels in /tmp/peer/site) and
-# `.peer/make_hf.py` (the bf16 checkpoint /tmp/peer/q15-hf). Writes $OUT/PHASE.tgz of:
+# `.peer/make_hf.py` (the bf16 checkpoint /tmp/peer/q15-hf, since session 32 started in the
+# background of an earlier call: bench/peer_checkpoint.sh). Writes $OUT/PHASE.tgz of:
 #
 #   probes: only the kernel and model probes below (a call of their own, as the decide phase
 #           with them may pass a call's 10 minutes); PROBES=0 leaves them out of `decide`;
@@ -40,8 +41,10 @@
 #           side-ab-N/, ab-flags.txt). AB_RUNS picks other runs of bench/side_by_side.sh, and
 #           SATURATION_CLIENTS= (empty) leaves the saturation runs out: e.g. the 28k read alone
 #           per setting, AB_RUNS=long-first SATURATION_CLIENTS= .
-#   vllm:   starts `vllm serve` on the same weights dequantized to bf16 (prefix caching on),
-#           runs bench/side_by_side.sh with the same workloads, stops it. vllm.log, side/.
+#   vllm:   waits for the bf16 checkpoint (bench/peer_checkpoint.sh wait: make_hf.json and
+#           make_hf.log), starts `vllm serve` on it (the same weights dequantized to bf16,
+#           prefix caching on), runs bench/side_by_side.sh with the same workloads, stops it.
+#           vllm.log, side/.
 #
 # Every phase also writes host-cpu.txt (/proc/stat every 500 ms), side/<server>-gpu-clocks-long-first.csv
 # (SM clock, power, throttle reasons during long-first; the whole phase into gpu-clocks.csv with
@@ -339,7 +342,10 @@ PY
   ;;
 vllm)
   P=/tmp/peer
-  [ -f "$P/site/.landed" ] && [ -f "$P/q15-hf/DONE" ] || { echo "vLLM or its checkpoint is not landed"; exit 2; }
+  [ -f "$P/site/.landed" ] || { echo "vLLM is not landed"; exit 2; }
+  # The checkpoint: made by an earlier call, or by make_hf.py still running in the background
+  # (bench/peer_checkpoint.sh start), or here.
+  bash bench/peer_checkpoint.sh wait || { echo "vLLM's checkpoint is not there"; exit 2; }
   export PYTHONPATH=$P/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
   # flashinfer is not carried; without this vLLM 0.26 fails at start in its sampler check
   export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
