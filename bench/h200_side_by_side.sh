@@ -280,6 +280,10 @@ use_picked_settings() {
   set +a
 }
 
+# A vLLM checkpoint still being made in the background (bench/peer_checkpoint.sh start)
+# would share the host's cores with what the phase measures: it ends first.
+[ "$phase" = vllm ] || bash bench/peer_checkpoint.sh quiet
+
 case $phase in
 probes)
   # Only the probes: a call of their own keeps the decide phase within a call's 10 minutes.

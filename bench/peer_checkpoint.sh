@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/peer_checkpoint.sh start|wait: vLLM's bf16 checkpoint of q15 (/tmp/peer/q15-hf, made
+# bench/peer_checkpoint.sh start|quiet|wait: vLLM's bf16 checkpoint of q15 (/tmp/peer/q15-hf, made
 # by .peer/make_hf.py on the host's cores) in the background of another call of the lease.
 #
 # Why: make_hf.py needs no GPU but took ~85-135 s of a call of its own (runs 12 and 13), device
@@ -16,6 +16,8 @@
 #          running and left no checkpoint, runs it here in the foreground instead (as the
 #          call of its own did). Copies its report and log into $OUT when OUT is set.
 #          Exit 0 with the checkpoint there, 2 without.
+#   quiet  waits while make_hf.py still runs (at most MAKE_HF_WAIT s), so that no phase that
+#          measures decide shares the host's cores with it; runs nothing itself.
 set -u
 P=/tmp/peer
 dir=$P/make-hf
@@ -37,6 +39,14 @@ start)
     >"$P/make_hf.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   echo "peer_checkpoint: make_hf.py started (pid $(cat "$pidfile"), log $P/make_hf.log)"
+  ;;
+quiet)
+  start=$SECONDS
+  pid=$(cat "$pidfile" 2>/dev/null || true)
+  while [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ $((SECONDS - start)) -lt "${MAKE_HF_WAIT:-300}" ]; do
+    sleep 2
+  done
+  [ $((SECONDS - start)) -lt 2 ] || echo "peer_checkpoint: waited $((SECONDS - start)) s for make_hf.py to end"
   ;;
 wait)
   start=$SECONDS
@@ -60,7 +70,7 @@ wait)
   [ -f "$P/q15-hf/DONE" ] || { echo "peer_checkpoint: no checkpoint (see make_hf.log)"; exit 2; }
   ;;
 *)
-  echo "usage: bench/peer_checkpoint.sh start|wait"
+  echo "usage: bench/peer_checkpoint.sh start|quiet|wait"
   exit 2
   ;;
 esac
