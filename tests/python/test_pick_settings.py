@@ -34,6 +34,14 @@ def probes(tmp_path, checks=OK_CHECKS, finished=True, **long_runs):
 
 
 SERVED = [244.0, 245.0, 246.0, 247.0, 250.0]
+# A variant's runs well below SERVED's: it wins.
+FASTER = [230.0, 231.0, 232.0, 233.0, 234.0]
+
+
+def pick_after_failing(tmp_path, line, **long_runs):
+    """pick_settings.pick on probes whose kernel_check printed `line` (a FAILED one) besides
+    the passing checks, and the as-served prefill with `long_runs`."""
+    return pick_settings.pick(probes(tmp_path, checks=OK_CHECKS + line + "\n", long=SERVED, **long_runs))
 
 
 def test_no_setting_beats_the_defaults_by_more_than_the_drift(tmp_path):
@@ -58,7 +66,7 @@ def test_all_three_opt_ins_only_when_together_they_beat_each(tmp_path):
     each = dict(long_longest_first=[238.0, 239.0, 240.0, 241.0, 242.0],
                 long_pool_keep=[240.0, 241.0, 242.0, 243.0, 244.0],
                 long_residual_in_gemm=[239.0, 240.0, 241.0, 242.0, 243.0])
-    together = pick_settings.pick(probes(tmp_path / "a", long=SERVED, long_all=[230.0, 231.0, 232.0, 233.0, 234.0], **each))[0]
+    together = pick_settings.pick(probes(tmp_path / "a", long=SERVED, long_all=FASTER, **each))[0]
     assert together == {"DECIDE_ATTENTION_LONGEST_FIRST": "1", "DECIDE_RESIDUAL_IN_GEMM": "1", "DECIDE_CUDA_POOL_KEEP": "1"}
     worse = pick_settings.pick(probes(tmp_path / "b", long=SERVED, long_all=[239.0, 240.0, 241.0, 242.0, 243.0], **each))[0]
     assert worse == {"DECIDE_ATTENTION_LONGEST_FIRST": "1"}
@@ -67,7 +75,7 @@ def test_all_three_opt_ins_only_when_together_they_beat_each(tmp_path):
 def test_failing_kernels_turn_their_setting_off_and_nothing_on(tmp_path):
     checks = OK_CHECKS.replace("(max |ref| 0.300) ok", "(max |ref| 0.300) FAILED", 1)
     d = probes(tmp_path, checks=checks, finished=True, long=SERVED,
-               long_longest_first=[230.0, 231.0, 232.0, 233.0, 234.0])
+               long_longest_first=FASTER)
     settings, reasons = pick_settings.pick(d)
     assert settings == {"DECIDE_KV_PIECES": "0"}
     assert any("failing kernels" in r for r in reasons)
@@ -84,7 +92,7 @@ def test_the_legacy_plan_is_a_revert_like_the_others(tmp_path):
 
 
 def test_kernel_check_unfinished_turns_the_pieces_off(tmp_path):
-    d = probes(tmp_path, finished=False, long=SERVED, long_pool_keep=[230.0, 231.0, 232.0, 233.0, 234.0])
+    d = probes(tmp_path, finished=False, long=SERVED, long_pool_keep=FASTER)
     assert pick_settings.pick(d)[0] == {"DECIDE_KV_PIECES": "0"}
 
 
@@ -109,40 +117,37 @@ def test_the_env_file_sets_what_was_picked(tmp_path):
 
 
 def test_a_failing_tma_store_epilogue_stays_off_and_the_rest_goes_on(tmp_path):
-    checks = OK_CHECKS + "gate_up_silu (1029 rows, TMA store)              max |diff| 9.00000 (max |ref| 17.750) FAILED\n"
-    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_tma_store=[230.0, 231.0, 232.0, 233.0, 234.0])
-    settings, reasons = pick_settings.pick(d)
+    settings, reasons = pick_after_failing(
+        tmp_path, "gate_up_silu (1029 rows, TMA store)              max |diff| 9.00000 (max |ref| 17.750) FAILED", long_gate_up_tma_store=FASTER)
     assert settings == {}
     assert any("DECIDE_GATE_UP_TMA_STORE stays off" in r for r in reasons)
 
 
 def test_a_failing_overlapped_epilogue_is_turned_off(tmp_path):
-    checks = OK_CHECKS + "gate_up_silu (1029 rows, overlapped) = plain     max |diff| 0.01000 (max |ref| 17.750) FAILED\n"
-    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_bands_2048=[230.0, 231.0, 232.0, 233.0, 234.0])
-    settings, reasons = pick_settings.pick(d)
+    settings, reasons = pick_after_failing(
+        tmp_path, "gate_up_silu (1029 rows, overlapped) = plain     max |diff| 0.01000 (max |ref| 17.750) FAILED", long_gate_up_bands_2048=FASTER)
     assert settings == {"DECIDE_GATE_UP_OVERLAP": "0"}
     assert any("DECIDE_GATE_UP_OVERLAP =0" in r for r in reasons)
 
 
 def test_the_overlapped_epilogue_is_reverted_when_the_prefill_is_faster_without(tmp_path):
-    d = probes(tmp_path, long=SERVED, long_no_overlap=[230.0, 231.0, 232.0, 233.0, 234.0])
+    d = probes(tmp_path, long=SERVED, long_no_overlap=FASTER)
     assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_OVERLAP": "0"}
 
 
 def test_the_bands_are_reverted_when_the_prefill_is_faster_without(tmp_path):
-    d = probes(tmp_path, long=SERVED, long_no_bands=[230.0, 231.0, 232.0, 233.0, 234.0])
+    d = probes(tmp_path, long=SERVED, long_no_bands=FASTER)
     assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_BAND_ROWS": "0"}
 
 
 def test_failing_bands_are_turned_off(tmp_path):
-    checks = OK_CHECKS + "gate_up_silu (1000 rows, overlapped, bands of 512) = plain max |diff| 0.01000 (max |ref| 17.750) FAILED\n"
-    d = probes(tmp_path, checks=checks, long=SERVED, long_gate_up_bands_2048=[230.0, 231.0, 232.0, 233.0, 234.0])
-    settings, reasons = pick_settings.pick(d)
+    settings, reasons = pick_after_failing(
+        tmp_path, "gate_up_silu (1000 rows, overlapped, bands of 512) = plain max |diff| 0.01000 (max |ref| 17.750) FAILED", long_gate_up_bands_2048=FASTER)
     assert settings == {"DECIDE_GATE_UP_BAND_ROWS": "0"}
     assert any("DECIDE_GATE_UP_BAND_ROWS =0" in r for r in reasons)
 
 
 def test_faster_smaller_bands_go_on(tmp_path):
     d = probes(tmp_path, long=SERVED, long_no_bands=[236.0, 237.0, 238.0, 239.0, 240.0],
-               long_gate_up_bands_2048=[230.0, 231.0, 232.0, 233.0, 234.0])
+               long_gate_up_bands_2048=FASTER)
     assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_BAND_ROWS": "2048"}
