@@ -9,7 +9,9 @@
 #
 #   short prompts:   closed, 1 / 8 / 64 / 256 / 1,024 clients; a rate sweep to saturation
 #   multi16/multi64: one client, cold (each unit its own cache key, sent once) and warm
-#   long:            the ~28k-token input, first read (cold, sent once) and repeat
+#   long:            the ~28k-token input, first read (cold, sent once) and repeat; long-spaced:
+#                    first reads one a second for 16 s (long-first's are back to back, which
+#                    holds the GPU at its power limit: a read alone is what one user sees)
 #   options255:      one client
 #
 # Every run also measures decide-loadgen's own ceiling against its trivial server (the
@@ -17,18 +19,19 @@
 # Environment: LOADGEN (decide-loadgen binary; default target/release/decide-loadgen),
 # SECONDS_PER_RUN (10), CEILING_SECONDS (3: seconds of each ceiling run), RATES (the sweep's
 # offered units/s), RUNS (only these runs, by name, e.g. "short-c256 short-sweep"),
-# CLOCKS_RUNS (long-first: the runs during which bench/gpu_clock_sampler.sh samples the GPU's
-# clocks into OUT/<server>-gpu-clocks-<run>.csv, every CLOCKS_MS, 1000; "" for none).
+# CLOCKS_RUNS (long-first long-spaced: the runs during which bench/gpu_clock_sampler.sh samples
+# the GPU's clocks into OUT/<server>-gpu-clocks-<run>.csv, every CLOCKS_MS, 1000; "" for none).
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,23p' "$0"; exit 2; }
 server=$1 url=$2 workloads=$3 out=$4 quick=${5:-${QUICK:-0}}
 loadgen=${LOADGEN:-target/release/decide-loadgen}
 seconds=${SECONDS_PER_RUN:-10}
 ceiling_seconds=${CEILING_SECONDS:-3}
 rates=${RATES:-100,200,400,800,1600,3200,6400,12800}
 clients_list="1 8 64 256 1024"
+spaced_seconds=16
 if [ "$quick" = 1 ]; then
-  seconds=2 ceiling_seconds=1 rates=1,2,4 clients_list="1 4"
+  seconds=2 ceiling_seconds=1 rates=1,2,4 clients_list="1 4" spaced_seconds=2
 fi
 mkdir -p "$out"
 header=()
@@ -42,7 +45,7 @@ run() {  # run NAME SCENARIO MODE ARGS...
   # When each run began and ended (UTC, as nvidia-smi's timestamps in gpu-clocks.csv).
   echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') start $name" >>"$out/$server-times.txt"
   local clocks=
-  [[ " ${CLOCKS_RUNS-long-first} " == *" $name "* ]] && clocks=$out/$server-gpu-clocks-$name.csv
+  [[ " ${CLOCKS_RUNS-long-first long-spaced} " == *" $name "* ]] && clocks=$out/$server-gpu-clocks-$name.csv
   [ -z "$clocks" ] || bash "$(dirname "$0")/gpu_clock_sampler.sh" start "$clocks" "${CLOCKS_MS:-1000}"
   "$loadgen" "$mode" --url "$url" --workload "$workload" --report "$out/$server-$name.json" \
     --timeout 300 --ceiling-duration "$ceiling_seconds" "${header[@]}" "$@" | tail -n 20
@@ -59,6 +62,7 @@ for n in 16 64; do
   run "multi$n-warm" "multi$n-warm" closed --clients 1 --duration "$seconds" --warmup 1
 done
 run long-first long-first closed --clients 1 --once --warmup 0 --duration "$((seconds * 3))"
+run long-spaced long-spaced open --rate 1 --warmup 0 --duration "$spaced_seconds"
 run long-repeat long-repeat closed --clients 1 --duration "$seconds" --warmup 1
 run options255 options255 closed --clients 1 --duration "$seconds" --warmup 1
 echo "== $server: reports in $out"

@@ -26,6 +26,7 @@ bench.py's inputs and questions (`long_state`, `question`), with the sizes issue
 | multi16-cold, multi64-cold | 16 / 64 questions over one ~4k-token input, a new key per unit |
 | multi16-warm, multi64-warm | the same, one key |
 | long-first, long-repeat | one question over a ~28k-token input: a new key per unit / one key |
+| long-spaced | long-first's unit under keys of its own (24 units: side_by_side.sh sends them 1 s apart) |
 | options255 | one question of 255 choices over a one-line input |
 
 `--extra` is merged into every decide request's `extra` (for example
@@ -54,6 +55,9 @@ def chunks(ids: list, size: int) -> list:
 SHORT_STATE = "The package arrived late and the box was damaged."
 MULTI_WORDS = 3000
 LONG_WORDS = 18000
+# long-spaced's keys: more than side_by_side.sh sends (one a second for 16 s), so none is read
+# twice.
+LONG_SPACED_UNITS = 24
 
 
 def post(url: str, body: dict) -> dict:
@@ -103,15 +107,18 @@ class Scenarios:
             out.append(prompt["reads"])
         return out
 
-    def write(self, name: str, state: str, questions: list, cold: bool, split: bool = False) -> None:
-        """`cold`: a new key per unit. `split`: each question is a unit of its own (a client
-        asking one question per request), else all of them are one unit."""
+    def write(self, name: str, state: str, questions: list, cold: bool, split: bool = False,
+              cold_units: int = 0) -> None:
+        """`cold`: a new key per unit (`cold_units` of them, else --units). `split`: each question
+        is a unit of its own (a client asking one question per request), else all of them are
+        one unit."""
         per_question = self.reads(state, questions)
         if split:
             units = [(f"{name}", [i]) for i in range(len(questions))]
         else:
             every = list(range(len(questions)))
-            units = [(f"{name}-{u}" if cold else name, every) for u in range(self.units if cold else 1)]
+            count = (cold_units or self.units) if cold else 1
+            units = [(f"{name}-{u}" if cold else name, every) for u in range(count)]
         decide_lines, vllm_lines = [], []
         for u, (key, members) in enumerate(units):
             decide_lines.append({"method": "POST", "path": "/v1/decisions", "decisions": len(members),
@@ -157,6 +164,7 @@ def main() -> None:
         s.write(f"multi{count}-warm", multi_state, questions, cold=False)
     s.write("long-first", long_text, [question(0)], cold=True)
     s.write("long-repeat", long_text, [question(0)], cold=False)
+    s.write("long-spaced", long_text, [question(0)], cold=True, cold_units=LONG_SPACED_UNITS)
     s.write("options255", SHORT_STATE, [options255()], cold=False)
     (out / "workloads.json").write_text(json.dumps({"model": s.model, "extra": s.extra, "scenarios": s.summary},
                                                    indent=1))
