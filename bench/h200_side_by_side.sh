@@ -48,9 +48,9 @@
 #
 # Every phase also writes host-cpu.txt (/proc/stat every 500 ms), side/<server>-gpu-clocks-long-*.csv
 # (SM clock, power, throttle reasons during long-first and long-spaced; the whole phase into
-# gpu-clocks.csv with GPU_CLOCKS_MS), and bench/side_by_side.sh writes side/<server>-times.txt (when each run began
-# and ended): bench/gpu_clocks.py joins clocks and times; bench/stalls.py sets the slow moments
-# of a run (the loadgen report's timeline) beside host-cpu.txt.
+# gpu-clocks.csv with GPU_CLOCKS_MS), and bench/side_by_side.sh writes side/<server>-times.txt
+# (when each run began and ended): bench/gpu_clocks.py joins clocks and times; bench/stalls.py
+# sets the slow moments of a run (the loadgen report's timeline) beside host-cpu.txt.
 #
 # Then, here: bench/side_by_side.py DIR on the two side/ folders copied into one DIR.
 #

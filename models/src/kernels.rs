@@ -704,7 +704,8 @@ const GATE_UP_OVERLAP_SLICES: usize = 8;
 /// session 32: the 28k prefill as served took p50 236.8 ms in bands of 4,096 against 238.2
 /// without (fastest 234.0 against 236.5; 2,048: 237.2) on an H100, bench/reports/
 /// h100-run-14/probes, and kernel_check on an H200 timed 8,192 rows 0.6245 ms against 0.663
-/// (overlapped), equal at 7,300 (bench/reports/kernel-lease-3).
+/// (overlapped), equal at 7,300 (bench/reports/kernel-lease-3). Run 15, another H100: 243.2
+/// against 246.4 without (bench/reports/h100-side-by-side-15/probes).
 static GATE_UP_BAND_ROWS: Number = Number::new("DECIDE_GATE_UP_BAND_ROWS", 4096);
 
 /// Sets the gate/up kernel's band of rows for later launches (0: none; `kernel_check` times
