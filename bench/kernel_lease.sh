@@ -12,6 +12,10 @@
 #              model time goes, kernel by kernel;
 #   ncu-full   Nsight Compute's full sections for one launch each of the 28k read's main
 #              kernels at 8k-row chunks (ncu-<kernel>.csv): what bounds each;
+#   ncu-source Nsight Compute on layer_bench's first long attention launch (8192 rows after
+#              16384 keys; no model needed): warp stall samples per SASS instruction
+#              (ncu-attention-source.csv, SourceCounters) and every section (ncu-attention-lb.csv):
+#              where the attention kernel's warps wait, instruction by instruction;
 #   kc         kernel_check (kernel-check.txt, .json);
 #   pack       everything in $OUT into kernel-lease.tgz (a call brings back a few files only).
 # Each step is capped (STEP_TIMEOUT, default 240 s) so one stuck tool costs one step.
@@ -72,6 +76,18 @@ for step in "$@"; do
       ncu_full norm add_rms_norm 56 1
       ncu_full attention attention_bf16_d128_wgmma_ws 27 1
       ncu_full gemm 'gemm|xmma|cutlass' 82 3
+      ;;
+    ncu-source)
+      [ -n "$ncu" ] || { echo "no ncu"; continue; }
+      "$ncu" --version | tail -1
+      att=(--clock-control none -k regex:attention_bf16_d128_wgmma_ws -s 3 -c 1)
+      timeout "$cap" "$ncu" "${att[@]}" --section SourceCounters --section WarpStateStats \
+        --page source --print-source sass --csv "$bin/lb" \
+        >"$out/ncu-attention-source.csv" 2>"$out/ncu-attention-source.err"
+      echo "ncu source rc=$?: $(wc -l <"$out/ncu-attention-source.csv") lines"
+      timeout "$cap" "$ncu" "${att[@]}" --set full --page details --csv "$bin/lb" \
+        >"$out/ncu-attention-lb.csv" 2>"$out/ncu-attention-lb.err"
+      echo "ncu full rc=$?: $(wc -l <"$out/ncu-attention-lb.csv") lines"
       ;;
     kc)
       timeout "$cap" "$bin/kc" --json "$out/kernel-check.json" >"$out/kernel-check.txt" 2>&1

@@ -78,12 +78,47 @@ __device__ __forceinline__ void turn_wait() {
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
 }
 
-// Issues S = Q K^T for one warpgroup's 64 query rows (q_rows) and a 128-key tile (k_addr),
-// both in the 128-byte swizzle: D / 16 k-steps of 16 over the head (4 steps of 32 bytes in
-// each 64-column block), 8-row groups 1024 bytes apart. The caller fences and commits.
+// Issues S = Q K^T for one warpgroup's 64 query rows (q_desc: their descriptor) and a 128-key
+// tile (k_desc), both in the 128-byte swizzle: D / 16 k-steps of 16 over the head (4 steps of
+// 32 bytes in each 64-column block), 8-row groups 1024 bytes apart. The caller fences and
+// commits.
 template <int D, int BM, int BN>
-__device__ __forceinline__ void issue_scores(float (&sf)[BN / 2], uint32_t q_rows,
-                                             uint32_t k_addr) {
+__device__ __forceinline__ void issue_scores(float (&sf)[BN / 2], uint64_t q_desc,
+                                             uint64_t k_desc) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t step = (kk & 3) * 32;
+        wgmma_n128_ss(sf, descriptor_plus(q_desc, (kk >> 2) * BM * 128 + step),
+                      descriptor_plus(k_desc, (kk >> 2) * BN * 128 + step), kk > 0);
+    }
+}
+
+// The descriptor of a K tile (or of the queries) at `addr`, for issue_scores.
+__device__ __forceinline__ uint64_t k_major_descriptor(uint32_t addr) {
+    return descriptor(addr, 16, 1024);
+}
+// The descriptor of a BN-key V tile at `addr`, read N-major, for issue_values.
+template <int BN>
+__device__ __forceinline__ uint64_t values_descriptor(uint32_t addr) {
+    return descriptor(addr, BN * 128, 1024);
+}
+
+// Issues O += P V for a 128-key V tile (v_desc, read N-major: 8 k-steps of 16 keys, its
+// 64-column blocks BN * 128 bytes apart), P from registers. The caller fences and commits.
+template <int BN, int N>
+__device__ __forceinline__ void issue_values(float (&of)[N], const uint32_t (&p)[BN / 16][4],
+                                             uint64_t v_desc) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+        wgmma_rs_tb(of, p[kk], descriptor_plus(v_desc, kk * 16 * 128));
+    }
+}
+
+// The kernels through run 16 (DECIDE_ATTENTION_DESCRIPTORS=0, for A/B runs): each multiply's
+// descriptors made from its operand's address, the queries' from a per-thread value.
+template <int D, int BM, int BN>
+__device__ __forceinline__ void issue_scores_at(float (&sf)[BN / 2], uint32_t q_rows,
+                                                uint32_t k_addr) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t step = (kk & 3) * 32;
@@ -91,12 +126,9 @@ __device__ __forceinline__ void issue_scores(float (&sf)[BN / 2], uint32_t q_row
                       descriptor(k_addr + (kk >> 2) * BN * 128 + step, 16, 1024), kk > 0);
     }
 }
-
-// Issues O += P V for a 128-key V tile (v_addr, read N-major: 8 k-steps of 16 keys, its
-// 64-column blocks BN * 128 bytes apart), P from registers. The caller fences and commits.
 template <int BN, int N>
-__device__ __forceinline__ void issue_values(float (&of)[N], const uint32_t (&p)[BN / 16][4],
-                                             uint32_t v_addr) {
+__device__ __forceinline__ void issue_values_at(float (&of)[N], const uint32_t (&p)[BN / 16][4],
+                                                uint32_t v_addr) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
         wgmma_rs_tb(of, p[kk], descriptor(v_addr + kk * 16 * 128, BN * 128, 1024));
@@ -197,7 +229,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
         // softmax runs while the tensor cores work for 1 (and 1's softmax during 0's
         // O += P V): without this both did their softmax at once, the tensor cores idle.
         if (wg == 1) turn_wait();
-        issue_scores<D, BM, BN>(sf, q_rows, k_addr);
+        issue_scores_at<D, BM, BN>(sf, q_rows, k_addr);
         wgmma_commit();
         if (wg == 0) turn_arrive();
         // While the tensor cores work: stage the next tile into the other buffer (the
@@ -214,7 +246,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) p_fragment(p[kk], s, kk);
         wgmma_fence();
-        issue_values<BN>(of, p, v_addr);
+        issue_values_at<BN>(of, p, v_addr);
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(of);
@@ -305,7 +337,7 @@ __device__ __forceinline__ void consumers_arrive(int c) {
     }
 }
 
-template <int D>
+template <int D, bool DESCRIPTORS_ONCE>
 __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMaps& maps) {
     constexpr int BM = WG_BM, BN = WG_BN;
     constexpr int NT = BN / 8, OT = D / 8, PIECES = D / 8;
@@ -470,6 +502,16 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     RowState st;
     uint32_t p[BN / 16][4];
     const uint32_t q_rows = q_addr + c * 64 * 128;
+    // The descriptors of this consumer's queries and of the first K and V slots, made once:
+    // a tile's are these plus constant offsets (descriptor_plus). The consumer's index goes
+    // through a shuffle from lane 0 so that the compiler knows it is one value across the warp
+    // and keeps the queries' descriptors in uniform registers, where wgmma reads them (from a
+    // per-thread value each multiply cost two moves). With per-multiply descriptors the
+    // consumers spent ~210 instructions a tile issuing 16 multiplies; now ~100 (ptxas 13.0,
+    // nvdisasm: the loop from the K wait to the scores' wait).
+    const uint64_t q_desc = k_major_descriptor(q_addr + __shfl_sync(0xffffffff, c, 0) * 64 * 128);
+    const uint64_t k_desc = k_major_descriptor(k_base);
+    const uint64_t v_desc = values_descriptor<BN>(v_base);
     float s[NT][4];
     float(&sf)[NT * 4] = reinterpret_cast<float(&)[NT * 4]>(s);
     // Issues S = Q K^T for tile i (its K slot full), in turns with the other consumer.
@@ -479,8 +521,11 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
         fence_async_shared();
         consumers_sync(c);
         wgmma_fence();
-        const uint32_t k_addr = k_base + slot * TILE_BYTES;
-        issue_scores<D, BM, BN>(sf, q_rows, k_addr);
+        if constexpr (DESCRIPTORS_ONCE) {
+            issue_scores<D, BM, BN>(sf, q_desc, descriptor_plus(k_desc, slot * TILE_BYTES));
+        } else {
+            issue_scores_at<D, BM, BN>(sf, q_rows, k_base + slot * TILE_BYTES);
+        }
         wgmma_commit();
     };
     // Issues O += P V for tile i (its V slot full), P from the registers p.
@@ -488,8 +533,11 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
         const int slot = i % WS_SLOTS;
         mbar_wait(&full_v[slot], (i / WS_SLOTS) & 1);
         fence_async_shared();
-        const uint32_t v_addr = v_base + slot * TILE_BYTES;
-        issue_values<BN>(of, p, v_addr);
+        if constexpr (DESCRIPTORS_ONCE) {
+            issue_values<BN>(of, p, descriptor_plus(v_desc, slot * TILE_BYTES));
+        } else {
+            issue_values_at<BN>(of, p, v_base + slot * TILE_BYTES);
+        }
         wgmma_commit();
     };
     // The softmax of tile i's scores (landed), K slot released; the output's rescale is
@@ -545,11 +593,23 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
 
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
     attention_bf16_d128_wgmma_ws(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
-    attention_wgmma_ws<128>(ATTENTION_ARGS, maps);
+    attention_wgmma_ws<128, true>(ATTENTION_ARGS, maps);
 }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
     attention_bf16_d64_wgmma_ws(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
-    attention_wgmma_ws<64>(ATTENTION_ARGS, maps);
+    attention_wgmma_ws<64, true>(ATTENTION_ARGS, maps);
+}
+// The same with each multiply's descriptors made from addresses, as through run 16
+// (DECIDE_ATTENTION_DESCRIPTORS=0).
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
+    attention_bf16_d128_wgmma_ws_per_multiply(ATTENTION_PARAMS,
+                                              const __grid_constant__ KeyMaps maps) {
+    attention_wgmma_ws<128, false>(ATTENTION_ARGS, maps);
+}
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
+    attention_bf16_d64_wgmma_ws_per_multiply(ATTENTION_PARAMS,
+                                             const __grid_constant__ KeyMaps maps) {
+    attention_wgmma_ws<64, false>(ATTENTION_ARGS, maps);
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)

@@ -71,6 +71,16 @@ __device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t leading, 
            ((uint64_t)((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor of the operand `offset` bytes (a multiple of 16) after the one `d` describes,
+// both in the shared window (below 256 KiB): only the start address field (bits 0-13, the
+// address / 16) changes and it cannot carry into the next field, so one 32-bit add on the low
+// word. Why: a loop of wgmmas over one tile then costs an add per operand, where descriptor()
+// of each address cost ~6 instructions (mask, shift, or, and moves to uniform registers); in
+// the attention kernel's consumers that was ~100 of ~570 instructions a tile.
+__device__ __forceinline__ uint64_t descriptor_plus(uint64_t d, uint32_t offset) {
+    return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (offset >> 4));
+}
+
 // A tensor map for the tensor memory accelerator (TMA): CUtensorMap, 128 opaque bytes encoded
 // on the host (cuTensorMapEncodeTiled), 64-byte aligned.
 struct __align__(64) TensorMap {

@@ -62,6 +62,20 @@ pub enum AttentionBlock {
     WgmmaSpecialized,
 }
 
+/// Whether the warp-specialized attention kernel's consumers make their multiplies'
+/// shared-memory descriptors once (the queries' and each slot's, then constant offsets) rather
+/// than from each operand's address, as through run 16: ~100 fewer instructions a key tile
+/// (attention_sm90.cu). `DECIDE_ATTENTION_DESCRIPTORS=0` runs the kernel of run 16, for A/B
+/// runs; [`set_attention_descriptors`] in-process. Results are identical either way
+/// (kernel_check compares them).
+static DESCRIPTORS_ONCE: Switch = Switch::new("DECIDE_ATTENTION_DESCRIPTORS", true);
+
+/// Turns the warp-specialized attention kernel's descriptors-once consumers on or off for
+/// later launches (`kernel_check` runs both ways).
+pub fn set_attention_descriptors(once: bool) {
+    DESCRIPTORS_ONCE.set(once);
+}
+
 /// PTX of the Hopper kernel; empty unless built for sm_90 (models/build.rs).
 const SM90_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_sm90.ptx"));
 const SM90_MODULE: &str = "decide_attention_sm90";
@@ -130,11 +144,14 @@ impl AttentionBlock {
             (64, Self::Keys32) => "attention_bf16_d64_k32",
             (128, Self::Keys32) => "attention_bf16_d128_k32",
             (64 | 128, Self::Wgmma | Self::WgmmaSpecialized) if !SM90_PTX.is_empty() => {
+                let once = DESCRIPTORS_ONCE.on();
                 let name = match (dim, self) {
                     (64, Self::Wgmma) => "attention_bf16_d64_wgmma",
                     (_, Self::Wgmma) => "attention_bf16_d128_wgmma",
-                    (64, _) => "attention_bf16_d64_wgmma_ws",
-                    _ => "attention_bf16_d128_wgmma_ws",
+                    (64, _) if once => "attention_bf16_d64_wgmma_ws",
+                    (64, _) => "attention_bf16_d64_wgmma_ws_per_multiply",
+                    _ if once => "attention_bf16_d128_wgmma_ws",
+                    _ => "attention_bf16_d128_wgmma_ws_per_multiply",
                 };
                 return Some((name, SM90_MODULE, SM90_PTX));
             }

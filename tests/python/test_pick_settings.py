@@ -151,3 +151,21 @@ def test_faster_smaller_bands_go_on(tmp_path):
     d = probes(tmp_path, long=SERVED, long_no_bands=[236.0, 237.0, 238.0, 239.0, 240.0],
                long_gate_up_bands_2048=FASTER)
     assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_BAND_ROWS": "2048"}
+
+
+def test_descriptors_once_that_differ_from_per_multiply_fall_back_to_it(tmp_path):
+    lines = (
+        "attention (WgmmaSpecialized+tma): prefill, 100 rows (d=128) max |diff| 0.90000 (max |ref| 3.441) FAILED\n"
+        "  same in the other block order                  max |diff| 0.00000 (max |ref| 3.441) ok\n"
+        "  same with per-multiply descriptors             max |diff| 0.90000 (max |ref| 3.441) FAILED\n"
+        "attention (WgmmaSpecialized+tma+longest-first+per-multiply): prefill, 100 rows (d=128) max |diff| 0.00852 (max |ref| 3.441) ok"
+    )
+    settings, reasons = pick_after_failing(tmp_path, lines, long_no_bands=FASTER)
+    # The fallback, and no further setting: the timed figures ran on the failing kernel.
+    assert settings == {"DECIDE_ATTENTION_DESCRIPTORS": "0"}
+    assert any("differs from per-multiply" in r for r in reasons)
+
+
+def test_per_multiply_descriptors_are_reverted_when_the_prefill_is_faster_with_them(tmp_path):
+    d = probes(tmp_path, long=SERVED, long_per_multiply=FASTER)
+    assert pick_settings.pick(d)[0] == {"DECIDE_ATTENTION_DESCRIPTORS": "0"}
