@@ -64,10 +64,12 @@ pub enum AttentionBlock {
 
 /// Whether the warp-specialized attention kernel's consumers make their multiplies'
 /// shared-memory descriptors once (the queries' and each slot's, then constant offsets) rather
-/// than from each operand's address, as through run 16: ~100 fewer instructions a key tile
-/// (attention_sm90.cu). `DECIDE_ATTENTION_DESCRIPTORS=0` runs the kernel of run 16, for A/B
-/// runs; [`set_attention_descriptors`] in-process. Results are identical either way
-/// (kernel_check compares them).
+/// than from each operand's address, as through run 16: ~100 fewer of a consumer's ~540
+/// instructions a key tile (attention_sm90.cu). H200, run 17 (one lease): the 28k read's
+/// attention 116.0 against 119.3 ms over 28 layers (kernel_check), its prefill 225.0 against
+/// 230.1 ms p50 (bench/reports/h200-side-by-side-17). `DECIDE_ATTENTION_DESCRIPTORS=0` runs
+/// the kernel of run 16, for A/B runs; [`set_attention_descriptors`] in-process. Results are
+/// identical either way (kernel_check compares them).
 static DESCRIPTORS_ONCE: Switch = Switch::new("DECIDE_ATTENTION_DESCRIPTORS", true);
 
 /// Turns the warp-specialized attention kernel's descriptors-once consumers on or off for
