@@ -52,6 +52,7 @@ VARIANTS = {
     "long-no-bands": ({"DECIDE_GATE_UP_BAND_ROWS": "0"}, "revert"),
     "long-gate-up-bands-2048": ({"DECIDE_GATE_UP_BAND_ROWS": "2048"}, "opt-in"),
     "long-per-multiply": ({"DECIDE_ATTENTION_DESCRIPTORS": "0"}, "revert"),
+    "long-k-ahead": ({"DECIDE_ATTENTION_K_AHEAD": "1"}, "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
 
@@ -102,6 +103,8 @@ def per_multiply_fallback(failed):
 def kernel_setting(case: str):
     """The setting whose kernels a failing case ran (None when no setting takes them out of
     the server): a default-off one then stays off, a default-on one is turned off."""
+    if "k-ahead" in case or "K ahead" in case:
+        return "DECIDE_ATTENTION_K_AHEAD"
     if "TMA store" in case:
         return "DECIDE_GATE_UP_TMA_STORE"
     if "bands of" in case:

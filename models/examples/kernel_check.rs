@@ -37,22 +37,48 @@ struct Case {
 /// the pass (`KvCache` in models/src/forward.rs), as a long prefill's later chunks read it.
 const ALL_PREFIXES: usize = usize::MAX;
 
-/// The ways a block shape runs: `(label, tma, longest_first, descriptors_once)`. The
-/// warp-specialized kernel with and without TMA staging, then with TMA and the longest-first
-/// block order, and that with each multiply's descriptors made from its address (the kernel
-/// through run 16, `DECIDE_ATTENTION_DESCRIPTORS=0`); the others in both block orders.
-fn variants(block: AttentionBlock) -> Vec<(String, bool, bool, bool)> {
+/// Which build of the warp-specialized attention kernel runs (the other shapes have one):
+/// as served, with each multiply's descriptors made from its address (the kernel through
+/// run 16, `DECIDE_ATTENTION_DESCRIPTORS=0`), or with K staged one tile ahead of V
+/// (`DECIDE_ATTENTION_K_AHEAD=1`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum WsBuild {
+    Served,
+    PerMultiply,
+    KAhead,
+}
+
+impl WsBuild {
+    /// The builds other than the served one, with the label of the check that compares each
+    /// with it (they compute the same multiplies and sums: the difference must be 0).
+    const OTHERS: [(WsBuild, &'static str); 2] = [
+        (Self::PerMultiply, "same with per-multiply descriptors"),
+        (Self::KAhead, "same with K ahead"),
+    ];
+
+    /// Makes later launches run this build.
+    fn apply(self) {
+        kernels::set_attention_descriptors(self != Self::PerMultiply);
+        kernels::set_attention_k_ahead(self == Self::KAhead);
+    }
+}
+
+/// The ways a block shape runs: `(label, tma, longest_first, build)`. The warp-specialized
+/// kernel with and without TMA staging, then with TMA and the longest-first block order, and
+/// that in its other builds ([`WsBuild`]); the others in both block orders.
+fn variants(block: AttentionBlock) -> Vec<(String, bool, bool, WsBuild)> {
     if block == AttentionBlock::WgmmaSpecialized {
         vec![
-            (format!("{block:?}"), false, false, true),
-            (format!("{block:?}+tma"), true, false, true),
-            (format!("{block:?}+tma+longest-first"), true, true, true),
-            (format!("{block:?}+tma+longest-first+per-multiply"), true, true, false),
+            (format!("{block:?}"), false, false, WsBuild::Served),
+            (format!("{block:?}+tma"), true, false, WsBuild::Served),
+            (format!("{block:?}+tma+longest-first"), true, true, WsBuild::Served),
+            (format!("{block:?}+tma+longest-first+per-multiply"), true, true, WsBuild::PerMultiply),
+            (format!("{block:?}+tma+longest-first+k-ahead"), true, true, WsBuild::KAhead),
         ]
     } else {
         vec![
-            (format!("{block:?}"), true, false, true),
-            (format!("{block:?}+longest-first"), true, true, true),
+            (format!("{block:?}"), true, false, WsBuild::Served),
+            (format!("{block:?}+longest-first"), true, true, WsBuild::Served),
         ]
     }
 }
@@ -75,9 +101,9 @@ enum Layout {
 struct CaseResult {
     diff: (f32, f32),
     order_diff: Option<(f32, f32)>,
-    /// Without timing, on the warp-specialized kernel: the largest difference between its
-    /// descriptors-once consumers and per-multiply ones (which must be 0: the same multiplies).
-    descriptors_diff: Option<(f32, f32)>,
+    /// Without timing, on the warp-specialized kernel: the largest difference from each of its
+    /// other builds ([`WsBuild::OTHERS`], with the check's label; must be 0).
+    build_diffs: Vec<(&'static str, (f32, f32))>,
     secs: Option<f64>,
     /// The layout it ran with.
     plan: AttentionPlan,
@@ -186,14 +212,15 @@ fn attention_case(
         Some(o) => Some(diff(&got, &o)?),
         None => None,
     };
-    let descriptors_diff = if !timing && block == AttentionBlock::WgmmaSpecialized {
-        kernels::set_attention_descriptors(false);
-        let per_multiply = run(plan);
-        kernels::set_attention_descriptors(true);
-        Some(diff(&got, &per_multiply?)?)
-    } else {
-        None
-    };
+    let mut build_diffs = Vec::new();
+    if !timing && block == AttentionBlock::WgmmaSpecialized {
+        for (build, label) in WsBuild::OTHERS {
+            build.apply();
+            let other = run(plan);
+            WsBuild::Served.apply();
+            build_diffs.push((label, diff(&got, &other?)?));
+        }
+    }
 
     // Reference: every key column side by side, a dense mask, f32 softmax.
     let mut ks: Vec<Tensor> = prefix_kv.iter().map(|p| p[0].0.clone()).collect();
@@ -262,7 +289,7 @@ fn attention_case(
     Ok(CaseResult {
         diff: (dmax, mmax),
         order_diff,
-        descriptors_diff,
+        build_diffs,
         secs,
         plan,
     })
@@ -712,21 +739,21 @@ fn main() -> Res<()> {
                 println!("attention ({block:?}): {}: not on this device", c.name);
                 continue;
             }
-            for (label, tma, longest_first, once) in variants(block) {
+            for (label, tma, longest_first, build) in variants(block) {
                 kernels::set_tensor_maps(tma);
-                kernels::set_attention_descriptors(once);
+                build.apply();
                 let r = attention_case(&dev, c, block, Layout::Order(longest_first), false)?;
                 check(format!("attention ({label}): {}", c.name), r.diff, 0.02);
                 if let Some(d) = r.order_diff {
                     check("  same in the other block order".to_string(), d, 0.0);
                 }
-                if let Some(d) = r.descriptors_diff {
-                    check("  same with per-multiply descriptors".to_string(), d, 0.0);
+                for (what, d) in r.build_diffs {
+                    check(format!("  {what}"), d, 0.0);
                 }
             }
         }
     }
-    kernels::set_attention_descriptors(true);
+    WsBuild::Served.apply();
 
     // Timing: causal prefill of n rows, short suffixes over one long cached prefix (many
     // questions over one input; one question over a long input, which the key split
@@ -811,9 +838,9 @@ fn main() -> Res<()> {
         };
         let runs = |b: &AttentionBlock| b.runs_on(&dev, heads.dim);
         for block in AttentionBlock::ALL.into_iter().filter(runs) {
-            for (label, tma, longest_first, once) in variants(block) {
+            for (label, tma, longest_first, build) in variants(block) {
                 kernels::set_tensor_maps(tma);
-                kernels::set_attention_descriptors(once);
+                build.apply();
                 let r = attention_case(&dev, &c, block, Layout::Order(longest_first), true)?;
                 let ms = r.secs.unwrap_or(0.0) * 1e3;
                 let tflops = flops / (ms / 1e3) / 1e12;
@@ -831,15 +858,16 @@ fn main() -> Res<()> {
     let served = AttentionBlock::WgmmaSpecialized;
     let lengths = [3712usize, 8192, 8192, 8163];
     let layouts = [
-        ("legacy plan", Layout::Legacy, true),
-        ("planned", Layout::Planned, true),
-        ("planned, per-multiply descriptors", Layout::Planned, false),
+        ("legacy plan", Layout::Legacy, WsBuild::Served),
+        ("planned", Layout::Planned, WsBuild::Served),
+        ("planned, per-multiply descriptors", Layout::Planned, WsBuild::PerMultiply),
+        ("planned, K ahead", Layout::Planned, WsBuild::KAhead),
     ];
-    for (what, layout, once) in layouts
+    for (what, layout, build) in layouts
         .into_iter()
         .filter(|_| served.runs_on(&dev, q15.dim))
     {
-        kernels::set_attention_descriptors(once);
+        build.apply();
         let mut layer_ms = 0.0;
         for (i, &n) in lengths.iter().enumerate() {
             let held: usize = lengths[..i].iter().sum();
@@ -867,7 +895,7 @@ fn main() -> Res<()> {
             layer_ms * 28.0
         );
     }
-    kernels::set_attention_descriptors(true);
+    WsBuild::Served.apply();
     // The key split against the plan's model of it: passes the server plans from their
     // bounds (and one from its shape, 16 x 24 rows), each split forced from 1 to 6, then as
     // planned.

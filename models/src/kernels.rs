@@ -78,6 +78,22 @@ pub fn set_attention_descriptors(once: bool) {
     DESCRIPTORS_ONCE.set(once);
 }
 
+/// Whether the warp-specialized attention kernel's producer stages each K tile one tile ahead
+/// of the V tiles (attention_sm90.cu, `K_AHEAD`): a K tile's slot frees a step before its
+/// partner V slot, and in the order K, V, K, V the producer waited for the V slot first.
+/// Unmeasured on a GPU when written (session 34, after Nsight in run 17 found the consumers'
+/// K tile not landed at their first look in 43% of tiles), so off by default:
+/// `DECIDE_ATTENTION_K_AHEAD=1` turns it on; kernel_check times it and compares its results
+/// with the served kernel's; [`set_attention_k_ahead`] in-process. Only with the descriptors
+/// made once (`DECIDE_ATTENTION_DESCRIPTORS=0` takes precedence).
+static K_AHEAD: Switch = Switch::new("DECIDE_ATTENTION_K_AHEAD", false);
+
+/// Turns the warp-specialized attention kernel's K-ahead producer on or off for later
+/// launches (`kernel_check` runs both ways).
+pub fn set_attention_k_ahead(on: bool) {
+    K_AHEAD.set(on);
+}
+
 /// PTX of the Hopper kernel; empty unless built for sm_90 (models/build.rs).
 const SM90_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_sm90.ptx"));
 const SM90_MODULE: &str = "decide_attention_sm90";
@@ -146,14 +162,16 @@ impl AttentionBlock {
             (64, Self::Keys32) => "attention_bf16_d64_k32",
             (128, Self::Keys32) => "attention_bf16_d128_k32",
             (64 | 128, Self::Wgmma | Self::WgmmaSpecialized) if !SM90_PTX.is_empty() => {
-                let once = DESCRIPTORS_ONCE.on();
+                let (once, k_ahead) = (DESCRIPTORS_ONCE.on(), K_AHEAD.on());
                 let name = match (dim, self) {
                     (64, Self::Wgmma) => "attention_bf16_d64_wgmma",
                     (_, Self::Wgmma) => "attention_bf16_d128_wgmma",
-                    (64, _) if once => "attention_bf16_d64_wgmma_ws",
-                    (64, _) => "attention_bf16_d64_wgmma_ws_per_multiply",
-                    _ if once => "attention_bf16_d128_wgmma_ws",
-                    _ => "attention_bf16_d128_wgmma_ws_per_multiply",
+                    (64, _) if !once => "attention_bf16_d64_wgmma_ws_per_multiply",
+                    (64, _) if k_ahead => "attention_bf16_d64_wgmma_ws_k_ahead",
+                    (64, _) => "attention_bf16_d64_wgmma_ws",
+                    _ if !once => "attention_bf16_d128_wgmma_ws_per_multiply",
+                    _ if k_ahead => "attention_bf16_d128_wgmma_ws_k_ahead",
+                    _ => "attention_bf16_d128_wgmma_ws",
                 };
                 return Some((name, SM90_MODULE, SM90_PTX));
             }

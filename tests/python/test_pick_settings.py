@@ -169,3 +169,15 @@ def test_descriptors_once_that_differ_from_per_multiply_fall_back_to_it(tmp_path
 def test_per_multiply_descriptors_are_reverted_when_the_prefill_is_faster_with_them(tmp_path):
     d = probes(tmp_path, long=SERVED, long_per_multiply=FASTER)
     assert pick_settings.pick(d)[0] == {"DECIDE_ATTENTION_DESCRIPTORS": "0"}
+
+
+def test_a_faster_k_ahead_producer_goes_on(tmp_path):
+    d = probes(tmp_path, long=SERVED, long_k_ahead=FASTER)
+    assert pick_settings.pick(d)[0] == {"DECIDE_ATTENTION_K_AHEAD": "1"}
+
+
+def test_a_k_ahead_producer_that_differs_stays_off(tmp_path):
+    line = "  same with K ahead                              max |diff| 0.50000 (max |ref| 3.441) FAILED"
+    settings, reasons = pick_after_failing(tmp_path, line, long_k_ahead=FASTER)
+    assert settings == {}
+    assert any("DECIDE_ATTENTION_K_AHEAD stays off" in r for r in reasons)
