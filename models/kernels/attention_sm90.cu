@@ -115,7 +115,7 @@ __device__ __forceinline__ void issue_values(float (&of)[N], const uint32_t (&p)
 }
 
 // issue_scores and issue_values with each multiply's descriptors made from its operand's
-// address: the two-warpgroup kernel's way (not served on long passes), and the
+// address: the two-warpgroup kernel's way (measured, not served), and the
 // warp-specialized kernel's through run 16 (DECIDE_ATTENTION_DESCRIPTORS=0, for A/B runs).
 template <int D, int BM, int BN>
 __device__ __forceinline__ void issue_scores_at(float (&sf)[BN / 2], uint32_t q_rows,

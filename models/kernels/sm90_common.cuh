@@ -76,7 +76,7 @@ __device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t leading, 
 // address / 16) changes and it cannot carry into the next field, so one 32-bit add on the low
 // word. Why: a loop of wgmmas over one tile then costs an add per operand, where descriptor()
 // of each address cost ~6 instructions (mask, shift, or, and moves to uniform registers); in
-// the attention kernel's consumers that was ~100 of ~570 instructions a tile.
+// the attention kernel's consumers that was ~110 of ~550 instructions a tile.
 __device__ __forceinline__ uint64_t descriptor_plus(uint64_t d, uint32_t offset) {
     return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (offset >> 4));
 }

@@ -64,7 +64,7 @@ pub enum AttentionBlock {
 
 /// Whether the warp-specialized attention kernel's consumers make their multiplies'
 /// shared-memory descriptors once (the queries' and each slot's, then constant offsets) rather
-/// than from each operand's address, as through run 16: ~100 fewer of a consumer's ~540
+/// than from each operand's address, as through run 16: ~110 fewer of a consumer's ~550
 /// instructions a key tile (attention_sm90.cu). H200, run 17 (one lease): the 28k read's
 /// attention 116.0 against 119.3 ms over 28 layers (kernel_check), its prefill 225.0 against
 /// 230.1 ms p50 (bench/reports/h200-side-by-side-17). `DECIDE_ATTENTION_DESCRIPTORS=0` runs
