@@ -71,14 +71,34 @@ fn variants(block: AttentionBlock) -> Vec<(String, bool, bool, WsBuild)> {
         vec![
             (format!("{block:?}"), false, false, WsBuild::Served),
             (format!("{block:?}+tma"), true, false, WsBuild::Served),
-            (format!("{block:?}+tma+longest-first"), true, true, WsBuild::Served),
-            (format!("{block:?}+tma+longest-first+per-multiply"), true, true, WsBuild::PerMultiply),
-            (format!("{block:?}+tma+longest-first+k-ahead"), true, true, WsBuild::KAhead),
+            (
+                format!("{block:?}+tma+longest-first"),
+                true,
+                true,
+                WsBuild::Served,
+            ),
+            (
+                format!("{block:?}+tma+longest-first+per-multiply"),
+                true,
+                true,
+                WsBuild::PerMultiply,
+            ),
+            (
+                format!("{block:?}+tma+longest-first+k-ahead"),
+                true,
+                true,
+                WsBuild::KAhead,
+            ),
         ]
     } else {
         vec![
             (format!("{block:?}"), true, false, WsBuild::Served),
-            (format!("{block:?}+longest-first"), true, true, WsBuild::Served),
+            (
+                format!("{block:?}+longest-first"),
+                true,
+                true,
+                WsBuild::Served,
+            ),
         ]
     }
 }
@@ -860,7 +880,11 @@ fn main() -> Res<()> {
     let layouts = [
         ("legacy plan", Layout::Legacy, WsBuild::Served),
         ("planned", Layout::Planned, WsBuild::Served),
-        ("planned, per-multiply descriptors", Layout::Planned, WsBuild::PerMultiply),
+        (
+            "planned, per-multiply descriptors",
+            Layout::Planned,
+            WsBuild::PerMultiply,
+        ),
         ("planned, K ahead", Layout::Planned, WsBuild::KAhead),
     ];
     for (what, layout, build) in layouts
