@@ -121,21 +121,24 @@ enum Layout {
 struct CaseResult {
     diff: (f32, f32),
     order_diff: Option<(f32, f32)>,
-    /// Without timing, on the warp-specialized kernel: the largest difference from each of its
-    /// other builds ([`WsBuild::OTHERS`], with the check's label; must be 0).
+    /// With `compare_builds`: the largest difference from each of the warp-specialized
+    /// kernel's other builds ([`WsBuild::OTHERS`], with the check's label; must be 0).
     build_diffs: Vec<(&'static str, (f32, f32))>,
     secs: Option<f64>,
     /// The layout it ran with.
     plan: AttentionPlan,
 }
 
-/// Runs a case on the kernel with blocks of shape `block`, laid out as `layout` says.
+/// Runs a case on the kernel with blocks of shape `block`, laid out as `layout` says; with
+/// `compare_builds` (the served build of the warp-specialized kernel running, no timing) also
+/// on each of its other builds, to compare them with it.
 fn attention_case(
     dev: &Device,
     c: &Case,
     block: AttentionBlock,
     layout: Layout,
     timing: bool,
+    compare_builds: bool,
 ) -> Res<CaseResult> {
     let Heads { q: h, kv, dim: d } = c.heads;
     let m: usize = c.segments.iter().map(|s| s.1).sum();
@@ -233,7 +236,7 @@ fn attention_case(
         None => None,
     };
     let mut build_diffs = Vec::new();
-    if !timing && block == AttentionBlock::WgmmaSpecialized {
+    if compare_builds && block == AttentionBlock::WgmmaSpecialized {
         for (build, label) in WsBuild::OTHERS {
             build.apply();
             let other = run(plan);
@@ -762,7 +765,9 @@ fn main() -> Res<()> {
             for (label, tma, longest_first, build) in variants(block) {
                 kernels::set_tensor_maps(tma);
                 build.apply();
-                let r = attention_case(&dev, c, block, Layout::Order(longest_first), false)?;
+                let compare_builds = build == WsBuild::Served;
+                let layout = Layout::Order(longest_first);
+                let r = attention_case(&dev, c, block, layout, false, compare_builds)?;
                 check(format!("attention ({label}): {}", c.name), r.diff, 0.02);
                 if let Some(d) = r.order_diff {
                     check("  same in the other block order".to_string(), d, 0.0);
@@ -861,7 +866,7 @@ fn main() -> Res<()> {
             for (label, tma, longest_first, build) in variants(block) {
                 kernels::set_tensor_maps(tma);
                 build.apply();
-                let r = attention_case(&dev, &c, block, Layout::Order(longest_first), true)?;
+                let r = attention_case(&dev, &c, block, Layout::Order(longest_first), true, false)?;
                 let ms = r.secs.unwrap_or(0.0) * 1e3;
                 let tflops = flops / (ms / 1e3) / 1e12;
                 check(format!("attention {key} ({label})"), r.diff, 0.02);
@@ -904,7 +909,7 @@ fn main() -> Res<()> {
                 picks: vec![],
             };
             kernels::set_tensor_maps(true);
-            let r = attention_case(&dev, &c, served, layout, true)?;
+            let r = attention_case(&dev, &c, served, layout, true, false)?;
             let ms = r.secs.unwrap_or(0.0) * 1e3;
             layer_ms += ms;
             let tflops = flops(q15, (n * held) as f64 + (n * n) as f64 / 2.0) / (ms / 1e3) / 1e12;
@@ -965,7 +970,7 @@ fn main() -> Res<()> {
             .map(Layout::Splits)
             .chain([Layout::Planned, Layout::Legacy]);
         for layout in layouts {
-            let r = attention_case(&dev, &c, served, layout, true)?;
+            let r = attention_case(&dev, &c, served, layout, true, false)?;
             let ms = r.secs.unwrap_or(0.0) * 1e3;
             let tflops = flops(q15, scores) / (ms / 1e3) / 1e12;
             check(format!("attention {key} ({layout:?})"), r.diff, 0.02);
