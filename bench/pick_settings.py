@@ -51,8 +51,7 @@ VARIANTS = {
     "long-no-overlap": ({"DECIDE_GATE_UP_OVERLAP": "0"}, "revert"),
     "long-no-bands": ({"DECIDE_GATE_UP_BAND_ROWS": "0"}, "revert"),
     "long-gate-up-bands-2048": ({"DECIDE_GATE_UP_BAND_ROWS": "2048"}, "opt-in"),
-    "long-per-multiply": ({"DECIDE_ATTENTION_DESCRIPTORS": "0"}, "revert"),
-    "long-k-ahead": ({"DECIDE_ATTENTION_K_AHEAD": "1"}, "opt-in"),
+    "long-split-producer": ({"DECIDE_ATTENTION_SPLIT_PRODUCER": "1"}, "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
 
@@ -84,27 +83,14 @@ def kernel_verdicts(probes: Path):
 # attention_plan.rs); =0 turns it off everywhere. The gate/up kernel's overlapped epilogue is
 # on by default since session 31, its bands of 4,096 rows since session 32.
 TURNED_OFF = {"DECIDE_KV_PIECES": "0", "DECIDE_ATTENTION_TMA": "0", "DECIDE_ATTENTION_LONGEST_FIRST": "0",
-              "DECIDE_GATE_UP_OVERLAP": "0", "DECIDE_GATE_UP_BAND_ROWS": "0",
-              "DECIDE_ATTENTION_DESCRIPTORS": "0"}
-
-
-def per_multiply_fallback(failed):
-    """(failed cases left, reason or None). The warp-specialized attention kernel's
-    descriptors-once consumers (default since session 34) must give exactly what the kernel
-    through run 16 gives ('same with per-multiply descriptors'); where they do not, that kernel
-    serves (DECIDE_ATTENTION_DESCRIPTORS=0) and its failures (every warp-specialized case not
-    run '+per-multiply') are its own, not the kernel that will serve."""
-    if not any("same with per-multiply descriptors" in case for case in failed):
-        return failed, None
-    left = [c for c in failed if not ("WgmmaSpecialized" in c and "+per-multiply" not in c)]
-    return left, "kernel_check: descriptors-once attention differs from per-multiply: DECIDE_ATTENTION_DESCRIPTORS=0"
+              "DECIDE_GATE_UP_OVERLAP": "0", "DECIDE_GATE_UP_BAND_ROWS": "0"}
 
 
 def kernel_setting(case: str):
     """The setting whose kernels a failing case ran (None when no setting takes them out of
     the server): a default-off one then stays off, a default-on one is turned off."""
-    if "k-ahead" in case or "K ahead" in case:
-        return "DECIDE_ATTENTION_K_AHEAD"
+    if "+split" in case or "split producer" in case:
+        return "DECIDE_ATTENTION_SPLIT_PRODUCER"
     if "TMA store" in case:
         return "DECIDE_GATE_UP_TMA_STORE"
     if "bands of" in case:
@@ -149,11 +135,6 @@ def pick(probes: Path):
     """(settings {variable: value}, reasons [str]); raises BrokenKernels."""
     reasons, settings, banned = [], {}, set()
     finished, failed = kernel_verdicts(probes)
-    failed, fallback = per_multiply_fallback(failed)
-    if fallback:
-        banned.add("DECIDE_ATTENTION_DESCRIPTORS")
-        settings["DECIDE_ATTENTION_DESCRIPTORS"] = "0"
-        reasons.append(fallback)
     for case in failed:
         var = kernel_setting(case)
         if var is None:
@@ -163,7 +144,7 @@ def pick(probes: Path):
         if var in TURNED_OFF:
             settings[var] = TURNED_OFF[var]
         reasons.append(f"kernel_check failed '{case}': {var} {'=' + TURNED_OFF[var] if var in TURNED_OFF else 'stays off'}")
-    if failed or fallback:
+    if failed:
         reasons.append("the timed figures ran on failing kernels: no more settings")
         return settings, reasons
     if not finished:

@@ -38,28 +38,22 @@ struct Case {
 const ALL_PREFIXES: usize = usize::MAX;
 
 /// Which build of the warp-specialized attention kernel runs (the other shapes have one):
-/// as served, with each multiply's descriptors made from its address (the kernel through
-/// run 16, `DECIDE_ATTENTION_DESCRIPTORS=0`), or with K staged one tile ahead of V
-/// (`DECIDE_ATTENTION_K_AHEAD=1`).
+/// as served, or with its producer split into K and V stagers
+/// (`DECIDE_ATTENTION_SPLIT_PRODUCER=1`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum WsBuild {
     Served,
-    PerMultiply,
-    KAhead,
+    Split,
 }
 
 impl WsBuild {
     /// The builds other than the served one, with the label of the check that compares each
     /// with it (they compute the same multiplies and sums: the difference must be 0).
-    const OTHERS: [(WsBuild, &'static str); 2] = [
-        (Self::PerMultiply, "same with per-multiply descriptors"),
-        (Self::KAhead, "same with K ahead"),
-    ];
+    const OTHERS: [(WsBuild, &'static str); 1] = [(Self::Split, "same with the split producer")];
 
     /// Makes later launches run this build.
     fn apply(self) {
-        kernels::set_attention_descriptors(self != Self::PerMultiply);
-        kernels::set_attention_k_ahead(self == Self::KAhead);
+        kernels::set_attention_split_producer(self == Self::Split);
     }
 }
 
@@ -78,16 +72,10 @@ fn variants(block: AttentionBlock) -> Vec<(String, bool, bool, WsBuild)> {
                 WsBuild::Served,
             ),
             (
-                format!("{block:?}+tma+longest-first+per-multiply"),
+                format!("{block:?}+tma+longest-first+split"),
                 true,
                 true,
-                WsBuild::PerMultiply,
-            ),
-            (
-                format!("{block:?}+tma+longest-first+k-ahead"),
-                true,
-                true,
-                WsBuild::KAhead,
+                WsBuild::Split,
             ),
         ]
     } else {
@@ -885,12 +873,7 @@ fn main() -> Res<()> {
     let layouts = [
         ("legacy plan", Layout::Legacy, WsBuild::Served),
         ("planned", Layout::Planned, WsBuild::Served),
-        (
-            "planned, per-multiply descriptors",
-            Layout::Planned,
-            WsBuild::PerMultiply,
-        ),
-        ("planned, K ahead", Layout::Planned, WsBuild::KAhead),
+        ("planned, split producer", Layout::Planned, WsBuild::Split),
     ];
     for (what, layout, build) in layouts
         .into_iter()

@@ -62,36 +62,21 @@ pub enum AttentionBlock {
     WgmmaSpecialized,
 }
 
-/// Whether the warp-specialized attention kernel's consumers make their multiplies'
-/// shared-memory descriptors once (the queries' and each slot's, then constant offsets) rather
-/// than from each operand's address, as through run 16: ~110 fewer of a consumer's ~550
-/// instructions a key tile (attention_sm90.cu). H200, run 17 (one lease): the 28k read's
-/// attention 116.0 against 119.3 ms over 28 layers (kernel_check), its prefill 225.0 against
-/// 230.1 ms p50 (bench/reports/h200-side-by-side-17). `DECIDE_ATTENTION_DESCRIPTORS=0` runs
-/// the kernel of run 16, for A/B runs; [`set_attention_descriptors`] in-process. Results are
-/// identical either way (kernel_check compares them).
-static DESCRIPTORS_ONCE: Switch = Switch::new("DECIDE_ATTENTION_DESCRIPTORS", true);
+/// Whether the warp-specialized attention kernel's producer is split in two (attention_sm90.cu,
+/// `SPLIT`): two warps stage K tiles into three slots, two warps V tiles into two, each as
+/// soon as its own slot frees. With one producer, K tile i + 1 waited behind V tile i's slot
+/// (Nsight, run 17: the consumers found their K tile not landed at the first look in 43% of
+/// tiles); reordering that one producer (K one tile ahead, session 34) made the 28k read's
+/// attention 12% slower (bench/reports/h100-side-by-side-18). Unmeasured on a GPU when written
+/// (session 35), so off by default: `DECIDE_ATTENTION_SPLIT_PRODUCER=1` turns it on;
+/// kernel_check times it and compares its results with the served kernel's;
+/// [`set_attention_split_producer`] in-process.
+static SPLIT_PRODUCER: Switch = Switch::new("DECIDE_ATTENTION_SPLIT_PRODUCER", false);
 
-/// Turns the warp-specialized attention kernel's descriptors-once consumers on or off for
-/// later launches (`kernel_check` runs both ways).
-pub fn set_attention_descriptors(once: bool) {
-    DESCRIPTORS_ONCE.set(once);
-}
-
-/// Whether the warp-specialized attention kernel's producer stages each K tile one tile ahead
-/// of the V tiles (attention_sm90.cu, `K_AHEAD`): a K tile's slot frees a step before its
-/// partner V slot, and in the order K, V, K, V the producer waited for the V slot first.
-/// Unmeasured on a GPU when written (session 34, after Nsight in run 17 found the consumers'
-/// K tile not landed at their first look in 43% of tiles), so off by default:
-/// `DECIDE_ATTENTION_K_AHEAD=1` turns it on; kernel_check times it and compares its results
-/// with the served kernel's; [`set_attention_k_ahead`] in-process. Only with the descriptors
-/// made once (`DECIDE_ATTENTION_DESCRIPTORS=0` takes precedence).
-static K_AHEAD: Switch = Switch::new("DECIDE_ATTENTION_K_AHEAD", false);
-
-/// Turns the warp-specialized attention kernel's K-ahead producer on or off for later
-/// launches (`kernel_check` runs both ways).
-pub fn set_attention_k_ahead(on: bool) {
-    K_AHEAD.set(on);
+/// Turns the warp-specialized attention kernel's split producer on or off for later launches
+/// (`kernel_check` runs both ways).
+pub fn set_attention_split_producer(on: bool) {
+    SPLIT_PRODUCER.set(on);
 }
 
 /// PTX of the Hopper kernel; empty unless built for sm_90 (models/build.rs).
@@ -145,12 +130,21 @@ impl AttentionBlock {
     /// block's queries when they are not held in registers; rows padded by 8 elements
     /// (`attention_smem_bytes` in fused.cu), or for `Wgmma` unpadded (swizzled) with 1 KiB
     /// of slack to start on a 1024-byte boundary.
+    /// The split producer's K pipeline has a third slot.
     fn shared_memory(self, dim: usize) -> usize {
         let tiles = 2 * 2 * self.key_tile();
         match self {
             Self::Keys64 => tiles * (dim + 8) * 2,
             Self::Keys32 => (tiles + self.rows()) * (dim + 8) * 2,
-            Self::Wgmma | Self::WgmmaSpecialized => (tiles + self.rows()) * dim * 2 + 1024,
+            Self::Wgmma => (tiles + self.rows()) * dim * 2 + 1024,
+            Self::WgmmaSpecialized => {
+                let extra = if SPLIT_PRODUCER.on() {
+                    self.key_tile()
+                } else {
+                    0
+                };
+                (tiles + extra + self.rows()) * dim * 2 + 1024
+            }
         }
     }
 
@@ -162,15 +156,13 @@ impl AttentionBlock {
             (64, Self::Keys32) => "attention_bf16_d64_k32",
             (128, Self::Keys32) => "attention_bf16_d128_k32",
             (64 | 128, Self::Wgmma | Self::WgmmaSpecialized) if !SM90_PTX.is_empty() => {
-                let (once, k_ahead) = (DESCRIPTORS_ONCE.on(), K_AHEAD.on());
+                let split = SPLIT_PRODUCER.on();
                 let name = match (dim, self) {
                     (64, Self::Wgmma) => "attention_bf16_d64_wgmma",
                     (_, Self::Wgmma) => "attention_bf16_d128_wgmma",
-                    (64, _) if !once => "attention_bf16_d64_wgmma_ws_per_multiply",
-                    (64, _) if k_ahead => "attention_bf16_d64_wgmma_ws_k_ahead",
+                    (64, _) if split => "attention_bf16_d64_wgmma_ws_split",
                     (64, _) => "attention_bf16_d64_wgmma_ws",
-                    _ if !once => "attention_bf16_d128_wgmma_ws_per_multiply",
-                    _ if k_ahead => "attention_bf16_d128_wgmma_ws_k_ahead",
+                    _ if split => "attention_bf16_d128_wgmma_ws_split",
                     _ => "attention_bf16_d128_wgmma_ws",
                 };
                 return Some((name, SM90_MODULE, SM90_PTX));

@@ -153,31 +153,30 @@ def test_faster_smaller_bands_go_on(tmp_path):
     assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_BAND_ROWS": "2048"}
 
 
-def test_descriptors_once_that_differ_from_per_multiply_fall_back_to_it(tmp_path):
-    lines = (
-        "attention (WgmmaSpecialized+tma): prefill, 100 rows (d=128) max |diff| 0.90000 (max |ref| 3.441) FAILED\n"
-        "  same in the other block order                  max |diff| 0.00000 (max |ref| 3.441) ok\n"
-        "  same with per-multiply descriptors             max |diff| 0.90000 (max |ref| 3.441) FAILED\n"
-        "attention (WgmmaSpecialized+tma+longest-first+per-multiply): prefill, 100 rows (d=128) max |diff| 0.00852 (max |ref| 3.441) ok"
-    )
-    settings, reasons = pick_after_failing(tmp_path, lines, long_no_bands=FASTER)
-    # The fallback, and no further setting: the timed figures ran on the failing kernel.
-    assert settings == {"DECIDE_ATTENTION_DESCRIPTORS": "0"}
-    assert any("differs from per-multiply" in r for r in reasons)
+def test_a_faster_split_producer_goes_on(tmp_path):
+    d = probes(tmp_path, long=SERVED, long_split_producer=FASTER)
+    assert pick_settings.pick(d)[0] == {"DECIDE_ATTENTION_SPLIT_PRODUCER": "1"}
 
 
-def test_per_multiply_descriptors_are_reverted_when_the_prefill_is_faster_with_them(tmp_path):
-    d = probes(tmp_path, long=SERVED, long_per_multiply=FASTER)
-    assert pick_settings.pick(d)[0] == {"DECIDE_ATTENTION_DESCRIPTORS": "0"}
-
-
-def test_a_faster_k_ahead_producer_goes_on(tmp_path):
-    d = probes(tmp_path, long=SERVED, long_k_ahead=FASTER)
-    assert pick_settings.pick(d)[0] == {"DECIDE_ATTENTION_K_AHEAD": "1"}
-
-
-def test_a_k_ahead_producer_that_differs_stays_off(tmp_path):
-    line = "  same with K ahead                              max |diff| 0.50000 (max |ref| 3.441) FAILED"
-    settings, reasons = pick_after_failing(tmp_path, line, long_k_ahead=FASTER)
+def test_a_split_producer_that_differs_stays_off(tmp_path):
+    line = "  same with the split producer                   max |diff| 0.50000 (max |ref| 3.441) FAILED"
+    settings, reasons = pick_after_failing(tmp_path, line, long_split_producer=FASTER)
     assert settings == {}
-    assert any("DECIDE_ATTENTION_K_AHEAD stays off" in r for r in reasons)
+    assert any("DECIDE_ATTENTION_SPLIT_PRODUCER stays off" in r for r in reasons)
+
+
+def test_a_failing_split_producer_case_keeps_the_served_kernel(tmp_path):
+    line = "attention (WgmmaSpecialized+tma+longest-first+split): prefill, 100 rows (d=128) max |diff| 0.90000 (max |ref| 3.441) FAILED"
+    settings, reasons = pick_after_failing(tmp_path, line, long_split_producer=FASTER)
+    assert settings == {}
+    assert any("DECIDE_ATTENTION_SPLIT_PRODUCER stays off" in r for r in reasons)
+
+
+def test_the_key_split_of_other_shapes_is_not_the_split_producer(tmp_path):
+    line = "attention (Keys64): 3 rows after 4000 cached (split) max |diff| 0.90000 (max |ref| 0.494) FAILED"
+    try:
+        pick_after_failing(tmp_path, line)
+    except pick_settings.BrokenKernels as e:
+        assert "no setting turns off" in str(e)
+    else:
+        raise AssertionError("a failing Keys64 split case must not be taken for the split producer")
