@@ -254,7 +254,6 @@ probes() {
     long long-no-overlap DECIDE_GATE_UP_OVERLAP=0
     long long-no-bands DECIDE_GATE_UP_BAND_ROWS=0
     long long-gate-up-bands-2048 DECIDE_GATE_UP_BAND_ROWS=2048
-    long long-split-producer DECIDE_ATTENTION_SPLIT_PRODUCER=1
     long long-all DECIDE_ATTENTION_LONGEST_FIRST=1 DECIDE_RESIDUAL_IN_GEMM=1 DECIDE_CUDA_POOL_KEEP=1
     long long-again
     if [ -x /tmp/gpu/bin/fb_old ]; then

@@ -51,7 +51,6 @@ VARIANTS = {
     "long-no-overlap": ({"DECIDE_GATE_UP_OVERLAP": "0"}, "revert"),
     "long-no-bands": ({"DECIDE_GATE_UP_BAND_ROWS": "0"}, "revert"),
     "long-gate-up-bands-2048": ({"DECIDE_GATE_UP_BAND_ROWS": "2048"}, "opt-in"),
-    "long-split-producer": ({"DECIDE_ATTENTION_SPLIT_PRODUCER": "1"}, "opt-in"),
 }
 MIN_MARGIN_MS = 1.0
 
@@ -89,8 +88,6 @@ TURNED_OFF = {"DECIDE_KV_PIECES": "0", "DECIDE_ATTENTION_TMA": "0", "DECIDE_ATTE
 def kernel_setting(case: str):
     """The setting whose kernels a failing case ran (None when no setting takes them out of
     the server): a default-off one then stays off, a default-on one is turned off."""
-    if "+split" in case or "split producer" in case:
-        return "DECIDE_ATTENTION_SPLIT_PRODUCER"
     if "TMA store" in case:
         return "DECIDE_GATE_UP_TMA_STORE"
     if "bands of" in case:

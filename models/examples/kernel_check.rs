@@ -37,56 +37,20 @@ struct Case {
 /// the pass (`KvCache` in models/src/forward.rs), as a long prefill's later chunks read it.
 const ALL_PREFIXES: usize = usize::MAX;
 
-/// Which build of the warp-specialized attention kernel runs (the other shapes have one):
-/// as served, or with its producer split into K and V stagers
-/// (`DECIDE_ATTENTION_SPLIT_PRODUCER=1`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum WsBuild {
-    Served,
-    Split,
-}
-
-impl WsBuild {
-    /// The builds other than the served one, with the label of the check that compares each
-    /// with it (they compute the same multiplies and sums: the difference must be 0).
-    const OTHERS: [(WsBuild, &'static str); 1] = [(Self::Split, "same with the split producer")];
-
-    /// Makes later launches run this build.
-    fn apply(self) {
-        kernels::set_attention_split_producer(self == Self::Split);
-    }
-}
-
-/// The ways a block shape runs: `(label, tma, longest_first, build)`. The warp-specialized
-/// kernel with and without TMA staging, then with TMA and the longest-first block order, and
-/// that in its other builds ([`WsBuild`]); the others in both block orders.
-fn variants(block: AttentionBlock) -> Vec<(String, bool, bool, WsBuild)> {
+/// The ways a block shape runs: `(label, tma, longest_first)`. The warp-specialized kernel
+/// with and without TMA staging, then with TMA and the longest-first block order; the others
+/// in both block orders.
+fn variants(block: AttentionBlock) -> Vec<(String, bool, bool)> {
     if block == AttentionBlock::WgmmaSpecialized {
         vec![
-            (format!("{block:?}"), false, false, WsBuild::Served),
-            (format!("{block:?}+tma"), true, false, WsBuild::Served),
-            (
-                format!("{block:?}+tma+longest-first"),
-                true,
-                true,
-                WsBuild::Served,
-            ),
-            (
-                format!("{block:?}+tma+longest-first+split"),
-                true,
-                true,
-                WsBuild::Split,
-            ),
+            (format!("{block:?}"), false, false),
+            (format!("{block:?}+tma"), true, false),
+            (format!("{block:?}+tma+longest-first"), true, true),
         ]
     } else {
         vec![
-            (format!("{block:?}"), true, false, WsBuild::Served),
-            (
-                format!("{block:?}+longest-first"),
-                true,
-                true,
-                WsBuild::Served,
-            ),
+            (format!("{block:?}"), true, false),
+            (format!("{block:?}+longest-first"), true, true),
         ]
     }
 }
@@ -109,24 +73,18 @@ enum Layout {
 struct CaseResult {
     diff: (f32, f32),
     order_diff: Option<(f32, f32)>,
-    /// With `compare_builds`: the largest difference from each of the warp-specialized
-    /// kernel's other builds ([`WsBuild::OTHERS`], with the check's label; must be 0).
-    build_diffs: Vec<(&'static str, (f32, f32))>,
     secs: Option<f64>,
     /// The layout it ran with.
     plan: AttentionPlan,
 }
 
-/// Runs a case on the kernel with blocks of shape `block`, laid out as `layout` says; with
-/// `compare_builds` (the served build of the warp-specialized kernel running, no timing) also
-/// on each of its other builds, to compare them with it.
+/// Runs a case on the kernel with blocks of shape `block`, laid out as `layout` says.
 fn attention_case(
     dev: &Device,
     c: &Case,
     block: AttentionBlock,
     layout: Layout,
     timing: bool,
-    compare_builds: bool,
 ) -> Res<CaseResult> {
     let Heads { q: h, kv, dim: d } = c.heads;
     let m: usize = c.segments.iter().map(|s| s.1).sum();
@@ -223,15 +181,6 @@ fn attention_case(
         Some(o) => Some(diff(&got, &o)?),
         None => None,
     };
-    let mut build_diffs = Vec::new();
-    if compare_builds && block == AttentionBlock::WgmmaSpecialized {
-        for (build, label) in WsBuild::OTHERS {
-            build.apply();
-            let other = run(plan);
-            WsBuild::Served.apply();
-            build_diffs.push((label, diff(&got, &other?)?));
-        }
-    }
 
     // Reference: every key column side by side, a dense mask, f32 softmax.
     let mut ks: Vec<Tensor> = prefix_kv.iter().map(|p| p[0].0.clone()).collect();
@@ -300,7 +249,6 @@ fn attention_case(
     Ok(CaseResult {
         diff: (dmax, mmax),
         order_diff,
-        build_diffs,
         secs,
         plan,
     })
@@ -750,23 +698,17 @@ fn main() -> Res<()> {
                 println!("attention ({block:?}): {}: not on this device", c.name);
                 continue;
             }
-            for (label, tma, longest_first, build) in variants(block) {
+            for (label, tma, longest_first) in variants(block) {
                 kernels::set_tensor_maps(tma);
-                build.apply();
-                let compare_builds = build == WsBuild::Served;
                 let layout = Layout::Order(longest_first);
-                let r = attention_case(&dev, c, block, layout, false, compare_builds)?;
+                let r = attention_case(&dev, c, block, layout, false)?;
                 check(format!("attention ({label}): {}", c.name), r.diff, 0.02);
                 if let Some(d) = r.order_diff {
                     check("  same in the other block order".to_string(), d, 0.0);
                 }
-                for (what, d) in r.build_diffs {
-                    check(format!("  {what}"), d, 0.0);
-                }
             }
         }
     }
-    WsBuild::Served.apply();
 
     // Timing: causal prefill of n rows, short suffixes over one long cached prefix (many
     // questions over one input; one question over a long input, which the key split
@@ -851,10 +793,9 @@ fn main() -> Res<()> {
         };
         let runs = |b: &AttentionBlock| b.runs_on(&dev, heads.dim);
         for block in AttentionBlock::ALL.into_iter().filter(runs) {
-            for (label, tma, longest_first, build) in variants(block) {
+            for (label, tma, longest_first) in variants(block) {
                 kernels::set_tensor_maps(tma);
-                build.apply();
-                let r = attention_case(&dev, &c, block, Layout::Order(longest_first), true, false)?;
+                let r = attention_case(&dev, &c, block, Layout::Order(longest_first), true)?;
                 let ms = r.secs.unwrap_or(0.0) * 1e3;
                 let tflops = flops / (ms / 1e3) / 1e12;
                 check(format!("attention {key} ({label})"), r.diff, 0.02);
@@ -871,15 +812,13 @@ fn main() -> Res<()> {
     let served = AttentionBlock::WgmmaSpecialized;
     let lengths = [3712usize, 8192, 8192, 8163];
     let layouts = [
-        ("legacy plan", Layout::Legacy, WsBuild::Served),
-        ("planned", Layout::Planned, WsBuild::Served),
-        ("planned, split producer", Layout::Planned, WsBuild::Split),
+        ("legacy plan", Layout::Legacy),
+        ("planned", Layout::Planned),
     ];
-    for (what, layout, build) in layouts
+    for (what, layout) in layouts
         .into_iter()
         .filter(|_| served.runs_on(&dev, q15.dim))
     {
-        build.apply();
         let mut layer_ms = 0.0;
         for (i, &n) in lengths.iter().enumerate() {
             let held: usize = lengths[..i].iter().sum();
@@ -892,7 +831,7 @@ fn main() -> Res<()> {
                 picks: vec![],
             };
             kernels::set_tensor_maps(true);
-            let r = attention_case(&dev, &c, served, layout, true, false)?;
+            let r = attention_case(&dev, &c, served, layout, true)?;
             let ms = r.secs.unwrap_or(0.0) * 1e3;
             layer_ms += ms;
             let tflops = flops(q15, (n * held) as f64 + (n * n) as f64 / 2.0) / (ms / 1e3) / 1e12;
@@ -907,7 +846,6 @@ fn main() -> Res<()> {
             layer_ms * 28.0
         );
     }
-    WsBuild::Served.apply();
     // The key split against the plan's model of it: passes the server plans from their
     // bounds (and one from its shape, 16 x 24 rows), each split forced from 1 to 6, then as
     // planned.
@@ -953,7 +891,7 @@ fn main() -> Res<()> {
             .map(Layout::Splits)
             .chain([Layout::Planned, Layout::Legacy]);
         for layout in layouts {
-            let r = attention_case(&dev, &c, served, layout, true, false)?;
+            let r = attention_case(&dev, &c, served, layout, true)?;
             let ms = r.secs.unwrap_or(0.0) * 1e3;
             let tflops = flops(q15, scores) / (ms / 1e3) / 1e12;
             check(format!("attention {key} ({layout:?})"), r.diff, 0.02);

@@ -277,9 +277,14 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 // TMA copy per 64-column block instead, issued by one thread: 2-3% faster again on the 28k
 // prefill's chunks (bench/reports/h200-side-by-side-10/probes/kernel-check.txt); tiles that
 // straddle sources, and passes over several prefixes, keep the copies.
-// K and V tiles have their own two-slot pipelines (three K slots with SPLIT, below; full and
-// empty mbarriers per slot), so a
-// consumer releases a K tile as soon as its scores are computed. Each consumer overlaps
+// K and V tiles have their own two-slot pipelines (full and empty mbarriers per slot), so a
+// consumer releases a K tile as soon as its scores are computed. Two ways of landing K tiles
+// earlier were measured and not kept (the consumers found a K tile not landed at their first
+// look in 43% of tiles, Nsight in run 17): the producer staging K one tile ahead of V (the
+// 28k read's attention 132.4 against 117.8 ms, H100, bench/reports/h100-side-by-side-18) and
+// the producer split into K stagers with three slots and V stagers with two (117.5 against
+// 117.4 ms, 1-6% slower on most shapes, kernel_check on an H100, session 35): the loads are
+// not what holds the consumers back. Each consumer overlaps
 // within itself: it issues S = Q K^T for tile i together with O += P V for tile i - 1, and
 // runs the softmax of tile i while the latter multiplies; the two consumers take turns at
 // issuing (named barriers 1 and 2), so one's softmax runs during the other's multiplies.
@@ -339,55 +344,43 @@ __device__ __forceinline__ void consumers_arrive(int c) {
     }
 }
 
-// With SPLIT (DECIDE_ATTENTION_SPLIT_PRODUCER=1) the producer is two: warps 0-1 stage the K
-// tiles into three slots, warps 2-3 the V tiles into two, each as soon as its own slot frees.
-// In one producer's order K i, V i, K i + 1 waited behind V tile i's slot, which frees only
-// when O += P V of tile i - 2 is done, so K tiles landed about one step ahead of their use and
-// the consumers found K tile i not landed at their first look in 43% of tiles (Nsight, run 17;
-// the K-ahead order of session 34 only moved that wait to V, and lost 12%: run 18). Three K
-// slots fit beside two V slots and the queries (192 KiB for 128-wide heads).
-template <int D, bool SPLIT>
+template <int D>
 __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMaps& maps) {
     constexpr int BM = WG_BM, BN = WG_BN;
     constexpr int NT = BN / 8, OT = D / 8, PIECES = D / 8;
-    constexpr int K_SLOTS = SPLIT ? 3 : WS_SLOTS, V_SLOTS = WS_SLOTS;
-    // The threads that stage one kind of tile (K and V, or each alone when SPLIT), and the
-    // rows they stage at once, one 16-byte piece of a row each.
-    constexpr int STAGERS = SPLIT ? 64 : 128, ROWS_PER_PASS = STAGERS / PIECES;
+    constexpr int ROWS_PER_PASS = 128 / PIECES;  // key rows the producer's 128 threads stage at once
     constexpr uint32_t Q_BYTES = BM * D * 2, TILE_BYTES = BN * D * 2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t raw_addr = smem_u32(smem_raw);
     const uint32_t pad = (1024 - (raw_addr & 1023)) & 1023;
-    // Q, then the K slots, then the V slots.
+    // Q, then the two K slots, then the two V slots.
     unsigned char* const q_s = smem_raw + pad;
     const uint32_t q_addr = raw_addr + pad;
-    const uint32_t k_base = q_addr + Q_BYTES, v_base = k_base + K_SLOTS * TILE_BYTES;
+    const uint32_t k_base = q_addr + Q_BYTES, v_base = k_base + WS_SLOTS * TILE_BYTES;
     __shared__ int range[4];
     __shared__ __align__(16) int s_bounds[BM * 4];
     __shared__ SharedPrefixTable s_table;
-    // full_k, full_v (their stagers arrive), empty_k, empty_v (the consumers' eight warps
-    // arrive), per slot.
-    __shared__ __align__(8) uint64_t bars[2 * K_SLOTS + 2 * V_SLOTS];
+    // full_k, full_v (the producer's 128 threads arrive), empty_k, empty_v (the consumers'
+    // eight warps arrive), per slot.
+    __shared__ __align__(8) uint64_t bars[4 * WS_SLOTS];
     uint64_t* const full_k = bars;
-    uint64_t* const empty_k = bars + K_SLOTS;
-    uint64_t* const full_v = bars + 2 * K_SLOTS;
-    uint64_t* const empty_v = bars + 2 * K_SLOTS + V_SLOTS;
+    uint64_t* const full_v = bars + WS_SLOTS;
+    uint64_t* const empty_k = bars + 2 * WS_SLOTS;
+    uint64_t* const empty_v = bars + 3 * WS_SLOTS;
 
     const int tid = threadIdx.x, role = tid >> 7, warp = tid >> 5, lane = tid & 31;
     int row0, h;
     block_place<BM>(H, KV, D, own_start + own_rows, row0, h);
     const int kvh = h / (H / KV);
-    if (tid < K_SLOTS) {
-        mbar_init(&full_k[tid], STAGERS);
+    if (tid < WS_SLOTS) {
+        mbar_init(&full_k[tid], 128);
+        mbar_init(&full_v[tid], 128);
         mbar_init(&empty_k[tid], 8);
-    }
-    if (tid < V_SLOTS) {
-        mbar_init(&full_v[tid], STAGERS);
         mbar_init(&empty_v[tid], 8);
     }
-    // The K stagers load the queries first, in K tile 0's group: they load while the block
-    // reads its rows' bounds below (they depend on the rows and the head alone).
-    if (tid < STAGERS) {
+    if (role == 0) {
+        // The producer's queries first, in K tile 0's group: they load while the block reads
+        // its rows' bounds below (they depend on the rows and the head alone).
         const int part = tid % PIECES, first = tid / PIECES;
 #pragma unroll 1
         for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
@@ -415,31 +408,21 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
             cp_async_wait<0>();
             return;
         }
-        // This thread's stager index, and whether it stages V tiles (else K tiles, or both
-        // when not SPLIT).
-        const int t = SPLIT ? tid % STAGERS : tid;
-        const bool stages_v = SPLIT && tid >= STAGERS;
-        const int part = t % PIECES, first = t / PIECES;
+        const int part = tid % PIECES, first = tid / PIECES;
         // Stages the K (or V) rows of a tile into `slot_addr`, and commits the group. When
         // the tile lies in one source (`whole`: src is piece `part` of its first row), this
         // thread's rows first + i * ROWS_PER_PASS are i * ROWS_PER_PASS rows apart in global
-        // memory and, with ROWS_PER_PASS a multiple of 8, i * ROWS_PER_PASS * 128 bytes apart
+        // memory and, ROWS_PER_PASS being a multiple of 8, i * ROWS_PER_PASS * 128 bytes apart
         // in the swizzled layout with the same piece permutation: one copy instruction per
-        // row at constant offsets. (With 4 rows a pass, the split producer's for 128-wide
-        // heads, the odd passes' rows have a permutation of their own: a second base.) Else
-        // row by row along the sources.
+        // row at constant offsets. Else row by row along the sources.
         auto stage = [&](int col0, bool whole, const bf16* src, uint32_t slot_addr,
                          bool values) {
             if (whole) {
                 const uint32_t dst = slot_addr + swizzled(first, part, BN);
-                const uint32_t dst_odd =
-                    ROWS_PER_PASS % 8 == 0
-                        ? dst + ROWS_PER_PASS * 128
-                        : slot_addr + swizzled(first + ROWS_PER_PASS, part, BN);
                 const bf16* from = src + (long)first * D;
 #pragma unroll
                 for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
-                    cp_async16_shared((i & 1 ? dst_odd : dst) + (i & ~1) * ROWS_PER_PASS * 128,
+                    cp_async16_shared(dst + i * ROWS_PER_PASS * 128,
                                       from + (long)i * ROWS_PER_PASS * D);
                 }
             } else {
@@ -471,17 +454,18 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
             mv = nullptr;
             return nullptr;
         };
-        // Each slot's barrier completes when the copies of its stagers have landed; a stager
-        // never waits for its own copies, only for free slots, so a tile's loads start as
-        // soon as its slot is released. (The consumers fence the async proxy after their
-        // wait, as the writes were made by the copies, not by an instruction of a thread that
-        // could fence them.) A tile with tensor maps is one TMA copy per 64-column block,
-        // issued by the stagers' first thread, whose barrier phase then also waits for the
-        // copy's bytes (set before that thread arrives, so the phase cannot complete first);
-        // every stager still arrives once its earlier copies (the queries) have landed.
-        // Stages tile i's K tile (fill_k) and/or its V tile (fill_v), each into its slot once
-        // the consumers have released it.
-        auto fill_tile = [&](int i, bool fill_k, bool fill_v) {
+        // Each slot's barrier completes when the copies of its 128 threads have landed; the
+        // producer never waits for its own copies, only for free slots, so a tile's loads
+        // start as soon as its slot is released. (The consumers fence the async proxy after
+        // their wait, as the writes were made by the copies, not by an instruction of a
+        // thread that could fence them.) A tile with tensor maps is one TMA copy per
+        // 64-column block, issued by thread 0, whose barrier phase then also waits for the
+        // copy's bytes (set before thread 0 arrives, so the phase cannot complete first);
+        // every thread still arrives once its earlier copies (the queries) have landed.
+        // Stages tile i's K tile and then its V tile, each into its slot once the consumers
+        // have released it.
+        auto fill_tile = [&](int i) {
+            const int slot = i % WS_SLOTS, use = i / WS_SLOTS;
             const int col0 = tiles.col0(it_begin + i, BN);
             const bf16 *k = nullptr, *v = nullptr;
             const int source = keys.source_of(col0, BN);
@@ -490,12 +474,11 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
             int row = 0;
             const TensorMap* mv = nullptr;
             const TensorMap* mk = whole ? tile_maps(source, col0, row, mv) : nullptr;
-            auto fill = [&](int slots, uint64_t* empty, uint64_t* full, uint32_t base,
-                            const TensorMap* map, const bf16* src, bool values) {
-                const int slot = i % slots, use = i / slots;
+            auto fill = [&](uint64_t* empty, uint64_t* full, uint32_t base, const TensorMap* map,
+                            const bf16* src, bool values) {
                 if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
                 if (map) {
-                    if (t == 0) {
+                    if (tid == 0) {
                         mbar_expect_tx(&full[slot], TILE_BYTES);
                         tma_tile<D, BN>(base + slot * TILE_BYTES, map, row, kvh, &full[slot]);
                     }
@@ -504,10 +487,10 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
                 }
                 mbar_arrive_on_copies(&full[slot]);
             };
-            if (fill_k) fill(K_SLOTS, empty_k, full_k, k_base, mk, k, false);
-            if (fill_v) fill(V_SLOTS, empty_v, full_v, v_base, mv, v, true);
+            fill(empty_k, full_k, k_base, mk, k, false);
+            fill(empty_v, full_v, v_base, mv, v, true);
         };
-        for (int i = 0; i < n; ++i) fill_tile(i, !stages_v, stages_v || !SPLIT);
+        for (int i = 0; i < n; ++i) fill_tile(i);
         cp_async_wait<0>();
         return;
     }
@@ -541,8 +524,8 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     float(&sf)[NT * 4] = reinterpret_cast<float(&)[NT * 4]>(s);
     // Issues S = Q K^T for tile i (its K slot full), in turns with the other consumer.
     auto scores = [&](int i) {
-        const int slot = i % K_SLOTS;
-        mbar_wait(&full_k[slot], (i / K_SLOTS) & 1);
+        const int slot = i % WS_SLOTS;
+        mbar_wait(&full_k[slot], (i / WS_SLOTS) & 1);
         fence_async_shared();
         consumers_sync(c);
         wgmma_fence();
@@ -551,8 +534,8 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     };
     // Issues O += P V for tile i (its V slot full), P from the registers p.
     auto values = [&](int i) {
-        const int slot = i % V_SLOTS;
-        mbar_wait(&full_v[slot], (i / V_SLOTS) & 1);
+        const int slot = i % WS_SLOTS;
+        mbar_wait(&full_v[slot], (i / WS_SLOTS) & 1);
         fence_async_shared();
         issue_values<BN>(of, p, descriptor_plus(v_desc, slot * TILE_BYTES));
         wgmma_commit();
@@ -562,7 +545,7 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     Rescale pending{false, 1.f, 1.f};
     auto softmax = [&](int i) {
         fence_registers(sf);
-        if (lane == 0) mbar_arrive(&empty_k[i % K_SLOTS]);
+        if (lane == 0) mbar_arrive(&empty_k[i % WS_SLOTS]);
         const int col0 = tiles.col0(it_begin + i, BN);
         pending = softmax_scores(s, st, bands.whole(col0, col0 + BN), col0, b0, b1, tq,
                                  scale_log2);
@@ -570,7 +553,7 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
     // Tile i's O += P V has finished: V slot released.
     auto values_done = [&](int i) {
         fence_registers(of);
-        if (lane == 0) mbar_arrive(&empty_v[i % V_SLOTS]);
+        if (lane == 0) mbar_arrive(&empty_v[i % WS_SLOTS]);
     };
     auto probabilities = [&] {
 #pragma unroll
@@ -610,20 +593,11 @@ __device__ __forceinline__ void attention_wgmma_ws(ATTENTION_PARAMS, const KeyMa
 
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
     attention_bf16_d128_wgmma_ws(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
-    attention_wgmma_ws<128, false>(ATTENTION_ARGS, maps);
+    attention_wgmma_ws<128>(ATTENTION_ARGS, maps);
 }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
     attention_bf16_d64_wgmma_ws(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
-    attention_wgmma_ws<64, false>(ATTENTION_ARGS, maps);
-}
-// The same with the producer split into K and V stagers (DECIDE_ATTENTION_SPLIT_PRODUCER=1).
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
-    attention_bf16_d128_wgmma_ws_split(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
-    attention_wgmma_ws<128, true>(ATTENTION_ARGS, maps);
-}
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
-    attention_bf16_d64_wgmma_ws_split(ATTENTION_PARAMS, const __grid_constant__ KeyMaps maps) {
-    attention_wgmma_ws<64, true>(ATTENTION_ARGS, maps);
+    attention_wgmma_ws<64>(ATTENTION_ARGS, maps);
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)

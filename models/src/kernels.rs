@@ -62,23 +62,6 @@ pub enum AttentionBlock {
     WgmmaSpecialized,
 }
 
-/// Whether the warp-specialized attention kernel's producer is split in two (attention_sm90.cu,
-/// `SPLIT`): two warps stage K tiles into three slots, two warps V tiles into two, each as
-/// soon as its own slot frees. With one producer, K tile i + 1 waited behind V tile i's slot
-/// (Nsight, run 17: the consumers found their K tile not landed at the first look in 43% of
-/// tiles); reordering that one producer (K one tile ahead, session 34) made the 28k read's
-/// attention 12% slower (bench/reports/h100-side-by-side-18). Unmeasured on a GPU when written
-/// (session 35), so off by default: `DECIDE_ATTENTION_SPLIT_PRODUCER=1` turns it on;
-/// kernel_check times it and compares its results with the served kernel's;
-/// [`set_attention_split_producer`] in-process.
-static SPLIT_PRODUCER: Switch = Switch::new("DECIDE_ATTENTION_SPLIT_PRODUCER", false);
-
-/// Turns the warp-specialized attention kernel's split producer on or off for later launches
-/// (`kernel_check` runs both ways).
-pub fn set_attention_split_producer(on: bool) {
-    SPLIT_PRODUCER.set(on);
-}
-
 /// PTX of the Hopper kernel; empty unless built for sm_90 (models/build.rs).
 const SM90_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_sm90.ptx"));
 const SM90_MODULE: &str = "decide_attention_sm90";
@@ -130,21 +113,12 @@ impl AttentionBlock {
     /// block's queries when they are not held in registers; rows padded by 8 elements
     /// (`attention_smem_bytes` in fused.cu), or for `Wgmma` unpadded (swizzled) with 1 KiB
     /// of slack to start on a 1024-byte boundary.
-    /// The split producer's K pipeline has a third slot.
     fn shared_memory(self, dim: usize) -> usize {
         let tiles = 2 * 2 * self.key_tile();
         match self {
             Self::Keys64 => tiles * (dim + 8) * 2,
             Self::Keys32 => (tiles + self.rows()) * (dim + 8) * 2,
-            Self::Wgmma => (tiles + self.rows()) * dim * 2 + 1024,
-            Self::WgmmaSpecialized => {
-                let extra = if SPLIT_PRODUCER.on() {
-                    self.key_tile()
-                } else {
-                    0
-                };
-                (tiles + extra + self.rows()) * dim * 2 + 1024
-            }
+            Self::Wgmma | Self::WgmmaSpecialized => (tiles + self.rows()) * dim * 2 + 1024,
         }
     }
 
@@ -156,13 +130,10 @@ impl AttentionBlock {
             (64, Self::Keys32) => "attention_bf16_d64_k32",
             (128, Self::Keys32) => "attention_bf16_d128_k32",
             (64 | 128, Self::Wgmma | Self::WgmmaSpecialized) if !SM90_PTX.is_empty() => {
-                let split = SPLIT_PRODUCER.on();
                 let name = match (dim, self) {
                     (64, Self::Wgmma) => "attention_bf16_d64_wgmma",
                     (_, Self::Wgmma) => "attention_bf16_d128_wgmma",
-                    (64, _) if split => "attention_bf16_d64_wgmma_ws_split",
                     (64, _) => "attention_bf16_d64_wgmma_ws",
-                    _ if split => "attention_bf16_d128_wgmma_ws_split",
                     _ => "attention_bf16_d128_wgmma_ws",
                 };
                 return Some((name, SM90_MODULE, SM90_PTX));

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import pick_settings  # noqa: E402
@@ -153,30 +155,7 @@ def test_faster_smaller_bands_go_on(tmp_path):
     assert pick_settings.pick(d)[0] == {"DECIDE_GATE_UP_BAND_ROWS": "2048"}
 
 
-def test_a_faster_split_producer_goes_on(tmp_path):
-    d = probes(tmp_path, long=SERVED, long_split_producer=FASTER)
-    assert pick_settings.pick(d)[0] == {"DECIDE_ATTENTION_SPLIT_PRODUCER": "1"}
-
-
-def test_a_split_producer_that_differs_stays_off(tmp_path):
-    line = "  same with the split producer                   max |diff| 0.50000 (max |ref| 3.441) FAILED"
-    settings, reasons = pick_after_failing(tmp_path, line, long_split_producer=FASTER)
-    assert settings == {}
-    assert any("DECIDE_ATTENTION_SPLIT_PRODUCER stays off" in r for r in reasons)
-
-
-def test_a_failing_split_producer_case_keeps_the_served_kernel(tmp_path):
-    line = "attention (WgmmaSpecialized+tma+longest-first+split): prefill, 100 rows (d=128) max |diff| 0.90000 (max |ref| 3.441) FAILED"
-    settings, reasons = pick_after_failing(tmp_path, line, long_split_producer=FASTER)
-    assert settings == {}
-    assert any("DECIDE_ATTENTION_SPLIT_PRODUCER stays off" in r for r in reasons)
-
-
-def test_the_key_split_of_other_shapes_is_not_the_split_producer(tmp_path):
+def test_a_failing_case_no_setting_covers_stops_the_pick(tmp_path):
     line = "attention (Keys64): 3 rows after 4000 cached (split) max |diff| 0.90000 (max |ref| 0.494) FAILED"
-    try:
+    with pytest.raises(pick_settings.BrokenKernels, match="no setting turns off"):
         pick_after_failing(tmp_path, line)
-    except pick_settings.BrokenKernels as e:
-        assert "no setting turns off" in str(e)
-    else:
-        raise AssertionError("a failing Keys64 split case must not be taken for the split producer")
