@@ -114,28 +114,6 @@ __device__ __forceinline__ void issue_values(float (&of)[N], const uint32_t (&p)
     }
 }
 
-// issue_scores and issue_values with each multiply's descriptors made from its operand's
-// address: the two-warpgroup kernel's way (measured, not served), and the
-// warp-specialized kernel's through run 16 (DECIDE_ATTENTION_DESCRIPTORS=0, for A/B runs).
-template <int D, int BM, int BN>
-__device__ __forceinline__ void issue_scores_at(float (&sf)[BN / 2], uint32_t q_rows,
-                                                uint32_t k_addr) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t step = (kk & 3) * 32;
-        wgmma_n128_ss(sf, descriptor(q_rows + (kk >> 2) * BM * 128 + step, 16, 1024),
-                      descriptor(k_addr + (kk >> 2) * BN * 128 + step, 16, 1024), kk > 0);
-    }
-}
-template <int BN, int N>
-__device__ __forceinline__ void issue_values_at(float (&of)[N], const uint32_t (&p)[BN / 16][4],
-                                                uint32_t v_addr) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-        wgmma_rs_tb(of, p[kk], descriptor(v_addr + kk * 16 * 128, BN * 128, 1024));
-    }
-}
-
 template <int D>
 __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
     constexpr int BM = WG_BM, BN = WG_BN;
@@ -230,7 +208,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
         // softmax runs while the tensor cores work for 1 (and 1's softmax during 0's
         // O += P V): without this both did their softmax at once, the tensor cores idle.
         if (wg == 1) turn_wait();
-        issue_scores_at<D, BM, BN>(sf, q_rows, k_addr);
+        issue_scores<D, BM, BN>(sf, k_major_descriptor(q_rows), k_major_descriptor(k_addr));
         wgmma_commit();
         if (wg == 0) turn_arrive();
         // While the tensor cores work: stage the next tile into the other buffer (the
@@ -247,7 +225,7 @@ __device__ __forceinline__ void attention_wgmma(ATTENTION_PARAMS) {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) p_fragment(p[kk], s, kk);
         wgmma_fence();
-        issue_values_at<BN>(of, p, v_addr);
+        issue_values<BN>(of, p, values_descriptor<BN>(v_addr));
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(of);
