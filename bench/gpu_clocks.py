@@ -7,8 +7,10 @@ every GPU_CLOCKS_MS, written by bench/h200_side_by_side.sh) with the runs' start
 
 Why: a long run of 28k reads may hold the GPU at its power limit and lower clocks, where
 three single reads with pauses between them do not; this says whether it did, per run.
-Prints per run: samples, median and lowest SM clock (MHz), median power (W), and the throttle
-reasons seen (nvidia-smi's bit mask, e.g. 0x4 software power cap, 0x20 software thermal).
+Prints per run: samples, median and lowest SM clock (MHz), median power (W), the GPU's
+temperature at the first sample and its highest (C: a hotter chip leaks more of the capped
+power, bench/gpu_settle.sh), and the throttle reasons seen (nvidia-smi's bit mask, e.g. 0x4
+software power cap, 0x20 software thermal).
 """
 
 import argparse
@@ -29,7 +31,7 @@ def number(text):
 
 
 def samples(path):
-    """[(time, sm MHz, power W, throttle mask)] from nvidia-smi's CSV."""
+    """[(time, sm MHz, power W, throttle mask, temperature C)] from nvidia-smi's CSV."""
     out = []
     with open(path) as f:
         rows = csv.reader(f)
@@ -43,7 +45,7 @@ def samples(path):
                 at = datetime.strptime(row[0].strip(), TIME_FORMAT)
             except ValueError:
                 continue
-            out.append((at, number(row[1]), number(row[3]), row[5].strip()))
+            out.append((at, number(row[1]), number(row[3]), row[5].strip(), number(row[4])))
     return out
 
 
@@ -77,6 +79,7 @@ def main():
             inside = [s for s in data if start <= s[0] <= end]
             clocks = [s[1] for s in inside if s[1] is not None]
             power = [s[2] for s in inside if s[2] is not None]
+            temperature = [s[4] for s in inside if s[4] is not None]
             if not clocks:
                 continue
             entry = {
@@ -85,11 +88,14 @@ def main():
                 "sm_mhz_min": min(clocks),
                 "power_w_median": statistics.median(power) if power else None,
                 "throttle_reasons": sorted({s[3] for s in inside}),
+                "temperature_c_first": temperature[0] if temperature else None,
+                "temperature_c_max": max(temperature) if temperature else None,
             }
             report[f"{server} {run}"] = entry
             print(
                 f"{server:6s} {run:14s} {entry['samples']:4d} samples  SM {entry['sm_mhz_median']:6.0f} MHz"
                 f" (min {entry['sm_mhz_min']:4.0f})  power {entry['power_w_median'] or 0:5.0f} W"
+                f"  {entry['temperature_c_first'] or 0:3.0f}-{entry['temperature_c_max'] or 0:3.0f} C"
                 f"  throttle {','.join(entry['throttle_reasons'])}"
             )
     if a.json:

@@ -20,9 +20,12 @@
 # SECONDS_PER_RUN (10), CEILING_SECONDS (3: seconds of each ceiling run), RATES (the sweep's
 # offered units/s), RUNS (only these runs, by name, e.g. "short-c256 short-sweep"),
 # CLOCKS_RUNS (long-first long-spaced: the runs during which bench/gpu_clock_sampler.sh samples
-# the GPU's clocks into OUT/<server>-gpu-clocks-<run>.csv, every CLOCKS_MS, 1000; "" for none).
+# the GPU's clocks into OUT/<server>-gpu-clocks-<run>.csv, every CLOCKS_MS, 1000; "" for none),
+# SETTLE_RUNS (long-first: the runs that first wait for the GPU to cool to
+# SETTLE_C, 50, for at most SETTLE_MAX_S, 90: bench/gpu_settle.sh; each wait is a line of
+# OUT/<server>-settle.txt; "" for none).
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n '2,23p' "$0"; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,26p' "$0"; exit 2; }
 server=$1 url=$2 workloads=$3 out=$4 quick=${5:-${QUICK:-0}}
 loadgen=${LOADGEN:-target/release/decide-loadgen}
 seconds=${SECONDS_PER_RUN:-10}
@@ -42,6 +45,10 @@ run() {  # run NAME SCENARIO MODE ARGS...
   local workload="$workloads/$server-$scenario.jsonl"
   [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $name "* ]] || return 0
   echo "== $server $name ($mode $*)"
+  # Both servers' long reads start from a GPU as cool as the other's (bench/gpu_settle.sh).
+  if [[ " ${SETTLE_RUNS-long-first} " == *" $name "* ]]; then
+    bash "$(dirname "$0")/gpu_settle.sh" "$name" "${SETTLE_C:-50}" "${SETTLE_MAX_S:-90}" | tee -a "$out/$server-settle.txt"
+  fi
   # When each run began and ended (UTC, as nvidia-smi's timestamps in gpu-clocks.csv).
   echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') start $name" >>"$out/$server-times.txt"
   local clocks=
