@@ -9,7 +9,10 @@
 # more of that power, so it clocks lower. bench/side_by_side.sh runs the long reads after the
 # short and multi-question runs; decide's saturate the GPU and left it at 73 C in run 19 (an
 # H100), where vLLM's, a quarter as busy, left it at 45 C: the two servers' 28k reads started
-# from different chips. Settling first gives both the same start.
+# from different chips. Settling first gives both the same start. Measured once (a third
+# H100, bench/reports/h100-side-by-side-19/settle): the chip fell 8-10 C in its first idle
+# second, and the 28k reads in a row took the same time settled or not (233.7 against 233.6
+# ms p50), so this costs ~1 s there and guards only against slower-cooling hosts.
 set -uo pipefail
 name=${1:?NAME} target=${2:-50} max=${3:-90}
 command -v nvidia-smi >/dev/null || { echo "$name: no GPU"; exit 0; }
