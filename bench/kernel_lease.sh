@@ -16,6 +16,13 @@
 #              16384 keys; no model needed): warp stall samples per SASS instruction
 #              (ncu-attention-source.csv, SourceCounters) and every section (ncu-attention-lb.csv):
 #              where the attention kernel's warps wait, instruction by instruction;
+#   short      forward_bench short: a lone short question's read (a 71-row pass after a cached
+#              16-token header), 50 timed, forward-short.json (synced_ms against
+#              pass_enqueue_ms: the GPU's share);
+#   ncu-short  Nsight Compute's duration of every kernel of the same reads (two timed after
+#              the warm-ups), ncu-short.csv (bench/ncu_times.py sums one read's kernels):
+#              kernels against gaps in a short read, whose ~2.3 ms GPU pass is ~4x what
+#              reading the bf16 weights once takes (bench/H200_LEASE.md, session 36);
 #   kc         kernel_check (kernel-check.txt, .json);
 #   pack       everything in $OUT into kernel-lease.tgz (a call brings back a few files only).
 # Each step is capped (STEP_TIMEOUT, default 240 s) so one stuck tool costs one step.
@@ -88,6 +95,16 @@ for step in "$@"; do
       timeout "$cap" "$ncu" "${att[@]}" --set full --page details --csv "$bin/lb" \
         >"$out/ncu-attention-lb.csv" 2>"$out/ncu-attention-lb.err"
       echo "ncu full rc=$?: $(wc -l <"$out/ncu-attention-lb.csv") lines"
+      ;;
+    short)
+      timeout "$cap" "$bin/fb" "$model" cuda bf16 short >"$out/forward-short.json" 2>"$out/forward-short.err"
+      echo "forward_bench short rc=$?: $(cat "$out/forward-short.json")"
+      ;;
+    ncu-short)
+      [ -n "$ncu" ] || { echo "no ncu"; continue; }
+      timeout "$cap" "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+        env DECIDE_BENCH_RUNS=2 "$bin/fb" "$model" cuda bf16 short >"$out/ncu-short.csv" 2>"$out/ncu-short.err"
+      echo "ncu short rc=$?: $(wc -l <"$out/ncu-short.csv") lines"
       ;;
     kc)
       timeout "$cap" "$bin/kc" --json "$out/kernel-check.json" >"$out/kernel-check.txt" 2>&1

@@ -1,8 +1,10 @@
-"""Where a prefill's model time goes, kernel by kernel, from Nsight Compute's durations
+"""Where a read's model time goes, kernel by kernel, from Nsight Compute's durations
 (bench/kernel_lease.sh's ncu-times step: `ncu --metrics gpu__time_duration.sum --csv --page
-raw` over forward_bench's warm-up prefill and one timed one). Takes the second prefill (the
-longest run of kernel names repeated at the end), sums the durations per kernel, and splits
-the attention launches by grid (one grid per chunk size).
+raw` over forward_bench's warm-up prefill and one timed one; its ncu-short step over the
+short read's iterations). Takes the longest run of kernel names repeated at the end (the
+second prefill), and when that run is itself several identical reads (the short read's
+graph replays), one of them; sums the durations per kernel, and splits the attention
+launches by grid (one grid per chunk size).
 
     python3 bench/ncu_times.py ncu-times.csv
 """
@@ -16,14 +18,17 @@ names=[r[ki] for r in data]; n=len(data)
 for size in range(n//2, 0, -1):
     if names[n-size:]==names[n-2*size:n-size]:
         break
-second=data[n-size:]
+# The smallest period of that run: a run of identical reads counts as one of them.
+period=next(p for p in range(1, size+1) if size%p==0 and names[n-size:n-p]==names[n-size+p:])
+reads=size//period
+second=data[n-period:]
 num=lambda x: float(x.replace(',',''))
 tot=collections.Counter(); cnt=collections.Counter()
 for r in second:
     k=re.sub(r'\(.*','',r[ki])[:80]
     tot[k]+=num(r[ti]); cnt[k]+=1
 s=sum(tot.values())
-print(f"one prefill: {size} kernels")
+print(f"one read: {period} kernels" + (f" (the last {reads} reads alike; the last one)" if reads>1 else ""))
 for k,v in tot.most_common():
     print(f"{v*1e-6:8.2f} ms  {cnt[k]:4d}  {k}")
 print(f"total {s*1e-6:.2f} ms")

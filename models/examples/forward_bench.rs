@@ -1,7 +1,7 @@
 //! Measures the model path on one device and weight format, to choose the format per device
 //! by measurement (issue #3) and to check that batched reads agree with lone reads there.
 //!
-//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare] [long] [tuned]`, DEVICE
+//! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare] [long|short] [tuned]`, DEVICE
 //! `cpu` or `cuda`, WEIGHTS `quantized|f32|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights
 //! with candle's ops instead of the fused CUDA kernels), `tf32` to let f32 matmuls (attention)
 //! use TF32 on CUDA, `tuned` for the fused projections with algorithms timed at load instead
@@ -17,7 +17,8 @@
 //!   `head_enqueue_ms` (+ the head), `synced_ms` (+ waiting for the GPU). Enqueue close to
 //!   synced means the host, not the GPU, bounds a short read. `replay_max_abs_diff`: the
 //!   largest log-probability difference of later reads (CUDA graph replays on the fused
-//!   path) from the first (eager); `lone_max_abs_diff`: of the first from a lone read;
+//!   path) from the first (eager); `lone_max_abs_diff`: of the first from a lone read. With
+//!   `short`, only this (`DECIDE_BENCH_RUNS` timed reads, default 50);
 //! - `graph_memory_mib`: device memory taken by the CUDA graphs of `graph_shapes` short
 //!   passes (32 to 512 rows; CUDA only);
 //! - `prefill_4k_ms`, `packed_64_ms`: a ~4k-token state prefilled once, then 64 questions'
@@ -68,6 +69,12 @@ fn state(model: &Model, tokens: usize) -> Result<String, Box<dyn std::error::Err
     }
 }
 
+/// A count from the environment variable `name` (`DECIDE_BENCH_*`), or None if unset or not
+/// a number.
+fn env_count(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 fn sync(device: &Device) -> Result<(), Box<dyn std::error::Error>> {
     device.synchronize()?;
     Ok(())
@@ -82,11 +89,12 @@ type Asked = (Vec<u32>, Vec<u32>);
 /// Renders question `i` about a state.
 type Ask<'a> = dyn Fn(&str, usize) -> Result<Asked, Box<dyn std::error::Error>> + 'a;
 
-/// The `short` figures (see the module doc): medians over 50 reads after 5 warm-ups.
+/// The `short` figures (see the module doc): medians over `timed` reads after 5 warm-ups.
 fn short_read(
     model: &Model,
     device: &Device,
     ask: &Ask<'_>,
+    timed: usize,
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let state =
         "I was charged twice for my subscription this month. Please refund the extra charge.";
@@ -107,7 +115,7 @@ fn short_read(
     let first = model.read_packed(&segments, &labels)?.remove(0);
     let lone = model.read(&tokens, &ids)?;
     let mut replay_diff = 0f32;
-    for i in 0..55 {
+    for i in 0..5 + timed.max(1) {
         sync(device)?;
         let t = Instant::now();
         let read = model.read_packed(&segments, &labels)?.remove(0);
@@ -188,9 +196,7 @@ fn graph_memory(
 
 /// The long state's tokens: `DECIDE_BENCH_LONG` (default 30,000), capped by the context.
 fn long_prefill_tokens(model: &Model) -> Result<Vec<u32>, Box<dyn std::error::Error>> {
-    let want: usize = std::env::var("DECIDE_BENCH_LONG")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    let want = env_count("DECIDE_BENCH_LONG")
         .unwrap_or(30_000)
         .min(model.info().context_length - 200);
     let mut tokens = model.tokenize(&state(model, want)?)?;
@@ -252,15 +258,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (what a GPU lease with little time left can still measure).
     if rest.iter().any(|a| a == "long") {
         let tokens = long_prefill_tokens(&model)?;
-        let chunk: Option<usize> = std::env::var("DECIDE_BENCH_CHUNK")
-            .ok()
-            .and_then(|v| v.parse().ok());
+        let chunk = env_count("DECIDE_BENCH_CHUNK");
         let remainder_first = decide_models::prefill_remainder_first();
         let aligned = decide_models::prefill_aligned();
-        let timed: usize = std::env::var("DECIDE_BENCH_RUNS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(5);
+        let timed = env_count("DECIDE_BENCH_RUNS").unwrap_or(5);
         let mut runs = Vec::new();
         for i in 0..=timed.max(1) {
             sync(&device)?;
@@ -284,6 +285,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         return Ok(());
     }
+    // With `short`: only the short read, `DECIDE_BENCH_RUNS` (50) timed reads after 5 warm-ups
+    // (few, e.g. 2, under Nsight Compute: bench/kernel_lease.sh's ncu-short).
+    if rest.iter().any(|a| a == "short") {
+        let timed = env_count("DECIDE_BENCH_RUNS").unwrap_or(50);
+        let short_read = short_read(&model, &device, &ask, timed)?;
+        println!(
+            "{}",
+            serde_json::json!({"short": short_read, "matmuls": format!("{matmuls:?}"), "load_s": load_s})
+        );
+        return Ok(());
+    }
     // Single: one ~150-token prompt, read alone.
     step("single read");
     let short = state(&model, 90)?;
@@ -298,20 +310,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     single.sort_by(f64::total_cmp);
 
     step("short read");
-    let short_read = short_read(&model, &device, &ask)?;
+    let short_read = short_read(&model, &device, &ask, 50)?;
     step("graph memory");
     let graph_memory = graph_memory(&model, &tokens, &ids)?;
 
     // 64 questions over a ~4k state (`DECIDE_BENCH_STATE`): prefill once, one packed pass.
-    let state_tokens = std::env::var("DECIDE_BENCH_STATE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4000);
+    let state_tokens = env_count("DECIDE_BENCH_STATE").unwrap_or(4000);
     let long = state(&model, state_tokens)?;
-    let count: usize = std::env::var("DECIDE_BENCH_QUESTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
+    let count = env_count("DECIDE_BENCH_QUESTIONS").unwrap_or(64);
     let prompts: Vec<_> = (0..count)
         .map(|i| ask(&long, i))
         .collect::<Result<_, _>>()?;
