@@ -102,7 +102,7 @@ for step in "$@"; do
       ;;
     ncu-short)
       [ -n "$ncu" ] || { echo "no ncu"; continue; }
-      timeout "$cap" "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+      timeout "$cap" "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
         env DECIDE_BENCH_RUNS=2 "$bin/fb" "$model" cuda bf16 short >"$out/ncu-short.csv" 2>"$out/ncu-short.err"
       echo "ncu short rc=$?: $(wc -l <"$out/ncu-short.csv") lines"
       ;;
