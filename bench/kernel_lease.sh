@@ -18,7 +18,10 @@
 #              where the attention kernel's warps wait, instruction by instruction;
 #   short      forward_bench short: a lone short question's read (a 71-row pass after a cached
 #              16-token header), 50 timed, forward-short.json (synced_ms against
-#              pass_enqueue_ms: the GPU's share);
+#              pass_enqueue_ms: the GPU's share; replay_max_abs_diff: CUDA graph replays
+#              against the eager read): as served, with each setting in SHORT_SETTINGS (as
+#              LONG_SETTINGS; default fused-gate-up=DECIDE_FUSED_GATE_UP_MIN_ROWS=32, the
+#              gate/up kernel with its SwiGLU at any row count), and as served again;
 #   ncu-short  Nsight Compute's duration of every kernel of the same reads (two timed after
 #              the warm-ups), ncu-short.csv (bench/ncu_times.py sums one read's kernels):
 #              kernels against gaps in a short read, whose ~2.3 ms GPU pass is ~4x what
@@ -35,11 +38,31 @@ cap=${STEP_TIMEOUT:-240}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
 fb=("$bin/fb" "$model" cuda bf16 long)
 
+short() {  # short NAME [VAR=VALUE ...]
+  local name=$1; shift
+  timeout "$cap" env "$@" "$bin/fb" "$model" cuda bf16 short >"$out/forward-$name.json" 2>"$out/forward-$name.err"
+  echo "forward_bench $name ($*) rc=$?: $(cat "$out/forward-$name.json")"
+}
+
 long() {  # long NAME [VAR=VALUE ...]
   local name=$1; shift
   timeout "$cap" env "$@" DECIDE_BENCH_LONG=28259 DECIDE_BENCH_RUNS="${RUNS:-9}" "${fb[@]}" \
     >"$out/forward-$name.json" 2>"$out/forward-$name.err"
   echo "forward_bench $name ($*) rc=$?: $(cat "$out/forward-$name.json")"
+}
+
+# RUN (long or short) as served, with each setting of SETTINGS (name=VAR=VALUE,...; several
+# variables of one setting joined by +), and as served again: RUN, RUN-name..., RUN-again.
+with_settings() {  # with_settings RUN SETTINGS
+  local run=$1 s vars settings
+  "$run" "$run"
+  IFS=, read -ra settings <<<"$2"
+  for s in "${settings[@]}"; do
+    vars=${s#*=}
+    # shellcheck disable=SC2086  # one word per variable
+    "$run" "$run-${s%%=*}" ${vars//+/ }
+  done
+  "$run" "$run-again"
 }
 
 # COUNT launches of kernels named like REGEX, after SKIP of them, with every section.
@@ -53,14 +76,7 @@ for step in "$@"; do
   start=$SECONDS
   case $step in
     long)
-      long long
-      IFS=, read -ra settings <<<"${LONG_SETTINGS:-legacy-plan=DECIDE_ATTENTION_PLAN=0}"
-      for s in "${settings[@]}"; do
-        vars=${s#*=}
-        # shellcheck disable=SC2086  # one word per variable
-        long "long-${s%%=*}" ${vars//+/ }
-      done
-      long long-again
+      with_settings long "${LONG_SETTINGS:-legacy-plan=DECIDE_ATTENTION_PLAN=0}"
       ;;
     lb)
       timeout "$cap" "$bin/lb" --json "$out/layer-bench.json" >"$out/layer-bench.txt" 2>&1
@@ -97,8 +113,7 @@ for step in "$@"; do
       echo "ncu full rc=$?: $(wc -l <"$out/ncu-attention-lb.csv") lines"
       ;;
     short)
-      timeout "$cap" "$bin/fb" "$model" cuda bf16 short >"$out/forward-short.json" 2>"$out/forward-short.err"
-      echo "forward_bench short rc=$?: $(cat "$out/forward-short.json")"
+      with_settings short "${SHORT_SETTINGS:-fused-gate-up=DECIDE_FUSED_GATE_UP_MIN_ROWS=32}"
       ;;
     ncu-short)
       [ -n "$ncu" ] || { echo "no ncu"; continue; }

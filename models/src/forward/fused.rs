@@ -26,7 +26,7 @@ use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
 use crate::attention_plan::SHAPE_RULE_MAX_ROWS;
 use crate::error::{ModelError, Result};
 use crate::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
-use crate::switch::Switch;
+use crate::switch::{Number, Switch};
 
 /// One decoder block's weights, projections concatenated so each runs as one matmul.
 pub(super) struct FusedLayer {
@@ -128,8 +128,14 @@ impl FusedLayer {
 /// turns it off, for A/B runs). Below, cuBLAS's matmul and `silu_mul`: there the product is
 /// small and cuBLAS picks tiles for the row count, where the kernel always has 128 rows
 /// (H200, q15: a tie at 512 rows, 0.099 against 0.103 ms at 1,024, 0.637 against 0.786 at
-/// 8,192; bench/reports/h200-side-by-side-11/probes).
-pub(super) const FUSED_GATE_UP_MIN_ROWS: usize = 1024;
+/// 8,192; bench/reports/h200-side-by-side-11/probes). `DECIDE_FUSED_GATE_UP_MIN_ROWS` moves
+/// it, for A/B runs of short reads (bench/kernel_lease.sh's `short` step, session 36: a lone
+/// short read's pass is bound by its weights' bytes and its ~250 launches, one of which per
+/// layer the fused kernel saves; below 512 rows it also runs inside the CUDA graphs of short
+/// passes, which forward_bench `short` checks by comparing replays with the eager read). Not
+/// measured below 512 rows yet.
+pub(super) static FUSED_GATE_UP_MIN_ROWS: Number =
+    Number::new("DECIDE_FUSED_GATE_UP_MIN_ROWS", 1024);
 
 /// The gate/up weight as [`kernels::gate_up_silu`] reads it, from `gate` and `up` `(k, i)`:
 /// `(2 i, k)`, rows `[2 b t, 2 b t + b)` gate rows `b t..` and the next `b` the matching up
@@ -481,7 +487,7 @@ impl Transformer {
     /// `silu(h Wgate) * (h Wup)`: in one kernel on long passes where the layer allows it,
     /// else the gate/up matmul and `silu_mul`.
     fn gate_up(&self, l: &FusedLayer, h: &Tensor) -> Result<Tensor> {
-        if l.fused_gate_up && h.dim(0)? >= FUSED_GATE_UP_MIN_ROWS {
+        if l.fused_gate_up && h.dim(0)? >= FUSED_GATE_UP_MIN_ROWS.get() {
             return Ok(kernels::gate_up_silu(h, &l.wgu)?);
         }
         let gate_up = self.project(Projection::GateUp, h, &l.wgu)?;
