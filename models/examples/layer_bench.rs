@@ -1,7 +1,8 @@
 //! Times each launch of one fused decoder layer on random weights at q15's shapes (hidden
 //! 1536, 12 query and 2 KV heads of 128, FFN 8960), to say where a pass's time goes:
-//! a prefill chunk (8192 rows after 16384 cached keys, as in the 28k read) and the short
-//! passes of a saturated server (3768 and 2624 rows). For each projection it times candle's
+//! a prefill chunk (8192 rows after 16384 cached keys, as in the 28k read), the short
+//! passes of a saturated server (3768 and 2624 rows) and a lone short read's (96 rows, its 71
+//! padded to the CUDA graphs' multiple of 32, after a 16-token header). For each projection it times candle's
 //! matmul (what the model runs) against cuBLASLt's heuristic candidates ([`lt_gemm`]), with
 //! the weight stored `(k, n)` as now and `(n, k)`. Needs a GPU and a `cuda` build; no model.
 //!
@@ -196,6 +197,7 @@ fn main() -> Res<()> {
         (3768, 0),
         (2624, 0),
         (512, 0),
+        (96, 16),
     ] {
         println!("rows {m}:");
         let x = Tensor::randn(0f32, 1f32, &[m, HIDDEN], &dev)?;
