@@ -34,6 +34,8 @@ LEAD = 2.0
 ROOFLINE_SHARE = 0.60
 SUSTAINED = 0.95
 LONG_RUNS = ("long-first", "long-spaced")
+ROOFLINE_GOAL = "short prompts at saturation >= 60% of the roofline"
+P99_GOAL = "p99 at 64 clients < 2 x single p50 + one pass"
 
 
 def offered_rate(run: str):
@@ -110,14 +112,13 @@ def goals(folder: Path) -> list:
     if saturation:
         share, best = max(saturation, key=lambda x: x[0])
         result.append({
-            "goal": "short prompts at saturation >= 60% of the roofline",
+            "goal": ROOFLINE_GOAL,
             "figure": (f"{share:.1%} at {best['clients']} clients ({best['decisions_per_s']:.0f}/s "
                        f"of {best['roofline_decisions_per_s']:.0f})"),
             "met": share >= ROOFLINE_SHARE,
         })
     else:
-        result.append({"goal": "short prompts at saturation >= 60% of the roofline",
-                       "figure": "no saturation report", "met": False})
+        result.append({"goal": ROOFLINE_GOAL, "figure": "no saturation report", "met": False})
 
     single = json.loads((folder / "side" / "decide-short-c1.json").read_text())
     c64 = json.loads((folder / "side" / "decide-short-c64.json").read_text())
@@ -128,13 +129,12 @@ def goals(folder: Path) -> list:
         p99 = c64["latency_ms"]["unit"]["p99"]
         bound = 2 * p50 + one_pass
         result.append({
-            "goal": "p99 at 64 clients < 2 x single p50 + one pass",
+            "goal": P99_GOAL,
             "figure": f"{p99:.2f} against 2 x {p50:.3f} + {one_pass:.2f} = {bound:.2f} ms",
             "met": p99 < bound,
         })
     else:
-        result.append({"goal": "p99 at 64 clients < 2 x single p50 + one pass",
-                       "figure": "no saturation-c64.json (one pass)", "met": False})
+        result.append({"goal": P99_GOAL, "figure": "no saturation-c64.json (one pass)", "met": False})
     return result
 
 
