@@ -26,6 +26,11 @@
 #              the warm-ups), ncu-short.csv (bench/ncu_times.py sums one read's kernels):
 #              kernels against gaps in a short read, whose ~2.3 ms GPU pass is ~4x what
 #              reading the bf16 weights once takes (bench/H200_LEASE.md, session 36);
+#   ncu-short-attention  Nsight Compute on one attention launch of the short read (a CUDA
+#              graph replay's, after ~300 launches): warp stall samples per SASS instruction
+#              (ncu-short-attention-source.csv) and every section
+#              (ncu-short-attention.csv): where its ~20 us for one key tile per head go
+#              (setup, loads, instruction fetch, the multiplies);
 #   kc         kernel_check (kernel-check.txt, .json);
 #   pack       everything in $OUT into kernel-lease.tgz (a call brings back a few files only).
 # Each step is capped (STEP_TIMEOUT, default 240 s) so one stuck tool costs one step.
@@ -120,6 +125,20 @@ for step in "$@"; do
       timeout "$cap" "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
         env DECIDE_BENCH_RUNS=2 "$bin/fb" "$model" cuda bf16 short >"$out/ncu-short.csv" 2>"$out/ncu-short.err"
       echo "ncu short rc=$?: $(wc -l <"$out/ncu-short.csv") lines"
+      ;;
+    ncu-short-attention)
+      [ -n "$ncu" ] || { echo "no ncu"; continue; }
+      # 7 iterations of forward_bench short at DECIDE_BENCH_RUNS=2 launch ~476 attentions
+      # (the header's prefill, the eager and lone reads, then 56 an iteration).
+      att=(--clock-control none -k regex:attention -s 300 -c 1)
+      run_fb=(env DECIDE_BENCH_RUNS=2 "$bin/fb" "$model" cuda bf16 short)
+      timeout "$cap" "$ncu" "${att[@]}" --section SourceCounters --section WarpStateStats \
+        --page source --print-source sass --csv "${run_fb[@]}" \
+        >"$out/ncu-short-attention-source.csv" 2>"$out/ncu-short-attention-source.err"
+      echo "ncu short attention source rc=$?: $(wc -l <"$out/ncu-short-attention-source.csv") lines"
+      timeout "$cap" "$ncu" "${att[@]}" --set full --page details --csv "${run_fb[@]}" \
+        >"$out/ncu-short-attention.csv" 2>"$out/ncu-short-attention.err"
+      echo "ncu short attention full rc=$?: $(wc -l <"$out/ncu-short-attention.csv") lines"
       ;;
     kc)
       timeout "$cap" "$bin/kc" --json "$out/kernel-check.json" >"$out/kernel-check.txt" 2>&1

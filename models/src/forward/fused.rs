@@ -137,6 +137,15 @@ impl FusedLayer {
 pub(super) static FUSED_GATE_UP_MIN_ROWS: Number =
     Number::new("DECIDE_FUSED_GATE_UP_MIN_ROWS", 1024);
 
+/// The attention block shape of passes of at most [`SHAPE_RULE_MAX_ROWS`] rows (those CUDA
+/// graphs replay), for A/B runs of short reads: `DECIDE_SHORT_ATTENTION_BLOCK` 1 to 4 picks
+/// `Keys64`, `Keys32`, `Wgmma` or `WgmmaSpecialized` ([`AttentionBlock::ALL`]) where the GPU
+/// runs it; 0 (the default) leaves the rule of [`Transformer::attention_block`]. Why: a lone
+/// short read's attention is 12 blocks, one per head, of one key tile each, and took ~20.7 µs
+/// a layer under Nsight Compute (H100, bench/reports/h100-side-by-side-20/short-read), a fifth
+/// of the layer: latency of one block's work, where a shape with less setup may win.
+pub(super) static SHORT_ATTENTION_BLOCK: Number = Number::new("DECIDE_SHORT_ATTENTION_BLOCK", 0);
+
 /// The gate/up weight as [`kernels::gate_up_silu`] reads it, from `gate` and `up` `(k, i)`:
 /// `(2 i, k)`, rows `[2 b t, 2 b t + b)` gate rows `b t..` and the next `b` the matching up
 /// rows, for blocks of `b` = `block` (`i`: all gate rows, then all up rows).
@@ -496,8 +505,15 @@ impl Transformer {
 
     /// The attention block shape for a pass of `n` rows: the warp-specialized wgmma kernel
     /// where the GPU has it (the fastest on the shapes passes run, `kernel_check`), else
-    /// 64-key tiles for long causal passes (prefill chunks) and 32-key tiles for the rest.
+    /// 64-key tiles for long causal passes (prefill chunks) and 32-key tiles for the rest;
+    /// for short passes, [`SHORT_ATTENTION_BLOCK`]'s shape when set.
     pub(super) fn attention_block(&self, n: usize) -> AttentionBlock {
+        let short = SHORT_ATTENTION_BLOCK.get().checked_sub(1);
+        if let Some(&block) = short.and_then(|i| AttentionBlock::ALL.get(i)) {
+            if n <= SHAPE_RULE_MAX_ROWS && block.runs_on(&self.device, self.dims.head_dim) {
+                return block;
+            }
+        }
         if AttentionBlock::WgmmaSpecialized.runs_on(&self.device, self.dims.head_dim) {
             AttentionBlock::WgmmaSpecialized
         } else if n > 1024 {
