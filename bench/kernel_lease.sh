@@ -20,8 +20,9 @@
 #              16-token header), 50 timed, forward-short.json (synced_ms against
 #              pass_enqueue_ms: the GPU's share; replay_max_abs_diff: CUDA graph replays
 #              against the eager read): as served, with each setting in SHORT_SETTINGS (as
-#              LONG_SETTINGS; default fused-gate-up=DECIDE_FUSED_GATE_UP_MIN_ROWS=32, the
-#              gate/up kernel with its SwiGLU at any row count), and as served again;
+#              LONG_SETTINGS; default ws-attention=DECIDE_SHORT_ATTENTION_MAX_KEYS=0, the
+#              warp-specialized attention kernel in short passes too, as through run 20),
+#              and as served again;
 #   ncu-short  Nsight Compute's duration of every kernel of the same reads (two timed after
 #              the warm-ups), ncu-short.csv (bench/ncu_times.py sums one read's kernels):
 #              kernels against gaps in a short read, whose ~2.3 ms GPU pass is ~4x what
@@ -118,7 +119,7 @@ for step in "$@"; do
       echo "ncu full rc=$?: $(wc -l <"$out/ncu-attention-lb.csv") lines"
       ;;
     short)
-      with_settings short "${SHORT_SETTINGS:-fused-gate-up=DECIDE_FUSED_GATE_UP_MIN_ROWS=32}"
+      with_settings short "${SHORT_SETTINGS:-ws-attention=DECIDE_SHORT_ATTENTION_MAX_KEYS=0}"
       ;;
     ncu-short)
       [ -n "$ncu" ] || { echo "no ncu"; continue; }

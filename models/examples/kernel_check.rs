@@ -778,11 +778,25 @@ fn main() -> Res<()> {
             flops(q15, (n * held) as f64 + (n * n) as f64 / 2.0),
         )
     });
+    // A lone short question's pass (71 causal rows after a cached header, as forward_bench
+    // `short` reads it) over ever more cached keys: where the plain wgmma kernel's lower
+    // latency per block stops beating the warp-specialized kernel's pipeline
+    // (`attention_plan::short_pass_runs_plain`).
+    let short = [16usize, 240, 496, 1008, 2032, 4080].map(|prefix| {
+        (
+            format!("71 after {prefix}"),
+            q15,
+            vec![prefix],
+            vec![(Some(0), 71)],
+            flops(q15, (71 * prefix) as f64 + 71.0 * 71.0 / 2.0),
+        )
+    });
     let timed = causal
         .into_iter()
         .chain(chunks)
         .chain(pieces)
-        .chain(over_prefix);
+        .chain(over_prefix)
+        .chain(short);
     for (key, heads, prefixes, segments, flops) in timed {
         let c = Case {
             name: "timing",

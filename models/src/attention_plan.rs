@@ -28,7 +28,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::switch::Switch;
+use crate::switch::{Number, Switch};
 
 /// Passes of at most this many rows are planned from their shape alone: the CUDA graphs'
 /// largest pass (`MAX_ROWS` in forward/graphs.rs is this constant).
@@ -86,6 +86,26 @@ static FROM_BOUNDS: Switch = Switch::new("DECIDE_ATTENTION_PLAN", true);
 /// (`false`), whatever `DECIDE_ATTENTION_PLAN` says; `kernel_check` times both.
 pub fn use_legacy_plan(legacy: bool) {
     FROM_BOUNDS.set(!legacy);
+}
+
+/// Key columns up to which a short pass (at most [`SHAPE_RULE_MAX_ROWS`] rows, replayed by
+/// CUDA graphs) runs the plain wgmma kernel rather than the warp-specialized one
+/// (`DECIDE_SHORT_ATTENTION_MAX_KEYS`; 0: never).
+static SHORT_PLAIN_MAX_KEYS: Number = Number::new("DECIDE_SHORT_ATTENTION_MAX_KEYS", 512);
+
+/// Whether a pass of `rows` query rows over `keys` key columns (cached and its own) is short
+/// enough that its blocks do better without the warp-specialized kernel's pipeline, on a GPU
+/// that has both wgmma kernels. Why: such a pass's blocks are one per head (or a few) over a
+/// tile or a few, so each block's fixed latency is the launch's time, and the producer's
+/// mbarrier hand-offs add to it where there is no later tile to overlap. A lone short
+/// question (71 rows over 87 keys, 12 blocks of one tile) took 20.8 µs a layer on the
+/// warp-specialized kernel and 10.5 on the plain one (Nsight Compute, H100), and its whole
+/// read 2.24 against 2.56 ms synced (forward_bench `short`), results bit-identical (the two
+/// kernels compute alike, operation for operation). Over a long cached input the pipeline wins
+/// (one question of 3 rows over 28k keys: 0.051 against 0.066 ms a layer, kernel_check), and
+/// the crossover is not measured yet: 512 keys (four tiles) is well inside the first case.
+pub fn short_pass_runs_plain(rows: usize, keys: usize) -> bool {
+    rows <= SHAPE_RULE_MAX_ROWS && keys <= SHORT_PLAIN_MAX_KEYS.get()
 }
 
 /// Forced block order: 0 not read yet, 1 always longest first, 2 never, 3 as planned.
@@ -424,6 +444,17 @@ mod tests {
     fn shaped(m: usize, keys: usize, forced: Option<bool>) -> AttentionPlan {
         let work = Work::Uniform(m.div_ceil(WS.rows), keys.div_ceil(WS.key_tile) as u32);
         AttentionPlan::planned(WS, 12, 128, m, work, forced)
+    }
+
+    #[test]
+    fn only_short_passes_over_few_keys_run_the_plain_kernel() {
+        // A lone short question after a cached header, and a few of them packed.
+        assert!(short_pass_runs_plain(71, 87));
+        assert!(short_pass_runs_plain(4 * 71, 16 + 4 * 71));
+        // Over a long cached input, and passes the graphs do not replay.
+        assert!(!short_pass_runs_plain(3, 28_259));
+        assert!(!short_pass_runs_plain(384, 4_608 + 384));
+        assert!(!short_pass_runs_plain(SHAPE_RULE_MAX_ROWS + 1, 100));
     }
 
     #[test]

@@ -937,7 +937,7 @@ impl Transformer {
             let keys = fused::PassKeys::new(
                 prefixes.iter().copied().zip(starts),
                 layout.rows_col,
-                self.attention_block(m),
+                self.attention_block(m, layout.rows_col + m),
             );
             let flat: Vec<u32> = (0..m)
                 .flat_map(|r| bounds.iter().map(move |b| b[r]))

@@ -23,7 +23,7 @@ use candle_core::{DType, Tensor};
 
 use super::matmuls::Projection;
 use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
-use crate::attention_plan::SHAPE_RULE_MAX_ROWS;
+use crate::attention_plan::{short_pass_runs_plain, SHAPE_RULE_MAX_ROWS};
 use crate::error::{ModelError, Result};
 use crate::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
 use crate::switch::{Number, Switch};
@@ -132,19 +132,11 @@ impl FusedLayer {
 /// it, for A/B runs of short reads (bench/kernel_lease.sh's `short` step, session 36: a lone
 /// short read's pass is bound by its weights' bytes and its ~250 launches, one of which per
 /// layer the fused kernel saves; below 512 rows it also runs inside the CUDA graphs of short
-/// passes, which forward_bench `short` checks by comparing replays with the eager read). Not
-/// measured below 512 rows yet.
+/// passes, which forward_bench `short` checks by comparing replays with the eager read). At 32
+/// it gained nothing on a lone short read (71 rows: 2.566 against 2.536 and 2.517 ms synced
+/// as served, H100, bench/reports/h100-side-by-side-20/short-read), so 1,024 stays.
 pub(super) static FUSED_GATE_UP_MIN_ROWS: Number =
     Number::new("DECIDE_FUSED_GATE_UP_MIN_ROWS", 1024);
-
-/// The attention block shape of passes of at most [`SHAPE_RULE_MAX_ROWS`] rows (those CUDA
-/// graphs replay), for A/B runs of short reads: `DECIDE_SHORT_ATTENTION_BLOCK` 1 to 4 picks
-/// `Keys64`, `Keys32`, `Wgmma` or `WgmmaSpecialized` ([`AttentionBlock::ALL`]) where the GPU
-/// runs it; 0 (the default) leaves the rule of [`Transformer::attention_block`]. Why: a lone
-/// short read's attention is 12 blocks, one per head, of one key tile each, and took ~20.7 µs
-/// a layer under Nsight Compute (H100, bench/reports/h100-side-by-side-20/short-read), a fifth
-/// of the layer: latency of one block's work, where a shape with less setup may win.
-pub(super) static SHORT_ATTENTION_BLOCK: Number = Number::new("DECIDE_SHORT_ATTENTION_BLOCK", 0);
 
 /// The gate/up weight as [`kernels::gate_up_silu`] reads it, from `gate` and `up` `(k, i)`:
 /// `(2 i, k)`, rows `[2 b t, 2 b t + b)` gate rows `b t..` and the next `b` the matching up
@@ -503,20 +495,20 @@ impl Transformer {
         Ok(kernels::silu_mul(&gate_up, l.gate_up_block)?)
     }
 
-    /// The attention block shape for a pass of `n` rows: the warp-specialized wgmma kernel
-    /// where the GPU has it (the fastest on the shapes passes run, `kernel_check`), else
-    /// 64-key tiles for long causal passes (prefill chunks) and 32-key tiles for the rest;
-    /// for short passes, [`SHORT_ATTENTION_BLOCK`]'s shape when set.
-    pub(super) fn attention_block(&self, n: usize) -> AttentionBlock {
-        let short = SHORT_ATTENTION_BLOCK.get().checked_sub(1);
-        if let Some(&block) = short.and_then(|i| AttentionBlock::ALL.get(i)) {
-            if n <= SHAPE_RULE_MAX_ROWS && block.runs_on(&self.device, self.dims.head_dim) {
-                return block;
-            }
+    /// The attention block shape for a pass of `rows` rows over `keys` key columns (cached
+    /// and its own): the warp-specialized wgmma kernel where the GPU has it (the fastest on
+    /// the shapes passes run, `kernel_check`) but the plain one for short passes over few
+    /// keys ([`short_pass_runs_plain`]), else 64-key tiles for long causal passes (prefill
+    /// chunks) and 32-key tiles for the rest.
+    pub(super) fn attention_block(&self, rows: usize, keys: usize) -> AttentionBlock {
+        let dim = self.dims.head_dim;
+        let plain = AttentionBlock::Wgmma;
+        if short_pass_runs_plain(rows, keys) && plain.runs_on(&self.device, dim) {
+            return plain;
         }
         if AttentionBlock::WgmmaSpecialized.runs_on(&self.device, self.dims.head_dim) {
             AttentionBlock::WgmmaSpecialized
-        } else if n > 1024 {
+        } else if rows > 1024 {
             AttentionBlock::Keys64
         } else {
             AttentionBlock::Keys32
@@ -541,7 +533,11 @@ impl Transformer {
         let bounds: Vec<u32> = (0..n)
             .flat_map(|j| [0, held as u32, held as u32, (held + j + 1) as u32])
             .collect();
-        let keys = PassKeys::new(cache.map(|c| (c, 0)), held, self.attention_block(n));
+        let keys = PassKeys::new(
+            cache.map(|c| (c, 0)),
+            held,
+            self.attention_block(n, held + n),
+        );
         let picks: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
         let (picked, own) = self.fused_pass(
             &self.fused,
