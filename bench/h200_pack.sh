@@ -4,13 +4,13 @@
 # (../shared/tools/cuda-build-env.sh /tmp/cuda-build) and .models/q15.gguf.
 #
 # Writes, all git-ignored:
-#   .gpu/   gpu-pack's stripped decide binary and land.sh, then q15 in 23 pieces of 48 MiB;
+#   .gpu/   gpu-pack's stripped decide binary and land.sh, then q15 in 27 pieces of 40 MiB;
 #   .kc/    probes.tar.xz (kernel_check as kc, forward_bench as fb, host_steps as hs,
 #           layer_bench as lb, and decide-loadgen, stripped) and unpack.sh, which puts them in /tmp/gpu/bin.
 # Then, on the GPU, back to back (the machine is given back 30 s after a call ends):
 #   carry .gpu/land.sh .gpu/SHA256SUMS .gpu/bin.xz .kc: bash .gpu/land.sh; bash .kc/unpack.sh
-#   23 calls, each carrying .gpu/land.sh and one .gpu/q15.partNN: bash .gpu/land.sh
-# (.peer/ for vLLM: ../shared/tools/vllm-peer's README; pack it with `bash .peer/pack.sh 48`, as its
+#   27 calls, each carrying .gpu/land.sh and one .gpu/q15.partNN: bash .gpu/land.sh
+# (.peer/ for vLLM: ../shared/tools/vllm-peer's README; pack it with `bash .peer/pack.sh 40`, as its
 # default 56 MiB pieces no longer fit a call beside the tracked tree.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,11 +37,15 @@ ls -la /tmp/gpu/bin
 EOS
 chmod +x .kc/unpack.sh
 ../shared/tools/gpu-pack "$pack/decide" .models/q15.gguf
-# A call carries at most 64 MiB, the tracked tree included (7.7 MB by session 26), and
-# gpu-pack's 56 MiB pieces no longer fit beside it: the model again in 48 MiB pieces (its
+# A call carries at most 64 MiB, the tracked tree included (7.7 MB by session 26, 15.7 MB by
+# session 37, when 48 MiB pieces stopped fitting beside it): the model in 40 MiB pieces (its
 # land.sh assembles any number of .partNN and checks the sha256).
 rm -f .gpu/q15.part[0-9][0-9]
-split -b 48M -d -a 2 .models/q15.gguf .gpu/q15.part
+split -b 40M -d -a 2 .models/q15.gguf .gpu/q15.part
+tree_mib=$(( $(git ls-files -z | xargs -0 cat | wc -c) >> 20 ))
+if [ $((tree_mib + 40)) -gt 60 ]; then
+  echo "h200_pack: the tracked tree is $tree_mib MiB: with a 40 MiB piece a call nears 64 MiB; split smaller" >&2
+fi
 rm -rf "$pack"
 du -sh .kc .gpu
 git log --oneline -1
