@@ -18,7 +18,9 @@
 //!   synced means the host, not the GPU, bounds a short read. `replay_max_abs_diff`: the
 //!   largest log-probability difference of later reads (CUDA graph replays on the fused
 //!   path) from the first (eager); `lone_max_abs_diff`: of the first from a lone read. With
-//!   `short`, only this (`DECIDE_BENCH_RUNS` timed reads, default 50);
+//!   `short`, only this (`DECIDE_BENCH_RUNS` timed reads, default 50), and `replays`: the
+//!   same replay check on two longer questions, 481 rows after a 144-token header and 353
+//!   after 16 (`replay_diff`);
 //! - `graph_memory_mib`: device memory taken by the CUDA graphs of `graph_shapes` short
 //!   passes (32 to 512 rows; CUDA only);
 //! - `prefill_4k_ms`, `packed_64_ms`: a ~4k-token state prefilled once, then 64 questions'
@@ -156,6 +158,41 @@ fn short_read(
     }))
 }
 
+/// The largest log-probability difference of CUDA graph replays from the eager first read,
+/// for a pass of `rows` tokens after a cached header of `header` (the tokens of a question
+/// over `state`, cut to `header + rows`): the first read of a shape runs eagerly, the second
+/// captures its graph, later ones replay it. The shapes `short` checks are two where a pass
+/// planned from its own row counts split its keys otherwise than its graph, padded, did
+/// (before session 37: `PassInputs::upload` in models/src/forward/fused.rs).
+fn replay_diff(
+    model: &Model,
+    ask: &Ask<'_>,
+    state: &str,
+    header: usize,
+    rows: usize,
+) -> Result<f32, Box<dyn std::error::Error>> {
+    let (mut tokens, ids) = ask(state, 0)?;
+    if tokens.len() < header + rows {
+        return Err(format!("{} tokens, fewer than {header} + {rows}", tokens.len()).into());
+    }
+    tokens.truncate(header + rows);
+    let prefix = model.prefill(&tokens[..header], None)?;
+    let segments = [Segment {
+        prefix: Some(&prefix),
+        tokens: &tokens[header..],
+    }];
+    let labels = [ids.as_slice()];
+    let first = model.read_packed(&segments, &labels)?.remove(0);
+    let mut diff = 0f32;
+    for _ in 0..3 {
+        let read = model.read_packed(&segments, &labels)?.remove(0);
+        for (a, b) in first.logprobs.iter().zip(&read.logprobs) {
+            diff = diff.max((a - b).abs());
+        }
+    }
+    Ok(diff)
+}
+
 /// Device memory taken by the CUDA graphs of short passes: reads of 32, 64, .., 512 rows
 /// over a cached 16-token header, three of each (a shape is captured on its second read).
 /// `None` off CUDA. Returns (graphs' shapes read, MiB of device memory they took).
@@ -290,9 +327,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if rest.iter().any(|a| a == "short") {
         let timed = env_count("DECIDE_BENCH_RUNS").unwrap_or(50);
         let short_read = short_read(&model, &device, &ask, timed)?;
+        // 481 rows after 144 (625 keys: the warp-specialized kernel) and 353 after 16 (369:
+        // the plain wgmma kernel), each with one row read out.
+        let long_question = state(&model, 700)?;
+        let replays = [(144, 481), (16, 353)].map(|(header, rows)| {
+            replay_diff(&model, &ask, &long_question, header, rows).map_err(|e| e.to_string())
+        });
+        let replays: Vec<serde_json::Value> = replays
+            .into_iter()
+            .zip([(144, 481), (16, 353)])
+            .map(|(d, (header, rows))| match d {
+                Ok(d) => {
+                    serde_json::json!({"header": header, "rows": rows, "replay_max_abs_diff": d})
+                }
+                Err(e) => serde_json::json!({"header": header, "rows": rows, "error": e}),
+            })
+            .collect();
         println!(
             "{}",
-            serde_json::json!({"short": short_read, "matmuls": format!("{matmuls:?}"), "load_s": load_s})
+            serde_json::json!({"short": short_read, "replays": replays, "matmuls": format!("{matmuls:?}"), "load_s": load_s})
         );
         return Ok(());
     }

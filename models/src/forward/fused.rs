@@ -21,6 +21,7 @@
 
 use candle_core::{DType, Tensor};
 
+use super::graphs;
 use super::matmuls::Projection;
 use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
 use crate::attention_plan::{short_pass_runs_plain, SHAPE_RULE_MAX_ROWS};
@@ -241,10 +242,24 @@ impl PassInputs {
         graph: bool,
     ) -> Result<Self> {
         let dev = &t.device;
-        let own = (keys.own_start, tokens.len());
         // A pass that a CUDA graph may replay is planned from its shape alone
-        // ([`crate::attention_plan`] says why), a longer one from its rows' bounds.
+        // ([`crate::attention_plan`] says why), and from the shape the graph has: rows padded
+        // as graphs.rs pads them, rows read out too. Else its eager first sighting and its
+        // replays could split their keys differently, so round differently: planned from 71
+        // rows and 1 read out, a lone short question's last layer took 1 split on the
+        // mma.sync kernel's shape, its graph of 96 and 8 took 2, and its replays differed from
+        // the eager read by 0.0026 in log-probability (forward_bench `short`, H100, session
+        // 37). A longer pass is planned from its rows' bounds.
         let by_bounds = tokens.len() > SHAPE_RULE_MAX_ROWS;
+        let (rows, picked) = if by_bounds {
+            (tokens.len(), picks.len())
+        } else {
+            (
+                tokens.len().next_multiple_of(graphs::ROW_STEP),
+                picks.len().next_multiple_of(graphs::PICK_STEP),
+            )
+        };
+        let own = (keys.own_start, rows);
         let plan = |m: usize, b: &[u32]| {
             let d = &t.dims;
             let shape = keys.block.plan_shape();
@@ -256,13 +271,13 @@ impl PassInputs {
             let b = pick_bounds(bounds, picks);
             Some(Picks {
                 rows: Tensor::new(picks, dev)?,
-                plan: plan(picks.len(), &b),
+                plan: plan(picked, &b),
                 bounds: Tensor::new(b.as_slice(), dev)?,
             })
         };
         Ok(Self {
             block: keys.block,
-            plan: plan(tokens.len(), bounds),
+            plan: plan(rows, bounds),
             ids: Tensor::new(tokens, dev)?,
             positions: Tensor::new(positions, dev)?,
             bounds: Tensor::new(bounds, dev)?,

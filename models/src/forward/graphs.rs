@@ -35,10 +35,10 @@ use crate::kernels::AttentionBlock;
 pub(super) const MAX_ROWS: usize = crate::attention_plan::SHAPE_RULE_MAX_ROWS;
 
 /// Rows are padded to a multiple of this.
-const ROW_STEP: usize = 32;
+pub(super) const ROW_STEP: usize = 32;
 
 /// Rows read out are padded to a multiple of this.
-const PICK_STEP: usize = 8;
+pub(super) const PICK_STEP: usize = 8;
 
 /// Graphs kept; the least recently used goes first. Their activations' memory stays with
 /// them between replays: 16 shapes of 32..512 rows held 42 MiB in all on q15
