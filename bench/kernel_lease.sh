@@ -21,8 +21,10 @@
 #              pass_enqueue_ms: the GPU's share; replay_max_abs_diff: CUDA graph replays
 #              against the eager read): as served, with each setting in SHORT_SETTINGS (as
 #              LONG_SETTINGS; default ws-attention=DECIDE_SHORT_ATTENTION_MAX_KEYS=0, the
-#              warp-specialized attention kernel in short passes too, as through run 20),
-#              and as served again;
+#              warp-specialized attention kernel in short passes too, as through run 20, and
+#              tuned=DECIDE_BENCH_MATMULS=tuned, the projections on the cuBLASLt algorithms
+#              timed at load, the server's `--matmuls tuned`: layer_bench's 96-row layer was
+#              11% faster on them, host-timed), and as served again;
 #   ncu-short  Nsight Compute's duration of every kernel of the same reads (two timed after
 #              the warm-ups), ncu-short.csv (bench/ncu_times.py sums one read's kernels):
 #              kernels against gaps in a short read, whose ~2.3 ms GPU pass is ~4x what
@@ -119,7 +121,7 @@ for step in "$@"; do
       echo "ncu full rc=$?: $(wc -l <"$out/ncu-attention-lb.csv") lines"
       ;;
     short)
-      with_settings short "${SHORT_SETTINGS:-ws-attention=DECIDE_SHORT_ATTENTION_MAX_KEYS=0}"
+      with_settings short "${SHORT_SETTINGS:-ws-attention=DECIDE_SHORT_ATTENTION_MAX_KEYS=0,tuned=DECIDE_BENCH_MATMULS=tuned}"
       ;;
     ncu-short)
       [ -n "$ncu" ] || { echo "no ncu"; continue; }

@@ -265,8 +265,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     candle_core::cuda::set_gemm_reduced_precision_f32(tf32);
 
     let t = Instant::now();
-    // `tuned`: the fused projections with algorithms timed at load, not cuBLAS's defaults.
-    let matmuls = if rest.iter().any(|a| a == "tuned") {
+    // `tuned` (or `DECIDE_BENCH_MATMULS=tuned`, for bench/kernel_lease.sh's settings): the
+    // fused projections with algorithms timed at load, not cuBLAS's defaults.
+    let tuned_env = std::env::var("DECIDE_BENCH_MATMULS").is_ok_and(|v| v == "tuned");
+    let matmuls = if tuned_env || rest.iter().any(|a| a == "tuned") {
         Matmuls::Tuned
     } else {
         Matmuls::Cublas
