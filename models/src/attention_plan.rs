@@ -100,8 +100,9 @@ static SHORT_PLAIN_MAX_KEYS: Number = Number::new("DECIDE_SHORT_ATTENTION_MAX_KE
 /// mbarrier hand-offs add to it where there is no later tile to overlap. A lone short
 /// question (71 rows over 87 keys, 12 blocks of one tile) took 20.8 µs a layer on the
 /// warp-specialized kernel and 10.5 on the plain one (Nsight Compute, H100), and its whole
-/// read 2.24 against 2.56 ms synced (forward_bench `short`), results bit-identical (the two
-/// kernels compute alike, operation for operation). Over a long cached input the pipeline wins
+/// read 2.24 against 2.56 ms synced (forward_bench `short`). The two kernels compute alike,
+/// operation for operation, so results are bit-identical wherever the plan splits the keys
+/// alike (it may not: their costs per tile differ). Over a long cached input the pipeline wins
 /// (one question of 3 rows over 28k keys: 0.051 against 0.066 ms a layer, kernel_check), and
 /// the crossover is not measured yet: 512 keys (four tiles) is well inside the first case.
 pub fn short_pass_runs_plain(rows: usize, keys: usize) -> bool {

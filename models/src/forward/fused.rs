@@ -521,7 +521,7 @@ impl Transformer {
         if short_pass_runs_plain(rows, keys) && plain.runs_on(&self.device, dim) {
             return plain;
         }
-        if AttentionBlock::WgmmaSpecialized.runs_on(&self.device, self.dims.head_dim) {
+        if AttentionBlock::WgmmaSpecialized.runs_on(&self.device, dim) {
             AttentionBlock::WgmmaSpecialized
         } else if rows > 1024 {
             AttentionBlock::Keys64
