@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
-use decide_models::attention_plan::SHAPE_RULE_MAX_ROWS;
+use decide_models::attention_plan::{short_pass_runs_plain, SHAPE_RULE_MAX_ROWS};
 use decide_models::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
 use decide_models::lt_gemm::{LtGemm, Plan};
 
@@ -133,7 +133,7 @@ fn projection(
 }
 
 /// Causal attention of `m` rows after `prefix` cached keys.
-fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<f64> {
+fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<(f64, AttentionBlock)> {
     let Heads { q: h, kv, dim: d } = HEADS;
     let q = rand(dev, &[m, h, d], 1.0)?;
     let k = rand(dev, &[1, kv, m, d], 1.0)?;
@@ -147,7 +147,10 @@ fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<f64> {
     let bounds: Vec<u32> = (0..m)
         .flat_map(|j| [0, prefix, prefix, prefix + j + 1].map(|x| x as u32))
         .collect();
-    let block = if AttentionBlock::WgmmaSpecialized.runs_on(dev, d) {
+    // The block shape the server runs for such a pass (forward/fused.rs `attention_block`).
+    let block = if short_pass_runs_plain(m, prefix + m) && AttentionBlock::Wgmma.runs_on(dev, d) {
+        AttentionBlock::Wgmma
+    } else if AttentionBlock::WgmmaSpecialized.runs_on(dev, d) {
         AttentionBlock::WgmmaSpecialized
     } else {
         AttentionBlock::Keys64
@@ -163,7 +166,7 @@ fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<f64> {
         by_bounds.then_some(bounds.as_slice()),
     );
     let bounds = Tensor::new(bounds.as_slice(), dev)?;
-    time(dev, || {
+    let ms = time(dev, || {
         drop(kernels::attention(
             &q,
             (&k, &v),
@@ -175,7 +178,8 @@ fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<f64> {
             plan,
         )?);
         Ok(())
-    })
+    })?;
+    Ok((ms, block))
 }
 
 fn main() -> Res<()> {
@@ -255,8 +259,8 @@ fn main() -> Res<()> {
             0.0
         };
         let att_ms = if prefix > 0 {
-            let ms = attention_ms(&dev, m, prefix)?;
-            println!("  attention after {prefix}: {ms:.3} ms");
+            let (ms, block) = attention_ms(&dev, m, prefix)?;
+            println!("  attention after {prefix} ({block:?}): {ms:.3} ms");
             ms
         } else {
             0.0
