@@ -24,7 +24,9 @@
 #              warp-specialized attention kernel in short passes too, as through run 20, and
 #              tuned=DECIDE_BENCH_MATMULS=tuned, the projections on the cuBLASLt algorithms
 #              timed at load, the server's `--matmuls tuned`: layer_bench's 96-row layer was
-#              11% faster on them, host-timed), and as served again;
+#              11% faster on them, host-timed, and residual-in-gemm=DECIDE_RESIDUAL_IN_GEMM=1,
+#              the output and down projections adding to the f32 stream in cuBLAS's epilogue,
+#              one bf16 round trip and its norm's read fewer a projection), and as served again;
 #   ncu-short  Nsight Compute's duration of every kernel of the same reads (two timed after
 #              the warm-ups), ncu-short.csv (bench/ncu_times.py sums one read's kernels):
 #              kernels against gaps in a short read, whose ~2.3 ms GPU pass is ~4x what
@@ -121,7 +123,7 @@ for step in "$@"; do
       echo "ncu full rc=$?: $(wc -l <"$out/ncu-attention-lb.csv") lines"
       ;;
     short)
-      with_settings short "${SHORT_SETTINGS:-ws-attention=DECIDE_SHORT_ATTENTION_MAX_KEYS=0,tuned=DECIDE_BENCH_MATMULS=tuned}"
+      with_settings short "${SHORT_SETTINGS:-ws-attention=DECIDE_SHORT_ATTENTION_MAX_KEYS=0,tuned=DECIDE_BENCH_MATMULS=tuned,residual-in-gemm=DECIDE_RESIDUAL_IN_GEMM=1}"
       ;;
     ncu-short)
       [ -n "$ncu" ] || { echo "no ncu"; continue; }
