@@ -9,8 +9,15 @@ Why: a long run of 28k reads may hold the GPU at its power limit and lower clock
 three single reads with pauses between them do not; this says whether it did, per run.
 Prints per run: samples, median and lowest SM clock (MHz), median power (W), the GPU's
 temperature at the first sample and its highest (C: a hotter chip leaks more of the capped
-power, bench/gpu_settle.sh), and the throttle reasons seen (nvidia-smi's bit mask, e.g. 0x4
-software power cap, 0x20 software thermal).
+power, bench/gpu_settle.sh), the throttle reasons seen (nvidia-smi's bit mask, e.g. 0x4
+software power cap, 0x20 software thermal), and where the run's report
+(`<server>-<run>.json` beside the times file) says how many units it answered, the energy
+per unit: the samples' mean power times the run's window over its units (J).
+
+Why the energy: at the power cap a read in a row takes its energy over the capped power, so
+its time follows the card (runs 17-20: 230.0-243.7 ms over five cards, same binaries) where
+its joules are the work's own; a change that saves energy per read saves time on every
+capped card.
 """
 
 import argparse
@@ -18,6 +25,7 @@ import csv
 import json
 import statistics
 from datetime import datetime
+from pathlib import Path
 
 TIME_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 
@@ -65,6 +73,22 @@ def windows(path):
     return spans
 
 
+def units(times_path, server, run):
+    """The units the run answered, from its report beside the times file (None: no report)."""
+    path = Path(times_path).parent / f"{server}-{run}.json"
+    try:
+        return json.loads(path.read_text()).get("units_ok")
+    except (OSError, ValueError):
+        return None
+
+
+def joules_per_unit(power, start, end, answered):
+    """Mean sampled power x the run's window, over the units answered (None without either)."""
+    if not power or not answered:
+        return None
+    return statistics.fmean(power) * (end - start).total_seconds() / answered
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("clocks")
@@ -90,6 +114,7 @@ def main():
                 "throttle_reasons": sorted({s[3] for s in inside}),
                 "temperature_c_first": temperature[0] if temperature else None,
                 "temperature_c_max": max(temperature) if temperature else None,
+                "joules_per_unit": joules_per_unit(power, start, end, units(times, server, run)),
             }
             report[f"{server} {run}"] = entry
             print(
@@ -97,6 +122,7 @@ def main():
                 f" (min {entry['sm_mhz_min']:4.0f})  power {entry['power_w_median'] or 0:5.0f} W"
                 f"  {entry['temperature_c_first'] or 0:3.0f}-{entry['temperature_c_max'] or 0:3.0f} C"
                 f"  throttle {','.join(entry['throttle_reasons'])}"
+                + (f"  {entry['joules_per_unit']:.0f} J a unit" if entry["joules_per_unit"] else "")
             )
     if a.json:
         with open(a.json, "w") as f:
