@@ -12,7 +12,11 @@ temperature at the first sample and its highest (C: a hotter chip leaks more of 
 power, bench/gpu_settle.sh), the throttle reasons seen (nvidia-smi's bit mask, e.g. 0x4
 software power cap, 0x20 software thermal), and where the run's report
 (`<server>-<run>.json` beside the times file) says how many units it answered, the energy
-per unit: the samples' mean power times the run's window over its units (J).
+per unit: the mean power times the run's window over its units (J). The mean power is exact
+where the samples carry nvidia-smi's energy counter (bench/gpu_clock_sampler.sh since session
+37: the counter's rise between the window's first and last samples over the time between
+them), else the mean of the sampled moments' power.draw (rough at 1 s: the first sample is
+often idle).
 
 Why the energy: at the power cap a read in a row takes its energy over the capped power, so
 its time follows the card (runs 17-20: 230.0-243.7 ms over five cards, same binaries) where
@@ -39,7 +43,8 @@ def number(text):
 
 
 def samples(path):
-    """[(time, sm MHz, power W, throttle mask, temperature C)] from nvidia-smi's CSV."""
+    """[(time, sm MHz, power W, throttle mask, temperature C, energy counter mJ or None)] from
+    nvidia-smi's CSV."""
     out = []
     with open(path) as f:
         rows = csv.reader(f)
@@ -53,7 +58,8 @@ def samples(path):
                 at = datetime.strptime(row[0].strip(), TIME_FORMAT)
             except ValueError:
                 continue
-            out.append((at, number(row[1]), number(row[3]), row[5].strip(), number(row[4])))
+            energy = number(row[6]) if len(row) > 6 else None
+            out.append((at, number(row[1]), number(row[3]), row[5].strip(), number(row[4]), energy))
     return out
 
 
@@ -82,11 +88,22 @@ def units(times_path, server, run):
         return None
 
 
-def joules_per_unit(power, start, end, answered):
-    """Mean sampled power x the run's window, over the units answered (None without either)."""
-    if not power or not answered:
+def mean_power(inside):
+    """Watts over samples `inside` a window: from the energy counter when two samples carry it
+    (exact between them), else the mean of their power.draw (None without either)."""
+    counted = [(s[0], s[5]) for s in inside if s[5] is not None]
+    if len(counted) >= 2 and counted[-1][0] > counted[0][0]:
+        seconds = (counted[-1][0] - counted[0][0]).total_seconds()
+        return (counted[-1][1] - counted[0][1]) / 1e3 / seconds
+    power = [s[2] for s in inside if s[2] is not None]
+    return statistics.fmean(power) if power else None
+
+
+def joules_per_unit(watts, start, end, answered):
+    """Mean power x the run's window, over the units answered (None without either)."""
+    if not watts or not answered:
         return None
-    return statistics.fmean(power) * (end - start).total_seconds() / answered
+    return watts * (end - start).total_seconds() / answered
 
 
 def main():
@@ -114,7 +131,9 @@ def main():
                 "throttle_reasons": sorted({s[3] for s in inside}),
                 "temperature_c_first": temperature[0] if temperature else None,
                 "temperature_c_max": max(temperature) if temperature else None,
-                "joules_per_unit": joules_per_unit(power, start, end, units(times, server, run)),
+                "joules_per_unit": joules_per_unit(
+                    mean_power(inside), start, end, units(times, server, run)
+                ),
             }
             report[f"{server} {run}"] = entry
             print(
