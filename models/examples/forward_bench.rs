@@ -332,17 +332,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // 481 rows after 144 (625 keys: the warp-specialized kernel) and 353 after 16 (369:
         // the plain wgmma kernel), each with one row read out.
         let long_question = state(&model, 700)?;
-        let replays = [(144, 481), (16, 353)].map(|(header, rows)| {
-            replay_diff(&model, &ask, &long_question, header, rows).map_err(|e| e.to_string())
-        });
-        let replays: Vec<serde_json::Value> = replays
+        let replays: Vec<serde_json::Value> = [(144, 481), (16, 353)]
             .into_iter()
-            .zip([(144, 481), (16, 353)])
-            .map(|(d, (header, rows))| match d {
-                Ok(d) => {
-                    serde_json::json!({"header": header, "rows": rows, "replay_max_abs_diff": d})
+            .map(|(header, rows)| {
+                match replay_diff(&model, &ask, &long_question, header, rows) {
+                    Ok(d) => serde_json::json!({"header": header, "rows": rows, "replay_max_abs_diff": d}),
+                    Err(e) => serde_json::json!({"header": header, "rows": rows, "error": e.to_string()}),
                 }
-                Err(e) => serde_json::json!({"header": header, "rows": rows, "error": e}),
             })
             .collect();
         println!(
