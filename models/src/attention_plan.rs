@@ -103,8 +103,10 @@ static SHORT_PLAIN_MAX_KEYS: Number = Number::new("DECIDE_SHORT_ATTENTION_MAX_KE
 /// read 2.24 against 2.56 ms synced (forward_bench `short`). The two kernels compute alike,
 /// operation for operation, so results are bit-identical wherever the plan splits the keys
 /// alike (it may not: their costs per tile differ). Over a long cached input the pipeline wins
-/// (one question of 3 rows over 28k keys: 0.051 against 0.066 ms a layer, kernel_check), and
-/// the crossover is not measured yet: 512 keys (four tiles) is well inside the first case.
+/// (one question of 3 rows over 28k keys: 0.051 against 0.066 ms a layer, kernel_check). On
+/// 71 rows the plain kernel stayed ahead up to 4,080 cached keys (0.025 against 0.029 ms,
+/// kernel_check's "71 after N", H100, bench/reports/h100-side-by-side-21), so 512 keys (four
+/// tiles) is a cautious bound that no server run has moved yet.
 pub fn short_pass_runs_plain(rows: usize, keys: usize) -> bool {
     rows <= SHAPE_RULE_MAX_ROWS && keys <= SHORT_PLAIN_MAX_KEYS.get()
 }

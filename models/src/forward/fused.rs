@@ -254,10 +254,7 @@ impl PassInputs {
         let (rows, picked) = if by_bounds {
             (tokens.len(), picks.len())
         } else {
-            (
-                tokens.len().next_multiple_of(graphs::ROW_STEP),
-                picks.len().next_multiple_of(graphs::PICK_STEP),
-            )
+            graphs::padded_shape(tokens.len(), picks.len())
         };
         let own = (keys.own_start, rows);
         let plan = |m: usize, b: &[u32]| {

@@ -35,10 +35,20 @@ use crate::kernels::AttentionBlock;
 pub(super) const MAX_ROWS: usize = crate::attention_plan::SHAPE_RULE_MAX_ROWS;
 
 /// Rows are padded to a multiple of this.
-pub(super) const ROW_STEP: usize = 32;
+const ROW_STEP: usize = 32;
 
 /// Rows read out are padded to a multiple of this.
-pub(super) const PICK_STEP: usize = 8;
+const PICK_STEP: usize = 8;
+
+/// The shape a graph replays a pass of `rows` rows with `picked` read out at: both padded.
+/// Also what a short pass's attention is planned from, eager or replayed, so the two split
+/// their keys alike (fused.rs's `PassInputs::upload` says why).
+pub(super) fn padded_shape(rows: usize, picked: usize) -> (usize, usize) {
+    (
+        rows.next_multiple_of(ROW_STEP),
+        picked.next_multiple_of(PICK_STEP),
+    )
+}
 
 /// Graphs kept; the least recently used goes first. Their activations' memory stays with
 /// them between replays: 16 shapes of 32..512 rows held 42 MiB in all on q15
@@ -103,8 +113,7 @@ impl PassGraphs {
         if m == 0 || m > MAX_ROWS || picks.is_empty() {
             return Ok(None);
         }
-        let rows = m.next_multiple_of(ROW_STEP);
-        let picked = picks.len().next_multiple_of(PICK_STEP);
+        let (rows, picked) = padded_shape(m, picks.len());
         let key = GraphKey {
             rows,
             picks: picked,
