@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
-use decide_models::attention_plan::{short_pass_runs_plain, SHAPE_RULE_MAX_ROWS};
+use decide_models::attention_plan::SHAPE_RULE_MAX_ROWS;
 use decide_models::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
 use decide_models::lt_gemm::{LtGemm, Plan};
 
@@ -147,14 +147,8 @@ fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<(f64, AttentionBlo
     let bounds: Vec<u32> = (0..m)
         .flat_map(|j| [0, prefix, prefix, prefix + j + 1].map(|x| x as u32))
         .collect();
-    // The block shape the server runs for such a pass (forward/fused.rs `attention_block`).
-    let block = if short_pass_runs_plain(m, prefix + m) && AttentionBlock::Wgmma.runs_on(dev, d) {
-        AttentionBlock::Wgmma
-    } else if AttentionBlock::WgmmaSpecialized.runs_on(dev, d) {
-        AttentionBlock::WgmmaSpecialized
-    } else {
-        AttentionBlock::Keys64
-    };
+    // The block shape the server runs for such a pass.
+    let block = AttentionBlock::served(dev, d, m, prefix + m);
     // As the server plans a pass of `m` rows (from its bounds when long).
     let by_bounds = m > SHAPE_RULE_MAX_ROWS;
     let plan = AttentionPlan::new(

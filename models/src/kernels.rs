@@ -19,8 +19,8 @@ use candle_core::op::BackpropOp;
 use candle_core::{bail, DType, Device, Result, Shape, Storage, Tensor};
 use half::bf16;
 
-use crate::attention_plan::MULTIPROCESSORS;
 pub use crate::attention_plan::{force_longest_first, use_legacy_plan, AttentionPlan, BlockShape};
+use crate::attention_plan::{short_pass_runs_plain, MULTIPROCESSORS};
 use crate::switch::{Number, Switch};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
@@ -159,6 +159,24 @@ impl AttentionBlock {
             key_tile: self.key_tile(),
             per_multiprocessor: self.per_multiprocessor(),
             tile_ns,
+        }
+    }
+
+    /// The shape the server runs for a pass of `rows` rows over `keys` key columns (cached
+    /// and its own), heads `dim` wide, on `device`: the warp-specialized wgmma kernel where
+    /// the GPU has it (the fastest on the shapes passes run, `kernel_check`) but the plain
+    /// one for short passes over few keys ([`short_pass_runs_plain`]), else 64-key tiles for
+    /// long causal passes (prefill chunks) and 32-key tiles for the rest. One place, so the
+    /// model and the benches (layer_bench) choose alike.
+    pub fn served(device: &Device, dim: usize, rows: usize, keys: usize) -> Self {
+        if short_pass_runs_plain(rows, keys) && Self::Wgmma.runs_on(device, dim) {
+            Self::Wgmma
+        } else if Self::WgmmaSpecialized.runs_on(device, dim) {
+            Self::WgmmaSpecialized
+        } else if rows > 1024 {
+            Self::Keys64
+        } else {
+            Self::Keys32
         }
     }
 

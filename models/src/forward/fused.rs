@@ -24,7 +24,7 @@ use candle_core::{DType, Tensor};
 use super::graphs;
 use super::matmuls::Projection;
 use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
-use crate::attention_plan::{short_pass_runs_plain, SHAPE_RULE_MAX_ROWS};
+use crate::attention_plan::SHAPE_RULE_MAX_ROWS;
 use crate::error::{ModelError, Result};
 use crate::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
 use crate::switch::{Number, Switch};
@@ -508,23 +508,9 @@ impl Transformer {
     }
 
     /// The attention block shape for a pass of `rows` rows over `keys` key columns (cached
-    /// and its own): the warp-specialized wgmma kernel where the GPU has it (the fastest on
-    /// the shapes passes run, `kernel_check`) but the plain one for short passes over few
-    /// keys ([`short_pass_runs_plain`]), else 64-key tiles for long causal passes (prefill
-    /// chunks) and 32-key tiles for the rest.
+    /// and its own) on this model's device: [`AttentionBlock::served`].
     pub(super) fn attention_block(&self, rows: usize, keys: usize) -> AttentionBlock {
-        let dim = self.dims.head_dim;
-        let plain = AttentionBlock::Wgmma;
-        if short_pass_runs_plain(rows, keys) && plain.runs_on(&self.device, dim) {
-            return plain;
-        }
-        if AttentionBlock::WgmmaSpecialized.runs_on(&self.device, dim) {
-            AttentionBlock::WgmmaSpecialized
-        } else if rows > 1024 {
-            AttentionBlock::Keys64
-        } else {
-            AttentionBlock::Keys32
-        }
+        AttentionBlock::served(&self.device, self.dims.head_dim, rows, keys)
     }
 
     /// [`Transformer::forward`] on the fused layers: `tokens` continue `cache` (one prefix),
