@@ -409,6 +409,7 @@ fn the_server_answers_before_tuning_and_calibration_have_measured() {
     // Tuning runs meanwhile, at low priority: /health shows its progress.
     server.log_once_it_has("tuning", Duration::from_secs(60));
     let progress = server.get("/health").body["progress"].to_string();
+    assert!(progress.contains("\"task\":\"tuning\""), "{progress}");
     println!(
         "ready after {ready:?}, first answer after {first_answer:?} with tuning pending; progress {progress}"
     );

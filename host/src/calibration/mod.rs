@@ -300,11 +300,18 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &Reporter) -> Result<
     let neutral = policies
         .iter()
         .find_map(|p| p.neutral_states().map(<[String]>::to_vec));
+    let task = progress.start("calibrating", "questions", set.questions.len() as u64);
     let set = match reading.budget {
-        Some(budget) => within_budget(engine, reading, set, neutral.as_deref(), budget)?,
+        Some(budget) => {
+            task.set_detail(format!(
+                "timing a probe against the budget ({})",
+                budget::SETTING
+            ));
+            within_budget(engine, reading, set, neutral.as_deref(), budget)?
+        }
         None => set,
     };
-    let task = progress.start("calibrating", "questions", set.questions.len() as u64);
+    task.set_total(set.questions.len() as u64);
     let (samples, counts) = collect(engine, reading, &set, neutral.as_deref(), &task);
     reading.check()?;
     if samples.len() < MIN_ANSWERED {

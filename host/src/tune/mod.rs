@@ -219,14 +219,19 @@ pub fn run_measured(
     // Renderer selection: every candidate reads every question (the permuted one four times,
     // and the chosen one once more for a content-free policy).
     let reads_per_question = setups.len() + 5;
+    let reads_of = |set: &QuestionSet| ((setups.len() + 4) * set.questions.len()) as u64;
+    let task = progress.start("tuning", "reads", reads_of(&set));
     let set = match reading.budget {
         Some(budget) => {
+            task.set_detail(format!(
+                "timing a probe against the budget ({})",
+                budget::SETTING
+            ));
             within_budget(engine, reading, &setups[0], set, reads_per_question, budget)?
         }
         None => set,
     };
-    let expected_reads = (setups.len() + 4) * set.questions.len();
-    let task = progress.start("tuning", "reads", expected_reads as u64);
+    task.set_total(reads_of(&set));
     let mut measured: Vec<(CandidateReport, Vec<Answered>)> = Vec::new();
     for setup in &setups {
         task.set_detail(setup.label());
