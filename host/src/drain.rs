@@ -3,12 +3,11 @@
 //!
 //! [`Drain`] counts the HTTP requests in flight (a middleware around every route) and says
 //! whether the server is draining, so `/health` can answer 503 `draining` and a router takes
-//! the replica out while its last requests finish. [`serve_until_drained`] runs axum's
-//! graceful shutdown under the deadline: drained in time, the process exits 0; past it, the
+//! the replica out while its last requests finish. [`serve_until_drained`] runs the graceful
+//! shutdown of [`crate::http_serve`] under the deadline: drained in time, the process exits 0; past it, the
 //! requests still running are abandoned, logged, and the process exits 1 so a supervisor can
 //! tell a clean stop from a cut one.
 
-use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +68,7 @@ pub async fn serve_until_drained(
     router: axum::Router,
     drain: Arc<Drain>,
     timeout: Duration,
+    header_read_timeout: Duration,
 ) -> std::io::Result<Stopped> {
     let signalled = Arc::new(tokio::sync::Notify::new());
     let on_signal = {
@@ -85,9 +85,7 @@ pub async fn serve_until_drained(
             signalled.notify_one();
         }
     };
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(on_signal)
-        .into_future();
+    let server = crate::http_serve::serve(listener, router, header_read_timeout, on_signal);
     let deadline = async {
         signalled.notified().await;
         tokio::time::sleep(timeout).await;
