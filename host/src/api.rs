@@ -50,6 +50,8 @@ pub struct AppState {
     phase: RwLock<Phase>,
     /// What startup tuning measured (none: pinned, skipped or failed), for `/health`.
     tuned: RwLock<Option<Arc<crate::tune::store::Saved>>>,
+    /// What startup still measures in the background while the server answers, for `/health`.
+    pending: RwLock<crate::server::Pending>,
     /// Requests in flight, and whether a stop signal asked the server to drain.
     pub drain: Arc<crate::drain::Drain>,
     /// Long work in progress (loading, calibrations), shown by `/health`.
@@ -74,6 +76,7 @@ impl AppState {
             limits,
             phase: RwLock::new(Phase::Loading("starting".into())),
             tuned: RwLock::new(None),
+            pending: RwLock::default(),
             drain: Arc::default(),
             progress: Arc::default(),
         });
@@ -106,6 +109,11 @@ impl AppState {
     /// Records what startup tuning measured.
     pub fn set_tuned(&self, saved: Option<crate::tune::store::Saved>) {
         *self.tuned.write().unwrap_or_else(|p| p.into_inner()) = saved.map(Arc::new);
+    }
+
+    /// Records what startup still measures in the background.
+    pub fn set_pending(&self, pending: crate::server::Pending) {
+        *self.pending.write().unwrap_or_else(|p| p.into_inner()) = pending;
     }
 
     /// Loading failed; decision requests get 503 with this reason.
@@ -233,7 +241,10 @@ async fn health(State(state): State<SharedState>) -> Response {
                     "self_check": self_check,
                     "setup": {"renderer": setup.renderer, "labels": setup.labels.as_str(),
                               "readout": setup.readout.as_str(), "source": setup.source.as_str(),
-                              "tuning": tuning},
+                              "tuning": tuning,
+                              // Startup steps still measuring in the background (answers
+                              // meanwhile get this setup and correction; see "progress").
+                              "pending": state.pending.read().unwrap_or_else(|p| p.into_inner()).names()},
                     "calibration": {"policy": calibrated.policy, "params": calibrated.params,
                                     "temperature": calibrated.temperature,
                                     "source": calibrated.source.as_str()},

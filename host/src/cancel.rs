@@ -25,6 +25,8 @@ const LIVE: u8 = 0;
 const GONE: u8 = 1;
 /// The deadline passed.
 const LATE: u8 = 2;
+/// The server is stopping.
+const STOPPING: u8 = 3;
 
 /// When a request must be answered by, and which setting said so (named by its 504).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +93,8 @@ impl Deadline {
 struct Inner {
     state: AtomicU8,
     deadline: Option<Deadline>,
+    /// The server's stop token: a request's work also ends when the server stops.
+    parent: Option<Cancel>,
 }
 
 /// A request's cancellation token (cheap to clone: clones share it). The default never
@@ -103,6 +107,8 @@ pub struct Cancel(Option<Arc<Inner>>);
 pub enum Reason {
     /// Its client closed the connection before the answer.
     Disconnected,
+    /// The server is stopping (SIGTERM past its drain deadline, or before serving).
+    ShuttingDown,
     /// Its deadline passed.
     Deadline(Deadline),
 }
@@ -113,7 +119,23 @@ impl Cancel {
         Cancel(Some(Arc::new(Inner {
             state: AtomicU8::new(LIVE),
             deadline,
+            parent: None,
         })))
+    }
+
+    /// A token for one request that is also cancelled when `self` (the server's stop token,
+    /// [`Cancel::new`] with no deadline) is: a stopping server ends its requests' work.
+    pub fn child(&self, deadline: Option<Deadline>) -> Cancel {
+        Cancel(Some(Arc::new(Inner {
+            state: AtomicU8::new(LIVE),
+            deadline,
+            parent: self.0.is_some().then(|| self.clone()),
+        })))
+    }
+
+    /// Marks the server as stopping: this token and every [`Cancel::child`] of it cancel.
+    pub fn shut_down(&self) {
+        self.set(STOPPING);
     }
 
     /// Whether the request's work should stop: its client is gone or its deadline passed.
@@ -129,6 +151,12 @@ impl Cancel {
         };
         if inner.state.load(Ordering::Relaxed) != LIVE {
             return true;
+        }
+        if let Some(parent) = &inner.parent {
+            if parent.is_cancelled_at(now) {
+                self.set(STOPPING);
+                return true;
+            }
         }
         match &inner.deadline {
             Some(deadline) if now >= deadline.at => {
@@ -147,6 +175,7 @@ impl Cancel {
         let inner = self.0.as_ref()?;
         match (inner.state.load(Ordering::Relaxed), &inner.deadline) {
             (LATE, Some(deadline)) => Some(Reason::Deadline(deadline.clone())),
+            (STOPPING, _) => Some(Reason::ShuttingDown),
             _ => Some(Reason::Disconnected),
         }
     }
@@ -160,7 +189,22 @@ impl Cancel {
                 message: "the client closed the connection before the answer; its work was dropped"
                     .into(),
             },
+            Reason::ShuttingDown => ApiError::NotReady {
+                reason: "the server is shutting down; its work in flight was dropped. Retry on another replica or once it is back".into(),
+                retry_after_s: Some(1),
+            },
         })
+    }
+
+    /// A plugin session for this request's calls: a call in flight is interrupted within an
+    /// epoch tick once the request is cancelled, and later calls are not made
+    /// ([`crate::plugins::Session::stopping_when`]).
+    pub fn plugin_session(&self) -> crate::plugins::Session {
+        if self.0.is_none() {
+            return crate::plugins::Session::new();
+        }
+        let cancel = self.clone();
+        crate::plugins::Session::stopping_when(std::sync::Arc::new(move || cancel.is_cancelled()))
     }
 
     /// The request's deadline, if it has one.
@@ -239,6 +283,30 @@ mod tests {
         }
         let later = Cancel::new(Deadline::of(60_000, None, Instant::now()));
         assert!(!later.is_cancelled());
+    }
+
+    #[test]
+    fn a_stopping_server_cancels_its_requests_but_not_the_other_way() {
+        let server = Cancel::new(None);
+        let request = server.child(None);
+        let other = server.child(None);
+        request.disconnect();
+        assert!(
+            !server.is_cancelled(),
+            "a request's client leaving stops only it"
+        );
+        assert!(!other.is_cancelled());
+        server.shut_down();
+        assert!(other.is_cancelled());
+        assert_eq!(other.reason(), Some(Reason::ShuttingDown));
+        assert!(matches!(other.error(), Some(ApiError::NotReady { .. })));
+        assert_eq!(
+            request.reason(),
+            Some(Reason::Disconnected),
+            "the first reason wins"
+        );
+        let orphan = Cancel::default().child(None);
+        assert!(!orphan.is_cancelled());
     }
 
     #[test]

@@ -420,6 +420,15 @@ pub struct Config {
     #[arg(long, env = "DECIDE_TUNE_RENDERERS", value_delimiter = ',')]
     pub tune_renderers: Vec<String>,
 
+    /// Most seconds startup tuning, and then startup calibration, may each spend reading when
+    /// no saved result matches (0: no bound). Both run in the background after the server
+    /// answers (with the default setup until they finish); past the budget the question set is
+    /// subsampled, whole inputs spread evenly, to what a probe of its first inputs says fits,
+    /// and a budget that fits too few questions to compare skips the run with a message that
+    /// says how long the whole set would take.
+    #[arg(long, env = "DECIDE_TUNE_BUDGET_S", default_value_t = 600.0)]
+    pub tune_budget_s: f64,
+
     /// Answers whose true next-token mass on the option labels is below this become
     /// refusals (`low_option_mass`) naming the mass: the model wanted to say something else.
     /// 0 turns abstention off. A tenant setting and `extra.min_option_mass` override it.

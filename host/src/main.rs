@@ -26,9 +26,14 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
+            let grace = decide::drain::exit_grace(std::time::Duration::from_secs_f64(
+                config.drain_timeout_s,
+            ));
             let served = runtime.block_on(decide::server::serve(*config));
-            // The exporter's last batch goes out after the runtime stopped.
-            drop(runtime);
+            // Threads still busy (a request's last plugin call, startup loading) are not
+            // waited for beyond the grace: the stop must not outlast --drain-timeout-s. The
+            // exporter's last batch goes out after the runtime stopped.
+            runtime.shutdown_timeout(grace);
             served
         }
         Command::Calibrate(args) => decide::server::calibrate(*args),

@@ -460,6 +460,19 @@ pub struct EngineSettings {
     pub scheduler: SchedulerConfig,
 }
 
+/// How the server answers a request that names no setup or correction of its own: one value,
+/// read once per request, so that a swap in the middle of a request (background tuning or
+/// calibration finishing) never mixes two setups in one answer.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// The server's renderer, label scheme and readout (pinned, tuned or default).
+    pub setup: Setup,
+    /// The policy answers get: `--calibration`, or what startup calibration chose for `auto`.
+    pub calibration: String,
+    /// What startup calibration (or tuning) measured, or the default when neither has yet.
+    pub calibrated: CalibrationState,
+}
+
 /// The loaded model and plugins, ready to answer.
 pub struct Engine {
     model: Arc<Model>,
@@ -467,16 +480,13 @@ pub struct Engine {
     /// core; two interleaved forwards only slow each other), batching concurrent requests.
     scheduler: Scheduler,
     plugins: Arc<PluginRegistry>,
-    /// The server's renderer, label scheme and readout (pinned, tuned or default).
-    setup: Setup,
+    /// The server's setup and correction, swapped whole when startup tuning or calibration,
+    /// running in the background after the server answers, keeps a result.
+    served: std::sync::RwLock<Arc<Served>>,
     min_option_mass: f64,
-    /// The policy answers get: `--calibration`, or what startup calibration chose for `auto`.
-    calibration: String,
     /// `--calibration` as given (`auto` or a policy name).
     calibration_choice: String,
     operator_temperature: Option<f64>,
-    /// What startup calibration measured (or the default when it did not run).
-    calibrated: CalibrationState,
     limits: Limits,
     metrics: Arc<Metrics>,
     /// The labels this model can answer with, measured at load (see [`readout::labels`]).
@@ -598,10 +608,12 @@ impl Engine {
             self_check: None,
             model,
             plugins,
-            calibrated: CalibrationState::default_for(&served_policy),
-            setup,
+            served: std::sync::RwLock::new(Arc::new(Served {
+                calibrated: CalibrationState::default_for(&served_policy),
+                setup,
+                calibration: served_policy,
+            })),
             min_option_mass,
-            calibration: served_policy,
             calibration_choice: calibration,
             operator_temperature,
             limits,
@@ -609,11 +621,29 @@ impl Engine {
         }
     }
 
-    /// Installs the result of startup calibration (before the engine is shared); its policy
-    /// is the one answers get.
-    pub fn set_calibration(&mut self, state: CalibrationState) {
-        self.calibration = state.policy.clone();
-        self.calibrated = state;
+    /// How requests naming nothing of their own are answered now.
+    pub fn served(&self) -> Arc<Served> {
+        self.served
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the served setup and correction; requests already running keep theirs.
+    fn swap_served(&self, change: impl FnOnce(&mut Served)) {
+        let mut served = self.served.write().unwrap_or_else(|p| p.into_inner());
+        let mut next = Served::clone(&served);
+        change(&mut next);
+        *served = Arc::new(next);
+    }
+
+    /// Installs the result of startup calibration; its policy is the one answers get from
+    /// then on (a swap: callable while the engine serves).
+    pub fn set_calibration(&self, state: CalibrationState) {
+        self.swap_served(|served| {
+            served.calibration = state.policy.clone();
+            served.calibrated = state;
+        });
     }
 
     /// `--calibration` as given: `auto` or a policy name.
@@ -621,14 +651,14 @@ impl Engine {
         &self.calibration_choice
     }
 
-    /// Installs the setup tuning chose (before the engine is shared).
-    pub fn set_setup(&mut self, setup: Setup) {
-        self.setup = setup;
+    /// Installs the setup tuning chose (a swap: callable while the engine serves).
+    pub fn set_setup(&self, setup: Setup) {
+        self.swap_served(|served| served.setup = setup);
     }
 
     /// The server's renderer, label scheme and readout.
-    pub fn setup(&self) -> &Setup {
-        &self.setup
+    pub fn setup(&self) -> Setup {
+        self.served().setup.clone()
     }
 
     /// The server's `--min-option-mass`.
@@ -660,13 +690,14 @@ impl Engine {
     }
 
     /// The calibration state answers get when neither the request nor the operator sets T.
-    pub fn calibration(&self) -> &CalibrationState {
-        &self.calibrated
+    pub fn calibration(&self) -> CalibrationState {
+        self.served().calibrated.clone()
     }
 
     /// The server's renderer and the configured calibration plugin names.
-    pub fn plugin_names(&self) -> (&str, &str) {
-        (&self.setup.renderer, &self.calibration)
+    pub fn plugin_names(&self) -> (String, String) {
+        let served = self.served();
+        (served.setup.renderer.clone(), served.calibration.clone())
     }
 
     pub fn model(&self) -> &Model {
@@ -715,7 +746,14 @@ impl Engine {
         questions
             .iter()
             .enumerate()
-            .map(|(index, question)| self.compile_one(index, question, options, scope, session))
+            .map(|(index, question)| {
+                // A cancelled request compiles no more questions (each may be a plugin
+                // call of up to --plugin-timeout-ms).
+                if let Some(error) = scope.cancel.error() {
+                    return Err(error);
+                }
+                self.compile_one(index, question, options, scope, session)
+            })
             .collect()
     }
 
@@ -801,6 +839,7 @@ impl Engine {
     fn applied(
         &self,
         requested: Option<f64>,
+        server: &CalibrationState,
         tenant: Option<&CalibrationState>,
         calibration: &crate::plugins::Calibration,
         session: &Session,
@@ -827,7 +866,7 @@ impl Engine {
             }
             (None, Some(t)) => from_temperature(t, TemperatureSource::Operator),
             (None, None) => {
-                let c = &self.calibrated;
+                let c = server;
                 if c.source == TemperatureSource::Calibrated && fitted_here(c) {
                     Applied {
                         policy,
@@ -877,7 +916,12 @@ impl Engine {
 
     /// What a request of a scope with this tenant renderer and request renderer is read with.
     pub fn resolve_setup(&self, tenant: Option<&str>, request: Option<&str>) -> Resolved {
-        setup::resolve(&self.setup, tenant, request, &readout::Options::default())
+        setup::resolve(
+            &self.served().setup,
+            tenant,
+            request,
+            &readout::Options::default(),
+        )
     }
 
     /// [`Engine::read_raw_in`] with an explicit setup (what `decide tune` compares), and,
@@ -898,7 +942,7 @@ impl Engine {
             return questions.iter().map(|_| Err(reason.clone())).collect();
         };
         let options = resolved.options;
-        let session = Session::new();
+        let session = scope.cancel.plugin_session();
         let planned: Vec<Result<Planned, Refusal>> = questions
             .iter()
             .enumerate()

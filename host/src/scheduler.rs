@@ -106,6 +106,15 @@ pub struct Flow {
     pub weight: u32,
 }
 
+impl Flow {
+    /// The server's own background reads (startup tuning and calibration after the server
+    /// answers): read only when no request's job waits, in small passes ([`fair`]).
+    pub const BACKGROUND: Flow = Flow {
+        id: u64::MAX,
+        weight: 1,
+    };
+}
+
 impl Default for Flow {
     fn default() -> Self {
         Flow { id: 0, weight: 1 }

@@ -36,6 +36,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         shown.store = Some("<redacted>".into());
     }
     tracing::info!(config = ?shown, "starting decide {}", env!("CARGO_PKG_VERSION"));
+    // Before anything can take long: a stop signal from now on stops the server cleanly.
+    let signal = crate::drain::StopSignal::install().context("listening for stop signals")?;
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
         .await
         .with_context(|| {
@@ -63,16 +65,24 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         api::router(state),
         drain,
         timeout,
+        signal,
         header_read_timeout,
     )
     .await?
     {
-        crate::drain::Stopped::Drained => {
+        crate::drain::Stopped::Drained {
+            startup_abandoned: false,
+        } => {
             tracing::info!("drained: every request in flight finished");
             Ok(())
         }
+        crate::drain::Stopped::Drained {
+            startup_abandoned: true,
+        } => anyhow::bail!(
+            "stopped during startup: every request in flight finished, and the startup work still running (loading, self-check, tuning or calibration) was abandoned"
+        ),
         crate::drain::Stopped::Cut { in_flight } => anyhow::bail!(
-            "the drain deadline of {timeout:?} passed with {in_flight} requests still running; they were abandoned (setting --drain-timeout-s)"
+            "the drain deadline of {timeout:?} passed with {in_flight} requests still running; their work was cancelled and they were abandoned (setting --drain-timeout-s)"
         ),
     }
 }
@@ -101,16 +111,23 @@ pub fn open_directory(config: &Config) -> anyhow::Result<Directory> {
 }
 
 /// Loads plugins and model into the shared state, recording progress and failure (`serve`
-/// in the background while it listens, `decide mcp` before it answers).
+/// in the background while it listens, `decide mcp` before it answers). The server answers
+/// as soon as the model is loaded and the self-check passed, with the setup and correction
+/// saved for it (a result measured earlier or shipped in the binary), else the default; what
+/// has to be measured (startup tuning, then calibration) runs after that, in the background
+/// ([`settle_setup`]), and swaps its result in when it is kept.
 pub(crate) fn load(state: &SharedState) {
     match build_engine(state) {
-        Ok((engine, served)) => {
+        Ok((engine, served, pending)) => {
             let delay = state.config.ready_delay_ms;
             if delay > 0 {
                 std::thread::sleep(Duration::from_millis(delay));
             }
-            tracing::info!(model = %served, "ready");
-            state.set_ready(Arc::new(engine), served);
+            let engine = Arc::new(engine);
+            let setup = engine.setup();
+            tracing::info!(model = %served, setup = %setup.label(), setup_source = setup.source.as_str(), pending = ?pending.names(), "ready");
+            state.set_ready(engine.clone(), served);
+            settle_setup(state, &engine, pending);
         }
         Err(error) => {
             let reason = format!("{error:#}");
@@ -118,9 +135,33 @@ pub(crate) fn load(state: &SharedState) {
             state.set_failed(reason);
         }
     }
+    state.drain.startup_done();
 }
 
-fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
+/// What startup still has to measure once the server answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Startup tuning found no saved result: it measures the candidates.
+    pub tuning: bool,
+    /// Startup calibration found no saved result (and tuning's correction does not apply).
+    pub calibration: bool,
+}
+
+impl Pending {
+    /// The steps left, as `/health` lists them.
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if self.tuning {
+            names.push("tuning");
+        }
+        if self.calibration {
+            names.push("calibration");
+        }
+        names
+    }
+}
+
+fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String, Pending)> {
     let config = &state.config;
     // Every long step below reports to the log (with its ETA) and to /health.
     let progress = state.reporter();
@@ -131,28 +172,151 @@ fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String)> {
     load_tenant_plugins(engine.plugins(), &state.directory);
     state.set_loading("answer-slot self-check");
     check_answer_slot(&mut engine, config, &progress)?;
-    state.set_loading("tuning");
-    let tuned = startup_tuning(&mut engine, config, &progress);
-    let corrected = tuned
-        .as_ref()
-        .is_some_and(|saved| apply_tuned_correction(&mut engine, config, saved));
-    state.set_tuned(tuned);
-    if corrected {
-        // The correction was measured with the chosen setup on the tuning set.
-    } else if config.temperature.is_some() {
-        tracing::info!("startup calibration not run: the operator temperature (--temperature) applies to every answer without one of its own");
-    } else {
-        let settings = calibration::Settings {
-            questions: calibration::Questions::from_flag(config.calibration_questions.as_deref()),
-            dir: config.resolved_calibration_dir(),
-            model_file: &config.model,
-            reuse: true,
-        };
-        state.set_loading("calibrating");
-        let (calibrated, _) = calibration::startup(&engine, &settings, &progress);
-        engine.set_calibration(calibrated);
+    state.set_loading("saved tuning and calibration");
+    let pending = apply_saved_setup(&engine, state);
+    state.set_pending(pending);
+    Ok((engine, served, pending))
+}
+
+/// Tuning's settings for `serve` and the CLI commands, read as `reading` says.
+fn tune_settings(config: &Config, reading: calibration::budget::Reading) -> tune::Settings<'_> {
+    tune::Settings {
+        questions: tune::Questions::from_flag(config.tune_questions.as_deref()),
+        dir: config.resolved_calibration_dir(),
+        model_file: &config.model,
+        renderers: config.tune_renderers.clone(),
+        reuse: true,
+        neutral: None,
+        reading,
     }
-    Ok((engine, served))
+}
+
+/// Startup calibration's settings, read as `reading` says.
+fn calibration_settings(
+    config: &Config,
+    reading: calibration::budget::Reading,
+) -> calibration::Settings<'_> {
+    calibration::Settings {
+        questions: calibration::Questions::from_flag(config.calibration_questions.as_deref()),
+        dir: config.resolved_calibration_dir(),
+        model_file: &config.model,
+        reuse: true,
+        reading,
+    }
+}
+
+/// Whether startup calibration has anything to do: not when the operator's temperature
+/// applies to every answer, nor when the correction tuning measured is served.
+fn calibration_wanted(config: &Config, corrected: bool) -> bool {
+    if corrected {
+        return false;
+    }
+    if config.temperature.is_some() {
+        tracing::info!("startup calibration not run: the operator temperature (--temperature) applies to every answer without one of its own");
+        return false;
+    }
+    true
+}
+
+/// Applies what tuning and calibration saved for this model (nothing is read: a saved or
+/// shipped result is looked up by its key), and says what is left to measure.
+fn apply_saved_setup(engine: &Engine, state: &AppState) -> Pending {
+    let config = &state.config;
+    let mut pending = Pending::default();
+    let mut corrected = false;
+    if let Some(renderer) = &config.renderer {
+        tracing::info!("startup tuning not run: --renderer pins `{renderer}` (letters, auto)");
+    } else {
+        match tune::saved(engine, &tune_settings(config, Default::default())) {
+            Ok(Some(saved)) => corrected = install_tuned(engine, state, saved),
+            Ok(None) => {
+                pending.tuning = !matches!(
+                    tune::Questions::from_flag(config.tune_questions.as_deref()),
+                    tune::Questions::Skip
+                )
+            }
+            Err(cause) => tracing::warn!(
+                "startup tuning not applied: {cause}; answers use direct-options, letters, auto"
+            ),
+        }
+    }
+    if pending.tuning {
+        // Calibration is measured with the setup tuning chooses: after it.
+        pending.calibration = calibration_wanted(config, false);
+        return pending;
+    }
+    if !calibration_wanted(config, corrected) {
+        return pending;
+    }
+    let settings = calibration_settings(config, Default::default());
+    match calibration::saved(engine, &settings) {
+        Ok(Some(saved)) => engine.set_calibration(calibration::state_of(&saved)),
+        Ok(None) => {
+            pending.calibration = !matches!(settings.questions, calibration::Questions::Skip)
+        }
+        Err(cause) => tracing::warn!(
+            "startup calibration not applied: {cause}; answers use T = 1.0, source default"
+        ),
+    }
+    pending
+}
+
+/// Installs a tuning result: its setup, and its correction when it applies. Returns whether
+/// the correction was installed (startup calibration then does not run).
+fn install_tuned(engine: &Engine, state: &AppState, saved: tune::store::Saved) -> bool {
+    let setup = saved.setup();
+    tracing::info!(setup = %setup.label(), source = setup.source.as_str(), "prompt setup");
+    engine.set_setup(setup);
+    let corrected = apply_tuned_correction(engine, &state.config, &saved);
+    state.set_tuned(Some(saved));
+    corrected
+}
+
+/// Startup's measurements after the server answers: tuning, then calibration, each read on
+/// the model worker only while no request waits ([`crate::scheduler::Flow::BACKGROUND`]),
+/// within `--tune-budget-s`, stopped by SIGTERM; each result is swapped in when it is kept
+/// (requests in flight keep the setup they started with), as a plugin swap is.
+fn settle_setup(state: &SharedState, engine: &Engine, pending: Pending) {
+    let config = &state.config;
+    let progress = state.reporter();
+    let budget = (config.tune_budget_s > 0.0 && config.tune_budget_s.is_finite())
+        .then(|| Duration::from_secs_f64(config.tune_budget_s));
+    let reading =
+        || calibration::budget::Reading::background(state.drain.background_token(), budget);
+    let stopped = || state.drain.background_token().is_cancelled();
+    let mut left = pending;
+    let mut corrected = false;
+    if pending.tuning {
+        let settings = tune_settings(config, reading());
+        let (setup, saved) = tune::startup(engine, &settings, &progress);
+        if stopped() {
+            tracing::info!("startup tuning stopped: the server is stopping");
+            return;
+        }
+        match saved {
+            Some(saved) => corrected = install_tuned(engine, state, saved),
+            None => engine.set_setup(setup),
+        }
+        left.tuning = false;
+        left.calibration = pending.calibration && calibration_wanted(config, corrected);
+        state.set_pending(left);
+    }
+    if left.calibration {
+        let settings = calibration_settings(config, reading());
+        let (calibrated, _) = calibration::startup(engine, &settings, &progress);
+        if stopped() {
+            tracing::info!("startup calibration stopped: the server is stopping");
+            return;
+        }
+        engine.set_calibration(calibrated);
+        left.calibration = false;
+        state.set_pending(left);
+    }
+    if pending != Pending::default() {
+        let setup = engine.setup();
+        let calibration = engine.calibration();
+        tracing::info!(setup = %setup.label(), setup_source = setup.source.as_str(), policy = %calibration.policy, temperature_source = calibration.source.as_str(), "startup setup settled");
+    }
 }
 
 /// Loads every tenant's active plugins from the store (after the built-ins and the plugins
@@ -369,41 +533,25 @@ pub const CPU_FAIR_SHARE_PASS_TOKENS: usize = 64;
 /// 530 requests/s; 512: 1.59-1.68, A 708-720/s; 1024: 2.09, A 1,047/s; A alone ~1,900/s.
 pub const FUSED_FAIR_SHARE_PASS_TOKENS: usize = 512;
 
-/// Startup tuning (after the self-check, before calibration): installs the setup it chose in
-/// the engine and returns the saved result, unless `--renderer` pins one or
-/// `--tune-questions none` skips it.
-fn startup_tuning(
-    engine: &mut Engine,
-    config: &Config,
-    progress: &Reporter,
-) -> Option<tune::store::Saved> {
+/// The CLI commands' tuning step (`decide calibrate` calibrates the setup answers get):
+/// installs the setup a saved result chose, else measures it in the foreground, unless
+/// `--renderer` pins one or `--tune-questions none` skips it.
+fn startup_tuning(engine: &Engine, config: &Config, progress: &Reporter) {
     if let Some(renderer) = &config.renderer {
         tracing::info!("startup tuning not run: --renderer pins `{renderer}` (letters, auto)");
-        return None;
+        return;
     }
-    let settings = tune::Settings {
-        questions: tune::Questions::from_flag(config.tune_questions.as_deref()),
-        dir: config.resolved_calibration_dir(),
-        model_file: &config.model,
-        renderers: config.tune_renderers.clone(),
-        reuse: true,
-        neutral: None,
-    };
-    let (setup, saved) = tune::startup(engine, &settings, progress);
+    let settings = tune_settings(config, Default::default());
+    let (setup, _) = tune::startup(engine, &settings, progress);
     tracing::info!(setup = %setup.label(), source = setup.source.as_str(), "prompt setup");
     engine.set_setup(setup);
-    saved
 }
 
 /// Serves the correction tuning measured with its chosen setup, when startup calibration would
 /// otherwise choose one itself (`--calibration auto`, no --calibration-questions file, no
 /// --temperature) and the loaded policy plugin computes what was measured. Returns whether it
 /// did; startup calibration then does not run.
-fn apply_tuned_correction(
-    engine: &mut Engine,
-    config: &Config,
-    saved: &tune::store::Saved,
-) -> bool {
+fn apply_tuned_correction(engine: &Engine, config: &Config, saved: &tune::store::Saved) -> bool {
     let question_file = config
         .calibration_questions
         .as_deref()
@@ -485,6 +633,7 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
                         .map(<[String]>::to_vec)
                 })
         }),
+        reading: Default::default(),
     };
     let (saved, measured) = tune::run_measured(&engine, &settings, &progress)
         .map_err(|cause| anyhow::anyhow!("tuning failed: {cause}"))?;
@@ -533,9 +682,9 @@ pub fn tune(args: crate::config::TuneArgs) -> anyhow::Result<()> {
 /// re-fitting), prints the report lines and saves the result where `serve` reuses it.
 pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
     let config = &args.config;
-    let (mut engine, served, progress) = load_for_cli(config)?;
+    let (engine, served, progress) = load_for_cli(config)?;
     // Calibrate the setup answers will get (a saved tuning result is reused).
-    startup_tuning(&mut engine, config, &progress);
+    startup_tuning(&engine, config, &progress);
     let questions = match &args.questions {
         Some(path) => calibration::Questions::File(path.clone()),
         None => calibration::Questions::from_flag(config.calibration_questions.as_deref()),
@@ -545,6 +694,7 @@ pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
         dir: config.resolved_calibration_dir(),
         model_file: &config.model,
         reuse: false,
+        reading: Default::default(),
     };
     let saved = calibration::run(&engine, &settings, &progress)
         .map_err(|cause| anyhow::anyhow!("calibration failed: {cause}"))?;

@@ -65,35 +65,39 @@ fn startup_calibration_measures_reports_and_is_reused() {
 
     let started = Instant::now();
     let server = Server::start(&flags);
-    // While calibrating: /health names the step, decision requests get 503 with Retry-After.
+    // The server answers before calibration has measured: /health is ok and lists it as
+    // pending, with its progress, and answers meanwhile get the default correction.
+    server.wait_ready_within(Duration::from_secs(120));
     let mut saw_step = false;
     loop {
         let health = server.get("/health");
-        if health.status == 200 {
+        assert_eq!(health.status, 200, "{}", health.body);
+        if health.body["setup"]["pending"] == json!([]) {
             break;
         }
-        assert_ne!(health.body["status"], "failed", "{}", health.body);
-        if health.body["step"]
-            .as_str()
-            .is_some_and(|s| s.starts_with("calibrating ("))
+        assert_eq!(
+            health.body["setup"]["pending"],
+            json!(["calibration"]),
+            "{}",
+            health.body
+        );
+        if health.body["progress"]
+            .to_string()
+            .contains("\"task\":\"calibrating\"")
             && !saw_step
         {
             saw_step = true;
-            let early = server.post(
-                "/v1/systemone",
-                &json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}),
-            );
-            assert_eq!(early.status, 503, "{}", early.body);
-            assert!(early.headers.contains_key("retry-after"));
+            let early = audit(&server, json!({"detail": "full"}));
+            assert_eq!(early["temperature_source"], "default", "{early}");
         }
         assert!(
             started.elapsed() < Duration::from_secs(900),
-            "not ready after 900 s: {}",
+            "calibration not done after 900 s: {}",
             health.body
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(saw_step, "/health never reported a calibrating step");
+    assert!(saw_step, "/health never reported calibrating in progress");
     let first_start = started.elapsed();
 
     let files = saved_files(&dir);
@@ -159,6 +163,11 @@ fn startup_calibration_measures_reports_and_is_reused() {
     let server = Server::start(&flags);
     server.wait_ready_within(Duration::from_secs(120));
     let second_start = started.elapsed();
+    assert_eq!(
+        server.get("/health").body["setup"]["pending"],
+        json!([]),
+        "the saved result applies before the server answers"
+    );
     assert!(
         second_start < first_start / 3,
         "second start {second_start:?} vs first {first_start:?}: not reused?"

@@ -73,10 +73,16 @@ fn past_the_drain_timeout_the_rest_is_abandoned_and_the_exit_is_1() {
             .wait_exit(Duration::from_secs(30))
             .expect("the server exits at the drain deadline");
         assert_eq!(status.code(), Some(1), "cut short: exit 1, got {status:?}");
-        assert!(
-            slow.join().unwrap().is_err(),
-            "the abandoned request got no answer"
-        );
+        // Its work was cancelled at the deadline: it gets no answer, or a 503 if its
+        // handler saw the cancellation before the process was gone.
+        match slow.join().unwrap() {
+            Err(_) => {}
+            Ok(response) => assert_eq!(
+                response.status().as_u16(),
+                503,
+                "the abandoned request got no answer, or a 503"
+            ),
+        }
     });
 }
 

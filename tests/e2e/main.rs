@@ -23,6 +23,7 @@ mod prompts;
 mod quality;
 mod readouts;
 mod robustness;
+mod stalls;
 mod structured;
 mod telemetry;
 mod tenant_calibration;

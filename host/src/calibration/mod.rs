@@ -17,6 +17,7 @@
 //! Fewer than [`MIN_ANSWERED`] answered questions, a missing or malformed file, or a failed fit:
 //! T = 1.0 with source `default` and a warning naming the cause; the server always starts.
 
+pub mod budget;
 pub mod cv;
 pub mod ece;
 pub mod questions;
@@ -118,6 +119,9 @@ pub struct Settings<'a> {
     pub model_file: &'a Path,
     /// Reuse a saved result when the key matches (`decide calibrate` always re-fits).
     pub reuse: bool,
+    /// How the reads are made: their scope (at startup: in the background, stopped with the
+    /// server) and time budget ([`budget`]).
+    pub reading: budget::Reading,
 }
 
 /// Runs startup calibration and returns the state answers get. Never fails: every problem
@@ -130,7 +134,7 @@ pub fn startup(
     progress: &Reporter,
 ) -> (CalibrationState, Option<Saved>) {
     let (_, policy_name) = engine.plugin_names();
-    let fallback = CalibrationState::default_for(policy_name);
+    let fallback = CalibrationState::default_for(&policy_name);
     if matches!(settings.questions, Questions::Skip) {
         tracing::info!(
             "startup calibration skipped (--calibration-questions {SKIP}): T = 1.0, source default"
@@ -148,7 +152,8 @@ pub fn startup(
     }
 }
 
-fn state_of(saved: &Saved) -> CalibrationState {
+/// The state answers get from a saved result.
+pub fn state_of(saved: &Saved) -> CalibrationState {
     let policy_name = saved.policy.as_str();
     let source = if saved.source == "calibrated" {
         TemperatureSource::Calibrated
@@ -169,9 +174,33 @@ fn state_of(saved: &Saved) -> CalibrationState {
     }
 }
 
-/// Reads the questions (or reuses a saved result), fits, saves, logs. Errors name the cause.
-pub fn run(engine: &Engine, settings: &Settings, progress: &Reporter) -> Result<Saved, String> {
-    let started = Instant::now();
+/// The saved result a run of `settings` would reuse, without reading anything (none: it
+/// would measure). What startup applies before the server answers.
+pub fn saved(engine: &Engine, settings: &Settings) -> Result<Option<Saved>, String> {
+    if matches!(settings.questions, Questions::Skip) {
+        return Ok(None);
+    }
+    let keyed = keyed(engine, settings)?;
+    Ok(
+        store::load(&settings.dir, &keyed.key)?.map(|(saved, path)| {
+            log_report(&saved, &format!("saved result {} reused", path.display()));
+            saved
+        }),
+    )
+}
+
+/// What a run of `settings` reads and fits, and the key its result is saved under.
+struct Keyed {
+    key: Key,
+    set: QuestionSet,
+    /// `--calibration auto`.
+    auto: bool,
+    /// The policy fitted (the fallback's name with `auto`).
+    policy_name: String,
+    policy: Arc<Calibration>,
+}
+
+fn keyed(engine: &Engine, settings: &Settings) -> Result<Keyed, String> {
     let choice = engine.calibration_choice();
     let auto = choice == AUTO;
     let policy_name = if auto { AUTO_FALLBACK } else { choice };
@@ -234,6 +263,27 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &Reporter) -> Result<
         question_types,
         questions_sha256: set.sha256.clone(),
     };
+    Ok(Keyed {
+        key,
+        set,
+        auto,
+        policy_name: policy_name.to_string(),
+        policy,
+    })
+}
+
+/// Reads the questions (or reuses a saved result), fits, saves, logs. Errors name the cause.
+pub fn run(engine: &Engine, settings: &Settings, progress: &Reporter) -> Result<Saved, String> {
+    let started = Instant::now();
+    let Keyed {
+        key,
+        set,
+        auto,
+        policy_name,
+        policy,
+    } = keyed(engine, settings)?;
+    let policy_name = policy_name.as_str();
+    let reading = &settings.reading;
     if settings.reuse {
         match store::load(&settings.dir, &key) {
             Ok(Some((saved, path))) => {
@@ -250,8 +300,13 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &Reporter) -> Result<
     let neutral = policies
         .iter()
         .find_map(|p| p.neutral_states().map(<[String]>::to_vec));
+    let set = match reading.budget {
+        Some(budget) => within_budget(engine, reading, set, neutral.as_deref(), budget)?,
+        None => set,
+    };
     let task = progress.start("calibrating", "questions", set.questions.len() as u64);
-    let (samples, counts) = collect(engine, &set, neutral.as_deref(), &task);
+    let (samples, counts) = collect(engine, reading, &set, neutral.as_deref(), &task);
+    reading.check()?;
     if samples.len() < MIN_ANSWERED {
         return Err(format!(
             "only {} of {} questions from {} were answered, at least {MIN_ANSWERED} are needed{}",
@@ -419,23 +474,47 @@ fn decide(
     }
 }
 
+/// `set` cut to what `budget` reads ([`budget::fit`]), timed by a probe of its first inputs.
+fn within_budget(
+    engine: &Engine,
+    reading: &budget::Reading,
+    set: QuestionSet,
+    neutral: Option<&[String]>,
+    budget: std::time::Duration,
+) -> Result<QuestionSet, String> {
+    let started = Instant::now();
+    let probe = budget::head(&set, budget::PROBE_QUESTIONS);
+    collect_in(engine, &reading.scope, &probe, neutral, &|_, _| {});
+    reading.check()?;
+    let per_question = started.elapsed().as_secs_f64() / probe.questions.len().max(1) as f64;
+    let fitted = budget::fit(
+        set,
+        budget.saturating_sub(started.elapsed()),
+        per_question,
+        MIN_ANSWERED,
+        "calibration",
+    )?;
+    tracing::info!(
+        questions = fitted.questions.len(),
+        per_question_s = per_question,
+        "calibration within its budget: {}",
+        fitted.origin
+    );
+    Ok(fitted)
+}
+
 /// Reads every question through the engine, grouped by state (one request per state).
 fn collect(
     engine: &Engine,
+    reading: &budget::Reading,
     set: &QuestionSet,
     neutral: Option<&[String]>,
     task: &Task,
 ) -> (Vec<Sample>, QuestionCounts) {
-    collect_in(
-        engine,
-        &RequestScope::default(),
-        set,
-        neutral,
-        &|done, total| {
-            task.set_total(total as u64);
-            task.set_done(done as u64)
-        },
-    )
+    collect_in(engine, &reading.scope, set, neutral, &|done, total| {
+        task.set_total(total as u64);
+        task.set_done(done as u64)
+    })
 }
 
 /// [`collect`] with a tenant's scope (its plugins and renderer); with `neutral` states each

@@ -298,7 +298,7 @@ impl<'a> Watch<'a> {
             std::time::Instant::now(),
         );
         Watch {
-            cancel: Cancel::new(deadline),
+            cancel: state.drain.request_token(deadline),
             metrics: &state.metrics,
             answered: false,
         }

@@ -183,6 +183,9 @@ pub struct HealthSetup {
     /// What startup tuning measured (null when pinned, skipped or failed).
     #[schema(value_type = AnyJson, required = false)]
     pub tuning: Option<serde_json::Value>,
+    /// Startup steps still measuring in the background (`tuning`, `calibration`): the server
+    /// answers meanwhile with the setup and correction shown, and swaps in their results.
+    pub pending: Vec<String>,
 }
 
 /// The calibration served.

@@ -165,10 +165,11 @@ impl Engine {
         request: &'r DecisionRequest,
         asked: bool,
     ) -> Result<Shared<'r>, ApiError> {
-        let session = Session::new();
         let scope = &request.scope;
+        let session = scope.cancel.plugin_session();
+        let served = self.served();
         let resolved = setup::resolve(
-            &self.setup,
+            &served.setup,
             scope.renderer.as_deref(),
             request.renderer.as_deref(),
             &request.readout,
@@ -194,7 +195,7 @@ impl Engine {
             .min_option_mass
             .or(scope.min_option_mass)
             .unwrap_or(self.min_option_mass);
-        let calibration_name = scope.calibration.as_deref().unwrap_or(&self.calibration);
+        let calibration_name = scope.calibration.as_deref().unwrap_or(&served.calibration);
         let calibration = self
             .plugins
             .calibration_in(scope.plugins.as_deref(), calibration_name)
@@ -203,6 +204,7 @@ impl Engine {
             })?;
         let applied = self.applied(
             request.temperature,
+            &served.calibrated,
             scope.calibrated.as_deref(),
             &calibration,
             &session,

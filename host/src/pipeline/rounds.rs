@@ -25,10 +25,18 @@ impl Engine {
         prompting: &Prompting<'_>,
         decided: &mut Decided,
     ) -> Vec<Result<(Planned, Read), Refusal>> {
+        // A cancelled request renders no more prompts: a two-stage question of 255 options
+        // is 255 renderer calls and tokenizations before any read.
         let prepare_all = |planned: &Planned, asks: &[readout::Ask]| {
             let loc = &questions[planned.index].loc;
             asks.iter()
-                .map(|ask| self.prepare_one(state, loc, ask, prompting))
+                .map(|ask| match prompting.scope.cancel.is_cancelled() {
+                    true => Err(engine_refusal(
+                        loc,
+                        ModelError::Compute("the request was cancelled".into()),
+                    )),
+                    false => self.prepare_one(state, loc, ask, prompting),
+                })
                 .collect::<Result<Vec<Prepared>, Refusal>>()
         };
         // Round 1.

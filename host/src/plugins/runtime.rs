@@ -480,8 +480,15 @@ impl PluginRuntime {
     ) -> Result<R, PluginCallError> {
         let name = plugin.name.as_str();
         let limits = self.limits_of(plugin);
+        let stop = session.and_then(|s| s.stop.clone());
+        if stop.as_ref().is_some_and(|stop| stop()) {
+            return Err(PluginCallError::Failed {
+                plugin: name.to_string(),
+                message: format!("plugin {name} was not called: {STOPPED}"),
+            });
+        }
         if let Some((mut store, instance, slot)) = session.and_then(|s| s.take::<T>(plugin.id)) {
-            store.set_epoch_deadline(deadline_ticks(limits.call_timeout));
+            arm_deadline(&mut store, limits.call_timeout, stop.clone());
             let stderr_from = store.data().stderr.contents().len();
             match outside_async(|| f(&mut store, &instance)) {
                 Ok(value) => {
@@ -513,6 +520,7 @@ impl PluginRuntime {
             });
         };
         let mut store = self.new_store(&limits);
+        arm_deadline(&mut store, limits.call_timeout, stop);
         let result = outside_async(|| -> wasmtime::Result<(T, R)> {
             let instance = instantiate(&mut store)?;
             let value = f(&mut store, &instance)?;
@@ -535,6 +543,8 @@ impl PluginRuntime {
                         human_bytes(limits.memory_limit_bytes),
                         limits.memory_setting
                     )
+                } else if error.downcast_ref::<Stopped>().is_some() {
+                    format!("was interrupted: {STOPPED}")
                 } else if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
                     format!(
                         "exceeded its {} ms deadline ({})",
@@ -565,6 +575,49 @@ impl PluginRuntime {
                     message,
                 })
             }
+        }
+    }
+}
+
+/// Why a call in a stopped session ends (its request was cancelled).
+const STOPPED: &str = "its request was cancelled (deadline passed, client gone or server stopping)";
+
+/// The error an epoch callback ends a call of a stopped session with.
+#[derive(Debug)]
+struct Stopped;
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(STOPPED)
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// Arms a call's deadline on `store`: `timeout` from now, and, with a stop check, an
+/// interruption at the first epoch tick after the check turns true. Without one, the plain
+/// epoch deadline traps (no callback per tick); with one, a callback runs every tick (10 ms),
+/// costing nothing measurable against a call that lasts that long.
+fn arm_deadline(store: &mut Store<PluginState>, timeout: Duration, stop: Option<StopCheck>) {
+    match stop {
+        None => {
+            store.set_epoch_deadline(deadline_ticks(timeout));
+            store.epoch_deadline_trap();
+        }
+        Some(stop) => {
+            let mut left = deadline_ticks(timeout);
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(move |_| {
+                if stop() {
+                    return Err(wasmtime::Error::new(Stopped));
+                }
+                left = left.saturating_sub(1);
+                if left == 0 {
+                    // The call's own deadline: the same trap as without a stop check.
+                    return Ok(wasmtime::UpdateDeadline::Interrupt);
+                }
+                Ok(wasmtime::UpdateDeadline::Continue(1))
+            });
         }
     }
 }
@@ -616,9 +669,18 @@ impl PluginId {
 /// its own question. A hot-swapped plugin is a new plugin with a new id: questions keep the
 /// version they started with, and its instances are never used for the new one. Calls from
 /// several threads each take their own instance.
+///
+/// A session may carry its request's stop check ([`Session::stopping_when`]): a plugin call
+/// made in it is interrupted at the next epoch tick (10 ms) once the check says the request
+/// was cancelled (its deadline passed, its client left, the server is shutting down), so a
+/// plugin that loops holds its thread no longer than its request, not for the whole
+/// `--plugin-timeout-ms` of every question left. The check is a plain predicate: the plugin
+/// runtime knows nothing of requests.
 #[derive(Default)]
 pub struct Session {
     idle: Mutex<Vec<Kept>>,
+    /// Whether the request this session serves was cancelled (none: never).
+    stop: Option<StopCheck>,
     /// The question types this request resolved, by name: every question of the request
     /// that names one gets the same version, even when a new one is swapped in meanwhile.
     pinned: Mutex<std::collections::HashMap<String, Arc<super::QuestionType>>>,
@@ -645,10 +707,27 @@ const MAX_KEPT_TOTAL: usize = slots::COMPONENT_INSTANCES as usize / 2;
 /// Instances kept by all sessions now.
 static KEPT_TOTAL: AtomicUsize = AtomicUsize::new(0);
 
+/// A request's "was it cancelled?" check, called from the epoch callback of its plugin calls.
+pub type StopCheck = Arc<dyn Fn() -> bool + Send + Sync>;
+
 impl Session {
     /// An empty session.
     pub fn new() -> Session {
         Session::default()
+    }
+
+    /// An empty session whose plugin calls stop once `stop` returns true.
+    pub fn stopping_when(stop: StopCheck) -> Session {
+        Session {
+            idle: Mutex::default(),
+            stop: Some(stop),
+            pinned: Mutex::default(),
+        }
+    }
+
+    /// Whether the request this session serves was cancelled.
+    pub fn is_stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|stop| stop())
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Kept>> {

@@ -18,6 +18,11 @@
 //!    quantum = `--fair-share-tokens` x the flow's weight: one flow per batch, so the batch
 //!    in flight is at most about one quantum, and flows get tokens in proportion to weight.
 //!
+//! The server's own background reads (startup tuning and calibration, [`Flow::BACKGROUND`])
+//! come last: their jobs are taken only when no request's job waits, and their batches are
+//! read in small passes (as in shared mode), so that a request arriving meanwhile waits for
+//! at most one small pass, then is read between two of the background batch's passes.
+//!
 //! While several flows are active the worker also keeps each pass small
 //! (`--fair-share-pass-tokens` rows, see the scheduler) so that a sparse job waits at most
 //! one small pass.
@@ -62,6 +67,8 @@ pub struct FairQueue {
     flows: HashMap<u64, FlowQueue>,
     /// Backlogged flows in round-robin order (the head is served next).
     order: VecDeque<u64>,
+    /// The server's background jobs ([`Flow::BACKGROUND`]), in arrival order.
+    background: VecDeque<Job>,
     /// Jobs of each flow waiting or being read.
     outstanding: HashMap<u64, usize>,
     /// When each flow's last job arrived.
@@ -76,6 +83,7 @@ impl FairQueue {
             sparse: VecDeque::new(),
             flows: HashMap::new(),
             order: VecDeque::new(),
+            background: VecDeque::new(),
             outstanding: HashMap::new(),
             seen: HashMap::new(),
         }
@@ -87,7 +95,7 @@ impl FairQueue {
 
     /// Whether no job waits.
     pub fn is_empty(&self) -> bool {
-        self.sparse.is_empty() && self.order.is_empty()
+        self.sparse.is_empty() && self.order.is_empty() && self.background.is_empty()
     }
 
     /// Prompt tokens waiting.
@@ -95,6 +103,7 @@ impl FairQueue {
         self.sparse
             .iter()
             .chain(self.flows.values().flat_map(|f| f.jobs.iter()))
+            .chain(self.background.iter())
             .map(Job::tokens)
             .sum()
     }
@@ -103,6 +112,11 @@ impl FairQueue {
     pub fn push(&mut self, job: Job, now: Instant) {
         let flow = job.flow;
         self.seen.insert(flow.id, now);
+        if flow == Flow::BACKGROUND {
+            *self.outstanding.entry(flow.id).or_insert(0) += 1;
+            self.background.push_back(job);
+            return;
+        }
         let quantum = self.quantum_of(flow);
         let outstanding = self.outstanding.entry(flow.id).or_insert(0);
         let sparse = *outstanding == 0 && job.tokens() <= quantum;
@@ -160,6 +174,7 @@ impl FairQueue {
     pub fn remove_cancelled(&mut self, now: Instant) -> Vec<Job> {
         let mut gone = Vec::new();
         take_cancelled(&mut self.sparse, now, &mut gone);
+        take_cancelled(&mut self.background, now, &mut gone);
         let mut emptied = Vec::new();
         for (&id, queue) in &mut self.flows {
             take_cancelled(&mut queue.jobs, now, &mut gone);
@@ -194,6 +209,20 @@ impl FairQueue {
     /// The next batch at `now`, at most about `max_tokens` prompt tokens, and its mode.
     pub fn next_batch(&mut self, max_tokens: usize, now: Instant) -> (Vec<Job>, Mode) {
         let mode = self.mode(now);
+        if self.sparse.is_empty() && self.order.is_empty() {
+            // Only background work waits: small passes, so a request that arrives is read
+            // after one of them.
+            let mut batch = Vec::new();
+            let mut tokens = 0;
+            while tokens < max_tokens {
+                let Some(job) = self.background.pop_front() else {
+                    break;
+                };
+                tokens += job.tokens();
+                batch.push(job);
+            }
+            return (batch, Mode::Shared);
+        }
         if mode == Mode::Alone {
             return (self.take_in_order(max_tokens), mode);
         }
@@ -296,6 +325,40 @@ mod tests {
 
     fn flows_of(batch: &[Job]) -> Vec<u64> {
         batch.iter().map(|j| j.flow.id).collect()
+    }
+
+    #[test]
+    fn background_jobs_wait_for_every_request_and_read_in_small_passes() {
+        let mut fair = FairQueue::new(100);
+        let now = Instant::now();
+        let background = Flow::BACKGROUND;
+        fair.push(Job::for_test(prompts(50), background), now);
+        fair.push(Job::for_test(prompts(50), background), now);
+        fair.push(job(1, 1, 30), now);
+        fair.push(job(1, 1, 30), now);
+        // The request's jobs first, though the background ones came earlier.
+        let mut taken = Vec::new();
+        while taken.len() < 2 {
+            let (batch, _) = fair.next_batch(1000, now);
+            assert_eq!(flows_of(&batch).iter().filter(|&&f| f != 1).count(), 0);
+            for job in &batch {
+                fair.done(job.flow);
+            }
+            taken.extend(flows_of(&batch));
+        }
+        let (batch, mode) = fair.next_batch(1000, now);
+        assert_eq!(flows_of(&batch), vec![u64::MAX, u64::MAX]);
+        assert_eq!(
+            mode,
+            Mode::Shared,
+            "background batches read in small passes"
+        );
+        // A request arriving during a background batch makes the worker share: it is taken
+        // between two of the batch's passes.
+        fair.push(job(2, 1, 30), now);
+        assert_eq!(fair.mode(now), Mode::Shared);
+        assert_eq!(flows_of(&fair.take_sparse(1000)), vec![2]);
+        assert!(fair.is_empty());
     }
 
     #[test]

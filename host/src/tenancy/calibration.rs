@@ -490,8 +490,9 @@ async fn start_upload(
     }
     let mut scope = crate::frontends::request_scope(&caller);
     scope.calibrated = None;
-    // Set by DELETE /v1/calibration and by deleting the tenant.
-    scope.cancel = Cancel::new(None);
+    // Set by DELETE /v1/calibration and by deleting the tenant; a child of the server's
+    // background token, so a stopping server ends the fit too.
+    scope.cancel = state.drain.background_token().child(None);
     // The fit reads through the tenant's plugins and renderer, and is the tenant's work: its
     // prompt tokens come out of the tenant's token rate (waiting for the bucket, as a
     // background job may) and count in its usage.

@@ -12,6 +12,7 @@ use super::{read_set, Answered};
 use crate::calibration::cv::{self, Sample};
 use crate::calibration::ece::{self, Interval, Top};
 use crate::calibration::questions::QuestionSet;
+use crate::pipeline::RequestScope;
 use crate::pipeline::{Engine, Setup};
 use crate::plugins::{LabelledScores, PluginKind};
 use crate::readout::Choice;
@@ -90,7 +91,14 @@ pub fn evaluate(
     for (i, (setup, tuning)) in measured.iter().enumerate() {
         task.set_done(i as u64);
         task.set_detail(setup.label());
-        let (answered, _) = read_set(engine, setup, heldout, neutral, &mut |_| {});
+        let (answered, _) = read_set(
+            engine,
+            &RequestScope::default(),
+            setup,
+            heldout,
+            neutral,
+            &mut |_| {},
+        );
         for policy in &policies {
             let train: Result<Vec<LabelledScores>, String> = tuning
                 .iter()
@@ -132,7 +140,14 @@ pub fn evaluate(
         if permute > 1 && setup.readout == Choice::Auto {
             let mut permuted = setup.clone();
             permuted.readout = Choice::Permutation;
-            let (shifted, _) = read_set(engine, &permuted, heldout, None, &mut |_| {});
+            let (shifted, _) = read_set(
+                engine,
+                &RequestScope::default(),
+                &permuted,
+                heldout,
+                None,
+                &mut |_| {},
+            );
             let changed = shifted
                 .iter()
                 .filter(|a| {

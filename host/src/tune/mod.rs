@@ -30,6 +30,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::calibration;
+use crate::calibration::budget::{self, Reading};
 use crate::calibration::cv::{self, Sample};
 use crate::calibration::ece::{self, Interval, Top};
 use crate::calibration::questions::{self, QuestionSet};
@@ -77,6 +78,9 @@ pub struct Settings<'a> {
     /// Also read every question over these neutral states (content-free scores, for a
     /// held-out evaluation of content-free policies); none at startup.
     pub neutral: Option<Vec<String>>,
+    /// How the reads are made: their scope (at startup: in the background, stopped with the
+    /// server) and time budget ([`calibration::budget`]).
+    pub reading: Reading,
 }
 
 /// One answered question of one candidate.
@@ -168,6 +172,31 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &Reporter) -> Result<
 /// Every candidate's setup and reads (empty when a saved result was reused).
 pub type Measured = Vec<(Setup, Vec<Answered>)>;
 
+/// The question set, the candidates and the key a run of `settings` is saved under.
+fn keyed(
+    engine: &Engine,
+    settings: &Settings,
+) -> Result<(QuestionSet, Vec<Setup>, store::Key), String> {
+    let set = settings.questions.load_with(builtin_set)?;
+    let renderers = renderer_names(engine, &settings.renderers)?;
+    let setups = candidates(&renderers);
+    let key = store::key(engine, settings.model_file, &set, &setups)?;
+    Ok((set, setups, key))
+}
+
+/// The saved result a run of `settings` would reuse, without reading anything (none: it
+/// would measure). What startup applies before the server answers.
+pub fn saved(engine: &Engine, settings: &Settings) -> Result<Option<Saved>, String> {
+    if matches!(settings.questions, Questions::Skip) {
+        return Ok(None);
+    }
+    let (_, _, key) = keyed(engine, settings)?;
+    Ok(store::load(&settings.dir, &key)?.map(|(saved, path)| {
+        log_lines(&saved, &format!("saved result {} reused", path.display()));
+        saved
+    }))
+}
+
 /// [`run`], also returning what each candidate read (for [`heldout::evaluate`]).
 pub fn run_measured(
     engine: &Engine,
@@ -175,10 +204,8 @@ pub fn run_measured(
     progress: &Reporter,
 ) -> Result<(Saved, Measured), String> {
     let started = Instant::now();
-    let set = settings.questions.load_with(builtin_set)?;
-    let renderers = renderer_names(engine, &settings.renderers)?;
-    let mut setups = candidates(&renderers);
-    let key = store::key(engine, settings.model_file, &set, &setups)?;
+    let (set, mut setups, key) = keyed(engine, settings)?;
+    let reading = &settings.reading;
     if settings.reuse {
         match store::load(&settings.dir, &key) {
             Ok(Some((saved, path))) => {
@@ -189,16 +216,29 @@ pub fn run_measured(
             Err(cause) => tracing::warn!("{cause}; tuning again"),
         }
     }
-    // Renderer selection: every candidate reads every question (the permuted one four times).
+    // Renderer selection: every candidate reads every question (the permuted one four times,
+    // and the chosen one once more for a content-free policy).
+    let reads_per_question = setups.len() + 5;
+    let set = match reading.budget {
+        Some(budget) => {
+            within_budget(engine, reading, &setups[0], set, reads_per_question, budget)?
+        }
+        None => set,
+    };
     let expected_reads = (setups.len() + 4) * set.questions.len();
     let task = progress.start("tuning", "reads", expected_reads as u64);
     let mut measured: Vec<(CandidateReport, Vec<Answered>)> = Vec::new();
     for setup in &setups {
         task.set_detail(setup.label());
-        let (report, answered) =
-            measure(engine, setup, &set, settings.neutral.as_deref(), &mut |n| {
-                task.advance(n as u64)
-            });
+        let (report, answered) = measure(
+            engine,
+            &reading.scope,
+            setup,
+            &set,
+            settings.neutral.as_deref(),
+            &mut |n| task.advance(n as u64),
+        );
+        reading.check()?;
         measured.push((report, answered));
     }
     // The most accurate single-read candidate, read under label shifts as well.
@@ -212,11 +252,13 @@ pub fn run_measured(
         task.set_detail(permuted.label());
         let (report, answered) = measure(
             engine,
+            &reading.scope,
             &permuted,
             &set,
             settings.neutral.as_deref(),
             &mut |n| task.advance(n as u64 * 4),
         );
+        reading.check()?;
         setups.push(permuted);
         measured.push((report, answered));
     }
@@ -226,7 +268,8 @@ pub fn run_measured(
         .zip(measured.iter().map(|(_, answered)| answered.clone()))
         .collect();
     let mut saved = store::decide(key, &set, measured, started.elapsed().as_secs_f64(), engine);
-    saved.policy = choose_policy(engine, &saved.setup(), &reads, &set, &task);
+    saved.policy = choose_policy(engine, reading, &saved.setup(), &reads, &set, &task);
+    reading.check()?;
     task.finish();
     saved.seconds = started.elapsed().as_secs_f64();
     match store::save(&settings.dir, &saved) {
@@ -243,6 +286,7 @@ pub fn run_measured(
 /// once more over the neutral states when a content-free policy is loaded and they lack them).
 fn choose_policy(
     engine: &Engine,
+    reading: &Reading,
     chosen: &Setup,
     reads: &Measured,
     set: &QuestionSet,
@@ -258,7 +302,14 @@ fn choose_policy(
     let mut samples: Vec<Sample> = answered.iter().map(|a| a.sample.clone()).collect();
     if neutral.is_some() && samples.iter().any(|s| s.content_free.is_none()) {
         task.set_detail(format!("content-free reads of {}", chosen.label()));
-        let (answered, _) = read_set(engine, chosen, set, neutral.as_deref(), &mut |_| {});
+        let (answered, _) = read_set(
+            engine,
+            &reading.scope,
+            chosen,
+            set,
+            neutral.as_deref(),
+            &mut |_| {},
+        );
         samples = answered.into_iter().map(|a| a.sample).collect();
     }
     if samples.len() < MIN_ANSWERED {
@@ -314,16 +365,56 @@ fn best_index(measured: &[(CandidateReport, Vec<Answered>)]) -> Option<usize> {
         })
 }
 
+/// `set` cut to what `budget` reads ([`budget::fit`]), timed by a probe of the first inputs
+/// read with `probe_setup`.
+fn within_budget(
+    engine: &Engine,
+    reading: &Reading,
+    probe_setup: &Setup,
+    set: QuestionSet,
+    reads_per_question: usize,
+    budget: std::time::Duration,
+) -> Result<QuestionSet, String> {
+    let started = Instant::now();
+    let probe = budget::head(&set, budget::PROBE_QUESTIONS);
+    read_set(
+        engine,
+        &reading.scope,
+        probe_setup,
+        &probe,
+        None,
+        &mut |_| {},
+    );
+    reading.check()?;
+    let per_read = started.elapsed().as_secs_f64() / probe.questions.len().max(1) as f64;
+    let per_question = per_read * reads_per_question as f64;
+    let fitted = budget::fit(
+        set,
+        budget.saturating_sub(started.elapsed()),
+        per_question,
+        MIN_ANSWERED,
+        "tuning",
+    )?;
+    tracing::info!(
+        questions = fitted.questions.len(),
+        per_read_s = per_read,
+        "tuning within its budget: {}",
+        fitted.origin
+    );
+    Ok(fitted)
+}
+
 /// Reads every question of `set` with `setup` and scores the answers.
 pub fn measure(
     engine: &Engine,
+    scope: &RequestScope,
     setup: &Setup,
     set: &QuestionSet,
     neutral: Option<&[String]>,
     progress: &mut dyn FnMut(usize),
 ) -> (CandidateReport, Vec<Answered>) {
     let started = Instant::now();
-    let (answered, skipped) = read_set(engine, setup, set, neutral, progress);
+    let (answered, skipped) = read_set(engine, scope, setup, set, neutral, progress);
     let temperature = engine.plugins().calibration(calibration::AUTO_FALLBACK);
     let seconds = started.elapsed().as_secs_f64();
     let report = score(setup, &answered, &skipped, temperature.as_deref(), seconds);
@@ -334,6 +425,7 @@ pub fn measure(
 /// (in file order) and why the others were skipped.
 pub fn read_set(
     engine: &Engine,
+    scope: &RequestScope,
     setup: &Setup,
     set: &QuestionSet,
     neutral: Option<&[String]>,
@@ -372,9 +464,9 @@ pub fn read_set(
         std::sync::atomic::AtomicUsize::new(0),
         std::sync::atomic::AtomicUsize::new(0),
     );
-    std::thread::scope(|scope| {
+    std::thread::scope(|threads| {
         for _ in 0..workers.min(by_state.len()).max(1) {
-            scope.spawn(|| loop {
+            threads.spawn(|| loop {
                 let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some((state, indices)) = by_state.get(at) else {
                     break;
@@ -387,13 +479,7 @@ pub fn read_set(
                         json: set.questions[i].json.clone(),
                     })
                     .collect();
-                let reads = engine.read_raw_with(
-                    &RequestScope::default(),
-                    &resolved,
-                    state,
-                    &batch,
-                    neutral,
-                );
+                let reads = engine.read_raw_with(scope, &resolved, state, &batch, neutral);
                 results
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
