@@ -316,10 +316,44 @@ async fn models(State(state): State<SharedState>) -> Response {
     .into_response()
 }
 
+/// Whether a `/metrics` request may read it: with `--metrics-key` or `--admin-key` set, it
+/// must bear one of them (the series name every tenant and its traffic); with neither,
+/// `/metrics` is open, as it is for a server on loopback scraped by a local agent.
+fn metrics_allowed(state: &AppState, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let accepted: Vec<&str> = [
+        state.config.metrics_key.as_deref(),
+        state.config.admin_key.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if accepted.is_empty() {
+        return Ok(());
+    }
+    let presented =
+        crate::tenancy::directory::presented_key(headers).map(crate::tenancy::keys::hash);
+    let allowed = presented.is_some_and(|hash| {
+        accepted
+            .iter()
+            .any(|key| crate::tenancy::keys::hashes_equal(&crate::tenancy::keys::hash(key), &hash))
+    });
+    if allowed {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized {
+            message: "/metrics needs `Authorization: Bearer <key>` with the server's --metrics-key / DECIDE_METRICS_KEY or its --admin-key / DECIDE_ADMIN_KEY".into(),
+        })
+    }
+}
+
 /// Prometheus text: the server's counters and each tenant's.
-#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "service", security(()),
-    responses((status = 200, description = "Prometheus text exposition (version 0.0.4).", body = String, content_type = "text/plain")))]
-async fn metrics(State(state): State<SharedState>) -> Response {
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "service", security((), ("bearer" = [])),
+    responses((status = 200, description = "Prometheus text exposition (version 0.0.4).", body = String, content_type = "text/plain"),
+              (status = 401, description = "The server has `--metrics-key` or `--admin-key` and the request bears neither.", body = crate::openapi::openai::OpenAiError)))]
+async fn metrics(State(state): State<SharedState>, headers: axum::http::HeaderMap) -> Response {
+    if let Err(error) = metrics_allowed(&state, &headers) {
+        return error.into_response_for(Wire::OpenAi);
+    }
     let mut text = state.metrics.render();
     // For a router: 1 when this replica answers decisions (what /health's 200 says).
     let ready = u8::from(state.engine().is_ok() && !state.drain.is_draining());

@@ -294,6 +294,22 @@ pub struct Config {
     #[arg(long, env = "DECIDE_ADMIN_KEY", hide_env_values = true)]
     pub admin_key: Option<String>,
 
+    /// Serve requests without a key on a server whose tenants were all deleted. A server
+    /// that ever had tenants otherwise refuses such requests (401) unless `--api-key` is
+    /// set, since deleting the last tenant would leave it open to anyone.
+    #[arg(long, env = "DECIDE_ALLOW_ANONYMOUS")]
+    pub allow_anonymous: bool,
+
+    /// Key that `/metrics` requires (`Authorization: Bearer <key>`); the admin key is
+    /// accepted too. With neither set `/metrics` is open, as it is for a server on loopback.
+    #[arg(long, env = "DECIDE_METRICS_KEY", hide_env_values = true)]
+    pub metrics_key: Option<String>,
+
+    /// Seconds a client has to send a request's headers, after which the connection is
+    /// closed (so slow-header connections cannot hold the server's sockets).
+    #[arg(long, env = "DECIDE_HEADER_READ_TIMEOUT_S", default_value_t = 30.0, value_parser = positive_seconds)]
+    pub header_read_timeout_s: f64,
+
     /// Server-wide default of a tenant's decision requests per minute (0: no limit). The
     /// `--tenant-*` defaults apply to every tenant without its own value, and to the default
     /// tenant (no tenants configured, or the operator's `--api-key`) too.
@@ -328,6 +344,26 @@ pub struct Config {
     /// Server-wide default of the largest plugin component a tenant may upload, in bytes.
     #[arg(long, env = "DECIDE_TENANT_MAX_PLUGIN_BYTES", default_value_t = 16 << 20)]
     pub tenant_max_plugin_bytes: u64,
+
+    /// Server-wide default of how many versions of one plugin a tenant keeps (its history,
+    /// for rollback); an upload beyond it is refused until the tenant drops the history
+    /// (`DELETE /v1/plugins/NAME?purge=true`).
+    #[arg(long, env = "DECIDE_TENANT_MAX_PLUGIN_VERSIONS", default_value_t = 10)]
+    pub tenant_max_plugin_versions: usize,
+
+    /// Server-wide default of the bytes of plugin components a tenant keeps stored, all its
+    /// plugins' versions together (a component kept by several versions counts once).
+    #[arg(long, env = "DECIDE_TENANT_MAX_STORED_BYTES", default_value_t = 256 << 20)]
+    pub tenant_max_stored_bytes: u64,
+
+    /// Server-wide default of the labelled questions in one tenant calibration upload
+    /// (`PUT /v1/calibration`); each is read on the model worker.
+    #[arg(
+        long,
+        env = "DECIDE_TENANT_MAX_CALIBRATION_QUESTIONS",
+        default_value_t = 1000
+    )]
+    pub tenant_max_calibration_questions: usize,
 
     /// Fair share on the model worker: the prompt tokens one tenant (of weight 1) gets per
     /// round while other tenants have requests waiting.

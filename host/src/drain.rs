@@ -9,13 +9,12 @@
 //! set when the drain deadline passes (the requests still running then end with a 503 and
 //! their plugin calls and model reads stop within a pass), and [`Drain::background`], set at
 //! the signal (background reads stop before their next pass). [`serve_until_drained`] runs
-//! axum's graceful shutdown under the deadline: drained in time with no startup work
-//! abandoned, the process exits 0; otherwise it exits 1 so a supervisor can tell a clean stop
-//! from a cut one. Threads still busy are not waited for (the binary's runtime shuts down
-//! with a short timeout), so the process is gone within the drain timeout whatever a request
-//! or a plugin is doing.
+//! the graceful shutdown of [`crate::http_serve`] under the deadline: drained in time with no
+//! startup work abandoned, the process exits 0; otherwise it exits 1 so a supervisor can tell
+//! a clean stop from a cut one. Threads still busy are not waited for (the binary's runtime
+//! shuts down with a short timeout), so the process is gone within the drain timeout whatever
+//! a request or a plugin is doing.
 
-use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,6 +130,7 @@ pub async fn serve_until_drained(
     drain: Arc<Drain>,
     timeout: Duration,
     signal: StopSignal,
+    header_read_timeout: Duration,
 ) -> std::io::Result<Stopped> {
     let signalled = Arc::new(tokio::sync::Notify::new());
     let on_signal = {
@@ -148,9 +148,7 @@ pub async fn serve_until_drained(
             signalled.notify_one();
         }
     };
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(on_signal)
-        .into_future();
+    let server = crate::http_serve::serve(listener, router, header_read_timeout, on_signal);
     let deadline = async {
         signalled.notified().await;
         tokio::time::sleep(timeout.saturating_sub(exit_grace(timeout))).await;

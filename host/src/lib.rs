@@ -28,6 +28,7 @@ pub mod frontends;
 /// Entry points for the fuzz targets in `fuzz/` (not an API; see the module docs).
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod http_serve;
 pub mod mcp;
 pub mod metrics;
 pub mod openapi;

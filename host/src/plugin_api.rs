@@ -8,18 +8,23 @@
 //!   that tenant only. The order makes a crash at any point leave the previous version serving:
 //!   until the record commits, a restart loads the previous active version, and the blob file
 //!   is never seen half-written (temp file, fsync, rename, fsync of the directory).
-//! - `DELETE /v1/plugins/{name}`: the operator's or built-in of that name serves again.
+//! - `DELETE /v1/plugins/{name}`: the operator's or built-in of that name serves again; with
+//!   `?purge=true` the plugin's stored history goes too (every version, and every blob no
+//!   version of any tenant refers to any more), freeing the tenant's storage.
 //! - `GET /v1/plugins/{name}/versions`, `POST /v1/plugins/{name}/rollback {"version": N}`.
 //!
 //! Changes need a tenant's key: the default tenant's plugins are the operator's plugins
 //! directory (`--plugins`). Limits: how many plugins (`max_plugins`, default
-//! `--tenant-max-plugins`) and how large (`max_plugin_bytes`, default
-//! `--tenant-max-plugin-bytes`, never above [`MAX_COMPONENT_BYTES`]).
+//! `--tenant-max-plugins`), how large (`max_plugin_bytes`, default
+//! `--tenant-max-plugin-bytes`, never above [`MAX_COMPONENT_BYTES`]), how many stored
+//! versions of one (`max_plugin_versions`, default `--tenant-max-plugin-versions`) and how
+//! many bytes all its versions keep stored (`max_stored_bytes`, default
+//! `--tenant-max-stored-bytes`): without the last two, uploads of one name fill the disk.
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -31,7 +36,7 @@ use crate::error::{ApiError, Wire};
 use crate::loc;
 use crate::openapi::service::InstalledPlugin;
 use crate::plugins::{Plugin, PluginRegistry, MAX_COMPONENT_BYTES};
-use crate::tenancy::{now_s, Caller, PluginVersion, Store, Tenant};
+use crate::tenancy::{now_s, Caller, PluginVersion, Store, StoreError, Tenant};
 
 /// Longest plugin name.
 const MAX_NAME_LEN: usize = 64;
@@ -79,7 +84,8 @@ fn check_name(name: &str) -> Result<(), ApiError> {
             loc!["name"],
             format!(
                 "name: `{}` is not a plugin name: use 1 to {MAX_NAME_LEN} lowercase letters, digits, `-`, `_` or `.`, starting with a letter or digit (a question type `T` is `openai-T` on /v1/decisions, `systemone-T` on /v1/systemone)",
-                crate::plugins::runtime::truncate(name, 80)
+                // Escaped: a control or bidi character in a name is not sent back as such.
+                crate::plugins::runtime::truncate(name, 80).escape_debug()
             ),
         ))
     }
@@ -133,6 +139,70 @@ fn check_count(
                 "plugin `{name}` refused: the tenant has {} plugins ({}), the most it may have is {max} ({setting}); delete one first (DELETE /v1/plugins/NAME)",
                 names.len(),
                 names.join(", ")
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses an upload that would keep more than the tenant's `max_plugin_versions` of `name`
+/// (409) or more than its `max_stored_bytes` (413). A component the tenant stores already
+/// (the same SHA-256) adds no bytes.
+fn check_storage(
+    state: &AppState,
+    tenant: &Tenant,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), ApiError> {
+    let stored = state
+        .directory
+        .store()
+        .tenant_plugin_versions(&tenant.id)
+        .map_err(|e| internal("reading the tenant's plugin versions", e))?;
+    let how = |own: bool, flag: &str| {
+        if own {
+            format!(
+                "the tenant's own limit; the operator changes it with PATCH /admin/v1/tenants/{}",
+                tenant.id
+            )
+        } else {
+            format!("the server-wide default, setting {flag}; the operator sets the tenant's own with PATCH /admin/v1/tenants/{}", tenant.id)
+        }
+    };
+    let (max_versions, own) = match tenant.limits.max_plugin_versions {
+        Some(max) => (max, true),
+        None => (state.config.tenant_max_plugin_versions, false),
+    };
+    let versions = stored.iter().filter(|v| v.name == name).count();
+    if versions >= max_versions {
+        return Err(ApiError::Conflict {
+            message: format!(
+                "plugin `{name}` refused: the tenant keeps {versions} versions of it, and tenant limit max_plugin_versions = {max_versions} ({}); drop its history first with DELETE /v1/plugins/{name}?purge=true",
+                how(own, "--tenant-max-plugin-versions / DECIDE_TENANT_MAX_PLUGIN_VERSIONS")
+            ),
+        });
+    }
+    let (max_bytes, own) = match tenant.limits.max_stored_bytes {
+        Some(max) => (max, true),
+        None => (state.config.tenant_max_stored_bytes, false),
+    };
+    let mut distinct: Vec<(&str, u64)> =
+        stored.iter().map(|v| (v.sha256.as_str(), v.size)).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let used: u64 = distinct.iter().map(|(_, size)| size).sum();
+    let sha256 = crate::plugins::runtime::sha256_hex(bytes);
+    let adds = if distinct.iter().any(|(s, _)| *s == sha256) {
+        0
+    } else {
+        bytes.len() as u64
+    };
+    if used + adds > max_bytes {
+        return Err(ApiError::TooLarge {
+            loc: vec![],
+            message: format!(
+                "plugin `{name}` refused: the tenant stores {used} bytes of plugin components and this one adds {adds}, over tenant limit max_stored_bytes = {max_bytes} ({}); free space with DELETE /v1/plugins/NAME?purge=true",
+                how(own, "--tenant-max-stored-bytes / DECIDE_TENANT_MAX_STORED_BYTES")
             ),
         });
     }
@@ -297,6 +367,7 @@ fn install_upload(
     let lock = registry.tenant_lock(&tenant.id);
     let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
     check_count(state, registry, tenant, name)?;
+    check_storage(state, tenant, name, bytes)?;
     let (plugin, report) = registry.check_for_tenant(&tenant.id, &tenant.limits, name, bytes, cap);
     let Some(plugin) = plugin else {
         tracing::info!(tenant = %tenant.id, plugin = name, reasons = %report.reasons(), "tenant plugin upload refused");
@@ -310,50 +381,63 @@ fn install_upload(
         });
     };
     let store = state.directory.store();
-    let sha256 = store
-        .put_blob(bytes)
-        .map_err(|e| internal("storing the plugin", e))?;
     let mut record = PluginVersion {
         tenant_id: tenant.id.clone(),
         name: name.to_string(),
         version: 0,
         kind: plugin.kind().to_string(),
         plugin_version: plugin.info().version.clone(),
-        sha256,
+        sha256: String::new(),
         size: bytes.len() as u64,
         created_at: now_s(),
         active: true,
     };
-    record.version = store
-        .add_plugin_version(&record)
-        .map_err(|e| internal("recording the plugin version", e))?;
+    // A purge (of another tenant's plugin with the same content) may remove the blob between
+    // storing it and recording the version: the store then records nothing, and storing it
+    // again makes the second try hold.
+    let mut tries = 0;
+    record.version = loop {
+        tries += 1;
+        record.sha256 = store
+            .put_blob(bytes)
+            .map_err(|e| internal("storing the plugin", e))?;
+        match store.add_plugin_version(&record) {
+            Ok(version) => break version,
+            Err(StoreError::MissingBlob(_)) if tries < 3 => continue,
+            Err(e) => return Err(internal("recording the plugin version", e)),
+        }
+    };
     let body = installed_body(&record, &plugin);
     registry.install_for_tenant(&tenant.id, name, plugin, record.version);
     Ok(body)
 }
 
 /// `DELETE /v1/plugins/{name}`.
-#[utoipa::path(delete, path = "/v1/plugins/{name}", operation_id = "remove_plugin", tag = "plugins", params(("name" = String, Path, description = "A plugin name: 1 to 64 of `a-z 0-9 - _ .`, starting with a letter or digit.")),
+#[utoipa::path(delete, path = "/v1/plugins/{name}", operation_id = "remove_plugin", tag = "plugins", params(("name" = String, Path, description = "A plugin name: 1 to 64 of `a-z 0-9 - _ .`, starting with a letter or digit."), RemoveQuery),
     responses(crate::openapi::service::RemoveResponses))]
 async fn remove(
     State(state): State<SharedState>,
     Path(name): Path<String>,
+    Query(query): Query<RemoveQuery>,
     headers: HeaderMap,
 ) -> Response {
     let result = async {
         let caller = state.directory.authenticate(&headers)?;
         let tenant = tenant_of(&caller)?;
         check_name(&name)?;
+        let purge = purge_flag(query.purge.as_deref())?;
         let registry = registry(&state)?;
         let state = state.clone();
         tokio::task::spawn_blocking(move || {
             let lock = registry.tenant_lock(&tenant.id);
             let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
-            let stored = state
-                .directory
-                .store()
-                .remove_plugin(&tenant.id, &name)
-                .map_err(|e| internal("removing the plugin", e))?;
+            let store = state.directory.store();
+            let stored = if purge {
+                store.purge_plugin(&tenant.id, &name)
+            } else {
+                store.remove_plugin(&tenant.id, &name)
+            }
+            .map_err(|e| internal("removing the plugin", e))?;
             let served = registry.remove_for_tenant(&tenant.id, &name);
             if stored || served {
                 Ok(())
@@ -370,6 +454,32 @@ async fn remove(
     match result {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(error) => fail(error),
+    }
+}
+
+/// The query of `DELETE /v1/plugins/{name}`.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RemoveQuery {
+    /// `true`: drop every stored version too (the plugin's history; rollback is then gone)
+    /// and the components no version refers to any more. Default `false`: the versions are
+    /// kept for rollback.
+    #[param(value_type = Option<bool>)]
+    purge: Option<String>,
+}
+
+/// `purge` as given: `true`/`false` (or `1`/`0`), else a 400 naming it.
+fn purge_flag(value: Option<&str>) -> Result<bool, ApiError> {
+    match value {
+        None | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") => Ok(true),
+        Some(other) => Err(ApiError::invalid(
+            loc!["purge"],
+            format!(
+                "purge: must be `true` or `false`, got `{}`",
+                crate::plugins::runtime::truncate(other, 40)
+            ),
+        )),
     }
 }
 

@@ -59,7 +59,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let drain = state.drain.clone();
     let timeout = std::time::Duration::from_secs_f64(state.config.drain_timeout_s);
-    match crate::drain::serve_until_drained(listener, api::router(state), drain, timeout, signal).await? {
+    let header_read_timeout = Duration::from_secs_f64(state.config.header_read_timeout_s);
+    match crate::drain::serve_until_drained(
+        listener,
+        api::router(state),
+        drain,
+        timeout,
+        signal,
+        header_read_timeout,
+    )
+    .await?
+    {
         crate::drain::Stopped::Drained {
             startup_abandoned: false,
         } => {
@@ -84,16 +94,18 @@ pub fn open_directory(config: &Config) -> anyhow::Result<Directory> {
     let store =
         crate::tenancy::open_store(config.store.as_deref(), &dir).map_err(anyhow::Error::msg)?;
     let shared = config.store.is_some();
-    let directory = Directory::open(store, config.api_key.as_deref()).with_context(|| {
-        if shared {
-            "reading the tenant store (setting --store)".to_string()
-        } else {
-            format!(
-                "reading the tenant store in {} (setting --data-dir)",
-                dir.display()
-            )
-        }
-    })?;
+    let directory = Directory::open(store, config.api_key.as_deref())
+        .map(|directory| directory.allow_anonymous(config.allow_anonymous))
+        .with_context(|| {
+            if shared {
+                "reading the tenant store (setting --store)".to_string()
+            } else {
+                format!(
+                    "reading the tenant store in {} (setting --data-dir)",
+                    dir.display()
+                )
+            }
+        })?;
     tracing::info!(store = if shared { "postgres" } else { "embedded" }, data_dir = %dir.display(), tenants = directory.tenants().len(), "tenant store opened");
     Ok(directory)
 }

@@ -237,6 +237,8 @@ fn real_responses_match_the_openapi_document() {
     // The service endpoints.
     c.expect("get", "/health", s.get("/health"), 200);
     c.expect("get", "/metrics", s.get("/metrics"), 200);
+    // With --admin-key set, /metrics needs it (or --metrics-key).
+    c.expect("get", "/metrics", s.get_anonymous("/metrics"), 401);
     c.expect("get", "/v1/models", s.get("/v1/models"), 200);
     c.expect(
         "get",
@@ -836,6 +838,39 @@ fn real_responses_match_the_openapi_document() {
         send(s, "delete", at_plugin, key, None, &[]),
         404,
     );
+    // Its history: kept after a plain delete, dropped with `purge=true`.
+    c.expect(
+        "delete",
+        plugin,
+        send(
+            s,
+            "delete",
+            &format!("{at_plugin}?purge=maybe"),
+            key,
+            None,
+            &[],
+        ),
+        400,
+    );
+    c.expect(
+        "delete",
+        plugin,
+        send(
+            s,
+            "delete",
+            &format!("{at_plugin}?purge=true"),
+            key,
+            None,
+            &[],
+        ),
+        204,
+    );
+    c.expect(
+        "get",
+        versions,
+        send(s, "get", &format!("{at_plugin}/versions"), key, None, &[]),
+        404,
+    );
 
     // The tenant's calibration: none, a file too small, a fit started and one refused while
     // it runs.
@@ -883,6 +918,19 @@ fn real_responses_match_the_openapi_document() {
         calibration,
         send(s, "put", calibration, key, text(fifty), &[]),
         409,
+    );
+    c.expect(
+        "get",
+        calibration,
+        send(s, "get", calibration, key, None, &[]),
+        200,
+    );
+    // DELETE cancels the running fit (or, had it finished, removes its result).
+    c.expect(
+        "delete",
+        calibration,
+        send(s, "delete", calibration, key, None, &[]),
+        204,
     );
     c.expect(
         "get",

@@ -5,6 +5,7 @@
 mod server;
 mod tenant_fixture;
 
+mod abuse;
 mod batch;
 mod cache;
 mod calibration;

@@ -73,6 +73,9 @@ pub struct Server {
     client: reqwest::blocking::Client,
     /// Its stderr lines when started by [`Server::start_logged`].
     log: Arc<Mutex<Vec<String>>>,
+    /// The key `/metrics` needs (its `--metrics-key`, else its `--admin-key`), which
+    /// [`Server::get`] sends there as a configured scraper would.
+    metrics_key: Option<String>,
 }
 
 pub struct Reply {
@@ -181,11 +184,19 @@ impl Server {
             .timeout(Duration::from_secs(600))
             .build()
             .unwrap();
+        let flag = |name: &str| {
+            extra
+                .iter()
+                .position(|a| *a == name)
+                .and_then(|i| extra.get(i + 1))
+                .map(|v| v.to_string())
+        };
         Server {
             child,
             base,
             client,
             log,
+            metrics_key: flag("--metrics-key").or_else(|| flag("--admin-key")),
         }
     }
 
@@ -223,7 +234,17 @@ impl Server {
         }
     }
 
+    /// `GET path`; on `/metrics` with the server's metrics key when it has one.
     pub fn get(&self, path: &str) -> Reply {
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let Some(key) = self.metrics_key.as_ref().filter(|_| path == "/metrics") {
+            request = request.bearer_auth(key);
+        }
+        Self::reply(request.send().expect("GET"))
+    }
+
+    /// `GET path` with no `Authorization` header at all.
+    pub fn get_anonymous(&self, path: &str) -> Reply {
         let response = self
             .client
             .get(format!("{}{path}", self.base))

@@ -124,7 +124,8 @@ class Replica:
         self.process.wait()
 
     def metrics(self):
-        status, _, text = http("GET", f"{self.base}/metrics")
+        # /metrics needs the admin key on a server started with one.
+        status, _, text = http("GET", f"{self.base}/metrics", headers={"Authorization": f"Bearer {ADMIN}"})
         assert status == 200, text
         values = {}
         for line in text.splitlines():

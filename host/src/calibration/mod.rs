@@ -547,6 +547,10 @@ pub fn collect_in(
     let mut done = 0;
     progress(0, total);
     for (state, indices) in by_state {
+        // A cancelled fit (a tenant's, by DELETE /v1/calibration) compiles nothing more.
+        if scope.cancel.is_cancelled() {
+            break;
+        }
         let batch: Vec<Question> = indices
             .iter()
             .map(|&i| Question {

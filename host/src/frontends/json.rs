@@ -104,6 +104,39 @@ pub fn string<'a>(value: &'a Value, loc: &Loc) -> Result<&'a str, ApiError> {
     }
 }
 
+/// Why `text` is not a printable name, if it is not: names (of tenants, questions) are
+/// echoed in responses, logs and terminals, where a control character (NUL, escape
+/// sequences) or a bidirectional-text control (which reorders what is displayed, so a name
+/// can read as another) would let a caller forge what an operator or another client sees.
+pub fn unprintable(text: &str) -> Option<String> {
+    let bad = text
+        .chars()
+        .find(|c| c.is_control() || is_bidi_control(*c))?;
+    let kind = if bad.is_control() {
+        "a control character"
+    } else {
+        "a bidirectional-text control"
+    };
+    Some(format!(
+        "must be printable characters: it contains {kind} (U+{:04X}); use letters, digits, spaces and punctuation",
+        bad as u32
+    ))
+}
+
+/// The Unicode characters that change the display order of text (Bidi_Control).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// [`string`], also refusing what is not [printable](unprintable): for names.
+pub fn name<'a>(value: &'a Value, loc: &Loc) -> Result<&'a str, ApiError> {
+    let text = string(value, loc)?;
+    match unprintable(text) {
+        Some(why) => Err(invalid(loc, why)),
+        None => Ok(text),
+    }
+}
+
 /// Refuses fields outside `allowed`, naming the first unknown one and the accepted set.
 pub fn only_fields(map: &Map<String, Value>, allowed: &[&str], loc: &Loc) -> Result<(), ApiError> {
     for key in map.keys() {
@@ -295,5 +328,31 @@ mod tests {
     fn empty_strings_are_refused() {
         assert!(string(&json!("  "), &loc!["input"]).is_err());
         assert_eq!(string(&json!("ok"), &loc!["input"]).unwrap(), "ok");
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn names_refuse_controls_and_bidi_controls_only() {
+        assert!(unprintable("team-a (billing) é 日本").is_none());
+        for bad in [
+            "a\u{0}b",
+            "evil\u{202E}gpj.exe",
+            "x\u{2066}y",
+            "tab\there",
+            "\u{1b}[31m",
+        ] {
+            assert!(unprintable(bad).is_some(), "{bad:?}");
+        }
+        let loc = crate::loc!["questions", 0, "name"];
+        let Err(error) = name(&Value::String("a\u{202E}b".into()), &loc) else {
+            panic!("a bidi control is refused");
+        };
+        let message = error.to_string();
+        assert!(message.contains("questions[0].name"), "{message}");
+        assert!(message.contains("U+202E"), "{message}");
     }
 }

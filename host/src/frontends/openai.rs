@@ -159,7 +159,7 @@ pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiEr
                     "must be a string when present; omit it for an unnamed question",
                 ))
             }
-            Some(value) => Some(j::string(value, &at(&loc, "name"))?.to_string()),
+            Some(value) => Some(j::name(value, &at(&loc, "name"))?.to_string()),
         };
         if let Some(name) = &name {
             if let Some(first) = names

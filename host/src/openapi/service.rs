@@ -259,7 +259,7 @@ pub struct CalibrationStarted {
 /// `GET /v1/calibration`: the running or last fit, and the stored result.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct CalibrationStatus {
-    /// `running`, `done`, `failed` or `none`.
+    /// `running`, `done`, `failed`, `cancelled` (by `DELETE /v1/calibration`) or `none`.
     pub status: &'static str,
     pub progress: Option<Progress>,
     pub result: Option<Fitted>,
@@ -374,9 +374,15 @@ pub enum UploadResponses {
         description = "Not a tenant's key: the server's own plugins are the --plugins directory."
     )]
     Forbidden(OpenAiError),
-    #[response(status = 409, description = "The tenant has its `max_plugins`.")]
+    #[response(
+        status = 409,
+        description = "The tenant has its `max_plugins`, or keeps `max_plugin_versions` of this plugin (drop them with `DELETE ?purge=true`)."
+    )]
     Conflict(OpenAiError),
-    #[response(status = 413, description = "Over the tenant's `max_plugin_bytes`.")]
+    #[response(
+        status = 413,
+        description = "Over the tenant's `max_plugin_bytes`, or its stored components would exceed `max_stored_bytes`."
+    )]
     TooLarge(OpenAiError),
     #[response(status = 415, description = "Not `content-type: application/wasm`.")]
     UnsupportedMedia(OpenAiError),
@@ -389,10 +395,13 @@ pub enum UploadResponses {
 pub enum RemoveResponses {
     #[response(
         status = 204,
-        description = "Removed: the operator's or built-in plugin of that name serves again."
+        description = "Removed: the operator's or built-in plugin of that name serves again; with `purge=true` its stored versions and unreferenced components are gone too."
     )]
     Removed,
-    #[response(status = 400, description = "Not a plugin name.")]
+    #[response(
+        status = 400,
+        description = "Not a plugin name, or `purge` is not `true` or `false`."
+    )]
     Invalid(OpenAiError),
     #[response(status = 401, description = "The key is missing or not valid.")]
     Unauthorized(OpenAiError),
@@ -481,7 +490,10 @@ pub enum CalibrationUploadResponses {
     Forbidden(OpenAiError),
     #[response(status = 409, description = "A fit of this tenant is running.")]
     Conflict(OpenAiError),
-    #[response(status = 413, description = "Over `--max-body-bytes`.")]
+    #[response(
+        status = 413,
+        description = "Over `--max-body-bytes`, or more questions than the tenant's `max_calibration_questions`."
+    )]
     TooLarge(OpenAiError),
     #[response(status = 503, description = "The server is loading.")]
     NotReady(OpenAiError),
@@ -492,7 +504,7 @@ pub enum CalibrationUploadResponses {
 pub enum CalibrationRemoveResponses {
     #[response(
         status = 204,
-        description = "Removed: the tenant's answers use the server's calibration again."
+        description = "Removed: a running fit is cancelled (its reads stop), and the tenant's answers use the server's calibration again."
     )]
     Removed,
     #[response(status = 401, description = "The key is missing or not valid.")]
@@ -501,7 +513,7 @@ pub enum CalibrationRemoveResponses {
     Forbidden(OpenAiError),
     #[response(
         status = 404,
-        description = "The tenant has no calibration of its own."
+        description = "The tenant has no calibration of its own and no fit running."
     )]
     NotFound(OpenAiError),
 }

@@ -64,7 +64,8 @@ fn no_tenant(id: &str) -> ApiError {
     }
 }
 
-/// A tenant name: 1 to [`MAX_NAME_CHARS`] characters, not blank, no control characters.
+/// A tenant name: 1 to [`MAX_NAME_CHARS`] characters, not blank, printable (no control or
+/// bidirectional-text control characters: it is shown to operators).
 fn name(value: &Value) -> Result<String, ApiError> {
     let loc = loc!["name"];
     let Value::String(text) = value else {
@@ -80,8 +81,8 @@ fn name(value: &Value) -> Result<String, ApiError> {
             format!("must be 1 to {MAX_NAME_CHARS} characters, not blank (got {chars})"),
         ));
     }
-    if text.chars().any(char::is_control) {
-        return Err(invalid(&loc, "must not contain control characters"));
+    if let Some(why) = crate::frontends::json::unprintable(text) {
+        return Err(invalid(&loc, why));
     }
     Ok(text.clone())
 }

@@ -6,9 +6,16 @@
 //!
 //! `PUT /v1/calibration` (the file as the body) starts a fit and answers 202;
 //! `GET /v1/calibration` shows its progress and the stored result; `DELETE /v1/calibration`
-//! drops the result. One fit per tenant runs at a time. Results live in the tenant store, so
-//! they survive restarts; a result is used only with the model and policy plugin version it
-//! was fitted with.
+//! cancels a running fit and drops the result. One fit per tenant runs at a time. Results
+//! live in the tenant store, so they survive restarts; a result is used only with the model
+//! and policy plugin version it was fitted with.
+//!
+//! A fit is the tenant's work on the shared model worker, so it is bounded and accountable
+//! like its requests: at most `max_calibration_questions` questions (default
+//! `--tenant-max-calibration-questions`); its prompt tokens are taken from the tenant's
+//! `input_tokens_per_minute` (the fit waits for the bucket instead of failing) and counted in
+//! its usage; and its reads carry a cancel token that `DELETE /v1/calibration` and deleting
+//! the tenant set, so the model worker drops them before its next pass.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -20,10 +27,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use super::limits::TenantLimiter;
 use super::store::Store;
+use super::usage::Counters;
 use super::{now_s, Caller};
 use crate::api::SharedState;
 use crate::calibration::{self, cv, ece::Interval, questions::QuestionSet, CalibrationState};
+use crate::cancel::Cancel;
 use crate::error::{ApiError, Wire};
 use crate::pipeline::{Engine, RequestScope, TemperatureSource};
 
@@ -54,7 +64,7 @@ pub struct Fitted {
 /// Where a tenant's latest fit is.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Progress {
-    /// `running`, `done` or `failed`.
+    /// `running`, `done`, `failed` or `cancelled`.
     pub status: &'static str,
     pub answered: usize,
     pub total: usize,
@@ -65,10 +75,22 @@ pub struct Progress {
     pub error: Option<String>,
 }
 
+/// A tenant's running or last fit.
+#[derive(Debug)]
+struct Job {
+    progress: Progress,
+    /// Set by `DELETE /v1/calibration` and by deleting the tenant: the fit's reads stop.
+    cancel: Cancel,
+    /// Tells this job from a later one of the same tenant (a cancelled fit winding down must
+    /// not write over the progress of the next).
+    id: u64,
+}
+
 /// Every tenant's fits: the running or last job, and the stored results in use.
 #[derive(Debug, Default)]
 pub struct TenantCalibrations {
-    jobs: Mutex<HashMap<String, Progress>>,
+    jobs: Mutex<HashMap<String, Job>>,
+    next_job: std::sync::atomic::AtomicU64,
     /// Stored results as answers use them, by tenant (None: the tenant has none).
     in_use: RwLock<HashMap<String, Option<Arc<CalibrationState>>>>,
 }
@@ -130,23 +152,57 @@ impl TenantCalibrations {
             .remove(tenant_id);
     }
 
-    /// Drops what is known of a deleted tenant.
+    /// Drops what is known of a deleted tenant, cancelling its running fit.
     pub fn remove_tenant(&self, tenant_id: &str) {
         self.forget(tenant_id);
-        self.jobs
+        let job = self
+            .jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(tenant_id);
+        if let Some(job) = job.filter(|j| j.progress.status == "running") {
+            job.cancel.disconnect();
+            tracing::info!(
+                tenant = tenant_id,
+                "the deleted tenant's calibration was cancelled"
+            );
+        }
     }
 
-    fn set_progress(&self, tenant_id: &str, update: impl FnOnce(&mut Progress)) {
-        if let Some(progress) = self
+    /// Cancels the tenant's running fit, if any; whether there was one. Under the jobs lock,
+    /// so a fit that finishes meanwhile either saved its result before (and `DELETE` then
+    /// removes it) or sees the cancellation and saves nothing.
+    fn cancel(&self, tenant_id: &str) -> bool {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        match jobs.get_mut(tenant_id) {
+            Some(job) if job.progress.status == "running" => {
+                job.cancel.disconnect();
+                job.progress.status = "cancelled";
+                job.progress.finished_at = Some(now_s());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The progress of the tenant's running or last fit.
+    fn progress(&self, tenant_id: &str) -> Option<Progress> {
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tenant_id)
+            .map(|job| job.progress.clone())
+    }
+
+    fn set_progress(&self, tenant_id: &str, id: u64, update: impl FnOnce(&mut Progress)) {
+        if let Some(job) = self
             .jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get_mut(tenant_id)
+            .filter(|job| job.id == id && job.progress.status == "running")
         {
-            update(progress);
+            update(&mut job.progress);
         }
     }
 
@@ -168,14 +224,28 @@ impl TenantCalibrations {
             finished_at: None,
             error: None,
         };
+        let id = self
+            .next_job
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cancel = scope.cancel.clone();
         {
             let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            if jobs.get(&tenant_id).is_some_and(|j| j.status == "running") {
+            if jobs
+                .get(&tenant_id)
+                .is_some_and(|j| j.progress.status == "running")
+            {
                 return Err(ApiError::Conflict {
-                    message: "a calibration of this tenant is running; wait for it (GET /v1/calibration) before starting another".into(),
+                    message: "a calibration of this tenant is running; wait for it (GET /v1/calibration) or cancel it (DELETE /v1/calibration) before starting another".into(),
                 });
             }
-            jobs.insert(tenant_id.clone(), progress.clone());
+            jobs.insert(
+                tenant_id.clone(),
+                Job {
+                    progress: progress.clone(),
+                    cancel: cancel.clone(),
+                    id,
+                },
+            );
         }
         let this = self.clone();
         let key = tenant_id.clone();
@@ -192,7 +262,7 @@ impl TenantCalibrations {
                 let outcome = fit(&engine, &scope, &set, &|answered, total| {
                     task.set_total(total as u64);
                     task.set_done(answered as u64);
-                    this.set_progress(&tenant_id, |p| {
+                    this.set_progress(&tenant_id, id, |p| {
                         p.answered = answered;
                         p.total = total;
                     })
@@ -200,13 +270,22 @@ impl TenantCalibrations {
                 task.finish();
                 let outcome = outcome.and_then(|fitted| {
                     let json = serde_json::to_string(&fitted).map_err(|e| e.to_string())?;
+                    // Under the jobs lock: see `cancel`.
+                    let _jobs = this.jobs.lock().unwrap_or_else(|p| p.into_inner());
+                    if cancel.is_cancelled() {
+                        return Err("cancelled".to_string());
+                    }
                     store
                         .save_calibration(&tenant_id, &json)
                         .map_err(|e| e.to_string())?;
                     Ok(fitted)
                 });
+                if cancel.is_cancelled() {
+                    tracing::info!(tenant = %tenant_id, "tenant calibration cancelled");
+                    return;
+                }
                 this.forget(&tenant_id);
-                this.set_progress(&tenant_id, |p| {
+                this.set_progress(&tenant_id, id, |p| {
                     p.finished_at = Some(now_s());
                     match outcome {
                         Ok(_) => p.status = "done",
@@ -258,6 +337,9 @@ fn fit(
         .ok_or_else(|| format!("calibration plugin `{policy_name}` is not loaded"))?;
     let (samples, counts) =
         calibration::collect_in(engine, scope, set, policy.neutral_states(), progress);
+    if scope.cancel.is_cancelled() {
+        return Err("cancelled".into());
+    }
     if samples.len() < calibration::MIN_ANSWERED {
         return Err(format!(
             "only {} of {} questions were answered, at least {} are needed{}",
@@ -291,6 +373,37 @@ fn fit(
         accuracy_raw: report.accuracy_raw,
         questions_sha256: set.sha256.clone(),
         fitted_at: now_s(),
+    })
+}
+
+/// The token admission of a tenant's fit: each read's prompt tokens are taken from the
+/// tenant's `input_tokens_per_minute` bucket, waiting for it to refill (the fit is paced by
+/// the tenant's own rate instead of failing), and counted in the tenant's usage. A read
+/// larger than the whole minute fails (that question is skipped, naming the limit); the wait
+/// ends when the fit is cancelled.
+fn charge_tokens(
+    limiter: Arc<TenantLimiter>,
+    usage: Arc<Counters>,
+    cancel: Cancel,
+) -> crate::pipeline::AdmitTokens {
+    Arc::new(move |tokens| loop {
+        match limiter.admit_tokens(tokens) {
+            Ok(()) => {
+                usage.record_background_tokens(tokens);
+                return Ok(());
+            }
+            Err(ApiError::RateLimited { retry_after_s, .. }) => {
+                let until = std::time::Instant::now()
+                    + std::time::Duration::from_secs(retry_after_s.clamp(1, 60));
+                while std::time::Instant::now() < until {
+                    if let Some(error) = cancel.error() {
+                        return Err(error);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+            Err(error) => return Err(error),
+        }
     })
 }
 
@@ -354,11 +467,40 @@ async fn start_upload(
             ),
         ));
     }
+    let (max, own) = match caller
+        .tenant()
+        .and_then(|t| t.limits.max_calibration_questions)
+    {
+        Some(max) => (max, true),
+        None => (state.config.tenant_max_calibration_questions, false),
+    };
+    if set.questions.len() > max {
+        let how = if own {
+            format!("the tenant's own limit; the operator changes it with PATCH /admin/v1/tenants/{tenant_id}")
+        } else {
+            format!("the server-wide default, setting --tenant-max-calibration-questions / DECIDE_TENANT_MAX_CALIBRATION_QUESTIONS; the operator sets the tenant's own with PATCH /admin/v1/tenants/{tenant_id}")
+        };
+        return Err(ApiError::TooLarge {
+            loc: vec![],
+            message: format!(
+                "the question file has {} questions, over tenant limit max_calibration_questions = {max} ({how}); upload at most {max}",
+                set.questions.len()
+            ),
+        });
+    }
     let mut scope = crate::frontends::request_scope(&caller);
-    // The fit reads through the tenant's plugins and renderer, but is not counted against
-    // the tenant's token rate: its size is bounded by --max-body-bytes.
-    scope.admit_tokens = None;
     scope.calibrated = None;
+    // Set by DELETE /v1/calibration and by deleting the tenant; a child of the server's
+    // background token, so a stopping server ends the fit too.
+    scope.cancel = state.drain.background_token().child(None);
+    // The fit reads through the tenant's plugins and renderer, and is the tenant's work: its
+    // prompt tokens come out of the tenant's token rate (waiting for the bucket, as a
+    // background job may) and count in its usage.
+    scope.admit_tokens = Some(charge_tokens(
+        state.limits.of(&caller),
+        state.usage.of(&tenant_id),
+        scope.cancel.clone(),
+    ));
     state.calibrations.start(
         engine,
         state.directory.store().clone(),
@@ -380,13 +522,7 @@ async fn start_upload(
 pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let result = (|| {
         let (_, tenant_id) = tenant_caller(&state, &headers)?;
-        let progress = state
-            .calibrations
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&tenant_id)
-            .cloned();
+        let progress = state.calibrations.progress(&tenant_id);
         let stored = state
             .directory
             .store()
@@ -410,7 +546,8 @@ pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Res
     }
 }
 
-/// `DELETE /v1/calibration`: the tenant's answers go back to the server's calibration.
+/// `DELETE /v1/calibration`: a running fit is cancelled (its queued reads are dropped), and
+/// the tenant's answers go back to the server's calibration.
 #[utoipa::path(
     delete,
     path = "/v1/calibration",
@@ -421,17 +558,18 @@ pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Res
 pub async fn remove(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let result = (|| {
         let (_, tenant_id) = tenant_caller(&state, &headers)?;
+        let cancelled = state.calibrations.cancel(&tenant_id);
         let removed = state
             .directory
             .store()
             .delete_calibration(&tenant_id)
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         state.calibrations.forget(&tenant_id);
-        if removed {
+        if cancelled || removed {
             Ok(())
         } else {
             Err(ApiError::NotFound {
-                message: "this tenant has no calibration of its own".into(),
+                message: "this tenant has no calibration of its own and no fit running".into(),
             })
         }
     })();

@@ -77,6 +77,8 @@ impl Caller {
 /// A consistent picture of tenants and keys.
 #[derive(Default)]
 struct Snapshot {
+    /// Whether the store ever had a tenant ([`Store::had_tenants`]).
+    had_tenants: bool,
     tenants: HashMap<String, Arc<Tenant>>,
     /// Key hash -> (key id, tenant id), for keys that are not revoked.
     keys: HashMap<[u8; 32], (String, String)>,
@@ -90,6 +92,10 @@ pub struct Directory {
     loaded: Mutex<(u64, Instant)>,
     /// Hash of the operator's `--api-key`, which authenticates as the default tenant.
     operator_key: Option<[u8; 32]>,
+    /// `--allow-anonymous`: serve without a key once the last tenant is deleted.
+    allow_anonymous: bool,
+    /// Whether the refusal of keyless requests after the last tenant went was logged.
+    closed_logged: std::sync::atomic::AtomicBool,
     /// Called with the id of every tenant that a reload finds gone (deleted through the
     /// admin API or by another process), so per-tenant state elsewhere is dropped.
     removed_listeners: RwLock<Vec<RemovedListener>>,
@@ -117,10 +123,19 @@ impl Directory {
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             loaded: Mutex::new((u64::MAX, Instant::now())),
             operator_key: operator_key.map(keys::hash),
+            allow_anonymous: false,
+            closed_logged: std::sync::atomic::AtomicBool::new(false),
             removed_listeners: RwLock::new(Vec::new()),
         };
         directory.reload()?;
         Ok(directory)
+    }
+
+    /// Lets requests without a key through on a server whose tenants were all deleted
+    /// (`--allow-anonymous`); otherwise such a server refuses them.
+    pub fn allow_anonymous(mut self, allow: bool) -> Directory {
+        self.allow_anonymous = allow;
+        self
     }
 
     /// The store behind the directory.
@@ -131,12 +146,18 @@ impl Directory {
     /// Rebuilds the snapshot from the store now.
     pub fn reload(&self) -> Result<(), StoreError> {
         let generation = self.store.generation()?;
+        let had_tenants = self.store.had_tenants()?;
         let tenants: HashMap<String, Arc<Tenant>> = self
             .store
             .tenants()?
             .into_iter()
             .map(|t| (t.id.clone(), Arc::new(t)))
             .collect();
+        if !tenants.is_empty() {
+            // Logged again should the last tenant go again.
+            self.closed_logged
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut keys = HashMap::new();
         for key in self.store.active_keys()? {
             let Ok(bytes) = hex::decode(&key.hash) else {
@@ -152,7 +173,11 @@ impl Directory {
         }
         let before = std::mem::replace(
             &mut *self.snapshot.write().unwrap_or_else(|p| p.into_inner()),
-            Arc::new(Snapshot { tenants, keys }),
+            Arc::new(Snapshot {
+                had_tenants,
+                tenants,
+                keys,
+            }),
         );
         *self.loaded.lock().unwrap_or_else(|p| p.into_inner()) = (generation, Instant::now());
         let now = self.current();
@@ -231,7 +256,13 @@ impl Directory {
     ///
     /// With no tenants configured the server behaves as before tenancy: `--api-key`, when
     /// set, is required, and every request is the default tenant. Once a tenant exists,
-    /// every request needs a key: a tenant's, or the operator's `--api-key`.
+    /// every request needs a key: a tenant's, or the operator's `--api-key`. A server that
+    /// had tenants and has none left fails closed: without `--api-key` it refuses every
+    /// request (unless `--allow-anonymous`), since serving anyone would be what deleting the
+    /// last tenant did otherwise.
+    ///
+    /// A refusal never shows any part of the presented token: a secret sent to the wrong
+    /// server (an admin key, another service's key) must not come back in a response.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         self.refresh();
         let snapshot = self.current();
@@ -243,6 +274,17 @@ impl Directory {
         };
         if snapshot.tenants.is_empty() {
             return match (&self.operator_key, presented) {
+                (None, _) if snapshot.had_tenants && !self.allow_anonymous => {
+                    if !self
+                        .closed_logged
+                        .swap(true, std::sync::atomic::Ordering::Relaxed)
+                    {
+                        tracing::warn!("every tenant of this server was deleted and it has no --api-key: requests are refused (401) instead of served without a key; set --api-key, create a tenant, or start it with --allow-anonymous");
+                    }
+                    Err(ApiError::Unauthorized {
+                        message: "this server had tenants and has none left, so it serves no request without a key: the operator sets --api-key / DECIDE_API_KEY (or creates a tenant, or starts it with --allow-anonymous / DECIDE_ALLOW_ANONYMOUS to serve without keys)".into(),
+                    })
+                }
                 (None, _) => Ok(Caller::Default),
                 (Some(_), Some(key)) if operator_key(&keys::hash(key)) => Ok(Caller::Default),
                 (Some(_), Some(_)) => Err(ApiError::Unauthorized {
@@ -277,10 +319,7 @@ impl Directory {
                 key_id: key_id.clone(),
             }),
             None => Err(ApiError::Unauthorized {
-                message: format!(
-                    "the API key `{}...` is not valid: it is unknown or was revoked",
-                    keys::shown_prefix(key)
-                ),
+                message: "the API key is not valid: it is unknown or was revoked".into(),
             }),
         }
     }

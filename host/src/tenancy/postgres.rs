@@ -80,6 +80,10 @@ CREATE TABLE IF NOT EXISTS blobs (
     sha256 TEXT PRIMARY KEY,
     bytes BYTEA NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS rate_buckets (
     bucket TEXT PRIMARY KEY,
     tat DOUBLE PRECISION NOT NULL
@@ -315,6 +319,25 @@ async fn listen_once(
     Ok(())
 }
 
+/// Deletes the blobs among `candidates` that no version of any tenant names any more, in the
+/// caller's transaction (after it deleted the versions that named them).
+async fn remove_unreferenced(
+    tx: &tokio_postgres::Transaction<'_>,
+    candidates: &[String],
+) -> Result<(), StoreError> {
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        "DELETE FROM blobs b WHERE b.sha256 = ANY($1)
+           AND NOT EXISTS (SELECT 1 FROM plugin_versions v WHERE v.sha256 = b.sha256)",
+        &[&candidates],
+    )
+    .await
+    .map_err(db)?;
+    Ok(())
+}
+
 fn tenant_from_row(row: &Row) -> Result<Tenant, StoreError> {
     let id: String = row.get(0);
     let limits: String = row.get(2);
@@ -456,7 +479,28 @@ impl Store for PostgresStore {
                 )
                 .await
                 .map_err(|e| tenant_write_error(e, &tenant.name))?;
+            client
+                .execute(
+                    "INSERT INTO meta (key, value) VALUES ('had_tenants', '1') ON CONFLICT (key) DO NOTHING",
+                    &[],
+                )
+                .await
+                .map_err(db)?;
             Ok(())
+        })
+    }
+
+    fn had_tenants(&self) -> Result<bool, StoreError> {
+        self.run(|pool| async move {
+            let client = pool.get().await.map_err(db)?;
+            let row = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM meta WHERE key = 'had_tenants') OR EXISTS (SELECT 1 FROM tenants)",
+                    &[],
+                )
+                .await
+                .map_err(db)?;
+            Ok(row.get(0))
         })
     }
 
@@ -512,11 +556,24 @@ impl Store for PostgresStore {
     fn delete_tenant(&self, id: &str) -> Result<bool, StoreError> {
         let id = id.to_string();
         self.run(|pool| async move {
-            let client = pool.get().await.map_err(db)?;
-            let deleted = client
+            let mut client = pool.get().await.map_err(db)?;
+            let tx = client.transaction().await.map_err(db)?;
+            let blobs: Vec<String> = tx
+                .query(
+                    "SELECT DISTINCT sha256 FROM plugin_versions WHERE tenant_id = $1",
+                    &[&id],
+                )
+                .await
+                .map_err(db)?
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            let deleted = tx
                 .execute("DELETE FROM tenants WHERE id = $1", &[&id])
                 .await
                 .map_err(db)?;
+            remove_unreferenced(&tx, &blobs).await?;
+            tx.commit().await.map_err(db)?;
             Ok(deleted > 0)
         })
     }
@@ -639,6 +696,19 @@ impl Store for PostgresStore {
                 .map_err(db)?
                 .get(0);
             let number = last.unwrap_or(0) + 1;
+            // The blob row is locked until commit, so a purge's delete of it waits for this
+            // version and then finds it referenced.
+            if tx
+                .query_opt(
+                    "SELECT 1 FROM blobs WHERE sha256 = $1 FOR SHARE",
+                    &[&version.sha256],
+                )
+                .await
+                .map_err(db)?
+                .is_none()
+            {
+                return Err(StoreError::MissingBlob(version.sha256.clone()));
+            }
             tx.execute(
                 "UPDATE plugin_versions SET active = FALSE WHERE tenant_id = $1 AND name = $2",
                 &[&version.tenant_id, &version.name],
@@ -740,6 +810,44 @@ impl Store for PostgresStore {
                 .await
                 .map_err(db)?;
             Ok(rows.iter().map(version_from_row).collect())
+        })
+    }
+
+    fn tenant_plugin_versions(&self, tenant_id: &str) -> Result<Vec<PluginVersion>, StoreError> {
+        let tenant_id = tenant_id.to_string();
+        self.run(|pool| async move {
+            let client = pool.get().await.map_err(db)?;
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {VERSION_COLUMNS} FROM plugin_versions WHERE tenant_id = $1 ORDER BY name, version"
+                    ),
+                    &[&tenant_id],
+                )
+                .await
+                .map_err(db)?;
+            Ok(rows.iter().map(version_from_row).collect())
+        })
+    }
+
+    fn purge_plugin(&self, tenant_id: &str, name: &str) -> Result<bool, StoreError> {
+        let (tenant_id, name) = (tenant_id.to_string(), name.to_string());
+        self.run(|pool| async move {
+            let mut client = pool.get().await.map_err(db)?;
+            let tx = client.transaction().await.map_err(db)?;
+            let blobs: Vec<String> = tx
+                .query(
+                    "DELETE FROM plugin_versions WHERE tenant_id = $1 AND name = $2 RETURNING sha256",
+                    &[&tenant_id, &name],
+                )
+                .await
+                .map_err(db)?
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            remove_unreferenced(&tx, &blobs).await?;
+            tx.commit().await.map_err(db)?;
+            Ok(!blobs.is_empty())
         })
     }
 

@@ -53,7 +53,14 @@ CREATE TABLE IF NOT EXISTS calibrations (
     tenant_id TEXT PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
     json TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 ";
+
+/// The `meta` row that says a tenant was ever created here ([`Store::had_tenants`]).
+const HAD_TENANTS: &str = "had_tenants";
 
 /// SQLite plus blob files in one directory.
 pub struct SqliteStore {
@@ -117,6 +124,48 @@ impl SqliteStore {
         }
         Ok(self.blobs.join(sha256))
     }
+}
+
+/// Removes the blob files among `candidates` that no version refers to any more. Runs inside
+/// the caller's write transaction, so it excludes `add_plugin_version` (which checks that
+/// its blob exists in its own write transaction) in this process and in any other: a blob
+/// is either removed before a new version names it (that upload then stores it again) or
+/// kept because one does.
+fn remove_unreferenced(
+    tx: &rusqlite::Transaction<'_>,
+    blobs: &Path,
+    candidates: &[String],
+) -> Result<(), StoreError> {
+    for sha256 in candidates {
+        let referenced: Option<i64> = tx
+            .query_row(
+                "SELECT 1 FROM plugin_versions WHERE sha256 = ?1 LIMIT 1",
+                [sha256],
+                |row| row.get(0),
+            )
+            .optional()?;
+        if referenced.is_none() {
+            match fs::remove_file(blobs.join(sha256)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The distinct blobs a set of version rows names.
+fn blobs_of(
+    tx: &rusqlite::Transaction<'_>,
+    filter: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<String>, StoreError> {
+    let mut statement = tx.prepare(&format!(
+        "SELECT DISTINCT sha256 FROM plugin_versions WHERE {filter}"
+    ))?;
+    let rows = statement.query_map(params, |row| row.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// Removes `*.tmp` files a crash left behind (they were never renamed, so nothing names them).
@@ -222,7 +271,8 @@ impl Store for SqliteStore {
 
     fn create_tenant(&self, tenant: &Tenant) -> Result<(), StoreError> {
         self.with(true, |c| {
-            c.execute(
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            tx.execute(
                 &format!("INSERT INTO tenants ({TENANT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
                 params![
                     tenant.id,
@@ -239,7 +289,23 @@ impl Store for SqliteStore {
                     e.into()
                 }
             })?;
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, '1') ON CONFLICT (key) DO NOTHING",
+                [HAD_TENANTS],
+            )?;
+            tx.commit()?;
             Ok(())
+        })
+    }
+
+    fn had_tenants(&self) -> Result<bool, StoreError> {
+        self.with(false, |c| {
+            // A store written before the `meta` row existed had tenants if it has one now.
+            Ok(c.query_row(
+                "SELECT EXISTS (SELECT 1 FROM meta WHERE key = ?1) OR EXISTS (SELECT 1 FROM tenants)",
+                [HAD_TENANTS],
+                |row| row.get(0),
+            )?)
         })
     }
 
@@ -294,7 +360,12 @@ impl Store for SqliteStore {
 
     fn delete_tenant(&self, id: &str) -> Result<bool, StoreError> {
         self.with(true, |c| {
-            Ok(c.execute("DELETE FROM tenants WHERE id = ?1", [id])? > 0)
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let blobs = blobs_of(&tx, "tenant_id = ?1", [id])?;
+            let deleted = tx.execute("DELETE FROM tenants WHERE id = ?1", [id])? > 0;
+            remove_unreferenced(&tx, &self.blobs, &blobs)?;
+            tx.commit()?;
+            Ok(deleted)
         })
     }
 
@@ -373,6 +444,10 @@ impl Store for SqliteStore {
                 |row| row.get(0),
             )?;
             let number = last.unwrap_or(0) + 1;
+            // Checked under the write lock a purge also takes (see `remove_unreferenced`).
+            if !self.blob_path(&version.sha256)?.exists() {
+                return Err(StoreError::MissingBlob(version.sha256.clone()));
+            }
             tx.execute(
                 "UPDATE plugin_versions SET active = 0 WHERE tenant_id = ?1 AND name = ?2",
                 params![version.tenant_id, version.name],
@@ -456,6 +531,34 @@ impl Store for SqliteStore {
             ))?;
             let rows = statement.query_map([], version_from_row)?;
             Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn tenant_plugin_versions(&self, tenant_id: &str) -> Result<Vec<PluginVersion>, StoreError> {
+        self.with(false, |c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {VERSION_COLUMNS} FROM plugin_versions WHERE tenant_id = ?1 ORDER BY name, version"
+            ))?;
+            let rows = statement.query_map([tenant_id], version_from_row)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn purge_plugin(&self, tenant_id: &str, name: &str) -> Result<bool, StoreError> {
+        self.with(true, |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let blobs = blobs_of(
+                &tx,
+                "tenant_id = ?1 AND name = ?2",
+                params![tenant_id, name],
+            )?;
+            let deleted = tx.execute(
+                "DELETE FROM plugin_versions WHERE tenant_id = ?1 AND name = ?2",
+                params![tenant_id, name],
+            )? > 0;
+            remove_unreferenced(&tx, &self.blobs, &blobs)?;
+            tx.commit()?;
+            Ok(deleted)
         })
     }
 

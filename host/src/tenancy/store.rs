@@ -43,6 +43,16 @@ pub struct TenantLimits {
     /// Bytes of one uploaded plugin component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_plugin_bytes: Option<u64>,
+    /// Stored versions of one of the tenant's plugins (its history, for rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_plugin_versions: Option<usize>,
+    /// Bytes of every plugin component the tenant's versions keep, together (a component
+    /// kept by several versions counts once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_stored_bytes: Option<u64>,
+    /// Labelled questions in one calibration upload (`PUT /v1/calibration`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calibration_questions: Option<usize>,
     /// Memory cap of one instance of the tenant's plugins, MiB (narrows `--plugin-memory-mib`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin_memory_mib: Option<u64>,
@@ -145,6 +155,10 @@ pub enum StoreError {
     /// The record conflicts with one that exists (a duplicate name).
     #[error("{0}")]
     Conflict(String),
+    /// A version names a blob that is not stored (any more): a purge removed it between
+    /// `put_blob` and the record; putting the blob again and retrying succeeds.
+    #[error("tenant store: blob {0} is not stored")]
+    MissingBlob(String),
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -190,8 +204,13 @@ pub trait Store: Send + Sync {
     fn tenant(&self, id: &str) -> Result<Option<Tenant>, StoreError>;
     /// Replaces name, limits and settings; false when there is no such tenant.
     fn update_tenant(&self, tenant: &Tenant) -> Result<bool, StoreError>;
-    /// Removes a tenant with its keys, plugin versions and calibration; false when unknown.
+    /// Removes a tenant with its keys, plugin versions and calibration, then the blobs no
+    /// version (of any tenant) refers to any more; false when unknown.
     fn delete_tenant(&self, id: &str) -> Result<bool, StoreError>;
+    /// Whether a tenant was ever created in this store, even if none is left. A server that
+    /// had tenants never serves without a key again (it would be open to anyone once the
+    /// last tenant is deleted), and this must hold across restarts.
+    fn had_tenants(&self) -> Result<bool, StoreError>;
 
     fn add_key(&self, key: &KeyRecord) -> Result<(), StoreError>;
     /// A tenant's keys, revoked ones included.
@@ -208,7 +227,9 @@ pub trait Store: Send + Sync {
     fn blob(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// Records a new version (numbered after the last of its name) and makes it the active
-    /// one, in one transaction; returns the version number. The blob must be stored first.
+    /// one, in one transaction; returns the version number. The blob must be stored first:
+    /// when it is not (a purge removed it meanwhile), nothing is recorded and the error is
+    /// [`StoreError::MissingBlob`].
     fn add_plugin_version(&self, version: &PluginVersion) -> Result<u32, StoreError>;
     /// Every version of a tenant's plugin, oldest first.
     fn plugin_versions(
@@ -228,6 +249,11 @@ pub trait Store: Send + Sync {
     fn remove_plugin(&self, tenant_id: &str, name: &str) -> Result<bool, StoreError>;
     /// The active version of every tenant's every plugin.
     fn active_plugins(&self) -> Result<Vec<PluginVersion>, StoreError>;
+    /// Every version of every one of a tenant's plugins (what its storage limits count).
+    fn tenant_plugin_versions(&self, tenant_id: &str) -> Result<Vec<PluginVersion>, StoreError>;
+    /// Drops every version of a tenant's plugin (its whole history), then the blobs no
+    /// version of any tenant refers to any more; false when it had no version.
+    fn purge_plugin(&self, tenant_id: &str, name: &str) -> Result<bool, StoreError>;
 
     /// Stores a tenant's calibration result (JSON), replacing the previous one.
     fn save_calibration(&self, tenant_id: &str, json: &str) -> Result<(), StoreError>;

@@ -158,6 +158,67 @@ fn updates_and_blobs(open: &Open) {
     assert!(!store.delete_calibration("tn_a").unwrap());
 }
 
+/// A purge drops a plugin's every version and the blobs no version of any tenant refers to
+/// any more; deleting a tenant drops its blobs the same way; a version whose blob a purge
+/// removed is refused (`MissingBlob`) until the blob is stored again; and the store remembers
+/// that it had tenants after the last is deleted.
+fn purges_remove_unreferenced_blobs(open: &Open) {
+    let store = open();
+    assert!(!store.had_tenants().unwrap());
+    store.create_tenant(&tenant("tn_a", "alpha")).unwrap();
+    store.create_tenant(&tenant("tn_b", "beta")).unwrap();
+    let own = store.put_blob(b"a's own").unwrap();
+    let shared = store.put_blob(b"shared").unwrap();
+    store
+        .add_plugin_version(&version("openai-x", &own))
+        .unwrap();
+    store
+        .add_plugin_version(&version("openai-x", &shared))
+        .unwrap();
+    let b_version = |sha: &str| PluginVersion {
+        tenant_id: "tn_b".into(),
+        ..version("openai-x", sha)
+    };
+    store.add_plugin_version(&b_version(&shared)).unwrap();
+    assert_eq!(store.tenant_plugin_versions("tn_a").unwrap().len(), 2);
+
+    let other = open();
+    assert!(other.purge_plugin("tn_a", "openai-x").unwrap());
+    assert!(!other.purge_plugin("tn_a", "openai-x").unwrap());
+    assert!(store
+        .plugin_versions("tn_a", "openai-x")
+        .unwrap()
+        .is_empty());
+    assert!(
+        store.blob(&own).unwrap().is_none(),
+        "an unreferenced blob stays"
+    );
+    assert!(
+        store.blob(&shared).unwrap().is_some(),
+        "b's blob was removed"
+    );
+    assert!(matches!(
+        store.add_plugin_version(&version("openai-x", &own)),
+        Err(StoreError::MissingBlob(_))
+    ));
+    assert!(store
+        .plugin_versions("tn_a", "openai-x")
+        .unwrap()
+        .is_empty());
+
+    assert!(store.delete_tenant("tn_b").unwrap());
+    assert!(
+        store.blob(&shared).unwrap().is_none(),
+        "the deleted tenant's blob stays"
+    );
+    assert!(store.delete_tenant("tn_a").unwrap());
+    assert!(store.tenants().unwrap().is_empty());
+    assert!(
+        open().had_tenants().unwrap(),
+        "the store forgot it had tenants"
+    );
+}
+
 /// Another handle's write moves the generation, and `wait_for_change` returns the moved one.
 fn another_handles_write_moves_the_generation(open: &Open, within: Duration) {
     let server = open();
@@ -235,6 +296,11 @@ mod sqlite {
     fn concurrent_versions_get_distinct_numbers() {
         concurrent_versions_are_numbered_once(&*fresh());
     }
+
+    #[test]
+    fn purges_remove_unreferenced_blobs_only() {
+        purges_remove_unreferenced_blobs(&*fresh());
+    }
 }
 
 mod postgres {
@@ -297,6 +363,13 @@ mod postgres {
     fn concurrent_versions_get_distinct_numbers() {
         if let Some(open) = fresh("concurrent") {
             concurrent_versions_are_numbered_once(&*open);
+        }
+    }
+
+    #[test]
+    fn purges_remove_unreferenced_blobs_only() {
+        if let Some(open) = fresh("purges") {
+            purges_remove_unreferenced_blobs(&*open);
         }
     }
 

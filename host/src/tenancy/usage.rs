@@ -68,6 +68,12 @@ impl Counters {
             .fetch_add(decided.timings.model.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Records prompt tokens read for the tenant outside a request (its calibration fit).
+    pub fn record_background_tokens(&self, tokens: usize) {
+        self.input_tokens
+            .fetch_add(tokens as u64, Ordering::Relaxed);
+    }
+
     /// Records a request that failed as a whole.
     pub fn record_error(&self, error: &ApiError) {
         let counter = match error {
