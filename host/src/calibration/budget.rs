@@ -60,6 +60,38 @@ impl Reading {
     }
 }
 
+/// `set` cut to what `budget` reads ([`fit`]): `probe` reads the first inputs
+/// ([`head`]), which times a question at `reads_per_question` reads; `what` names the run
+/// in messages. An error when the run was stopped meanwhile or too few questions fit.
+pub fn within(
+    reading: &Reading,
+    set: QuestionSet,
+    budget: Duration,
+    reads_per_question: usize,
+    what: &str,
+    probe: impl FnOnce(&QuestionSet),
+) -> Result<QuestionSet, String> {
+    let started = std::time::Instant::now();
+    let sample = head(&set, PROBE_QUESTIONS);
+    probe(&sample);
+    reading.check()?;
+    let per_read = started.elapsed().as_secs_f64() / sample.questions.len().max(1) as f64;
+    let fitted = fit(
+        set,
+        budget.saturating_sub(started.elapsed()),
+        per_read * reads_per_question as f64,
+        super::MIN_ANSWERED,
+        what,
+    )?;
+    tracing::info!(
+        questions = fitted.questions.len(),
+        per_read_s = per_read,
+        "{what} within its budget: {}",
+        fitted.origin
+    );
+    Ok(fitted)
+}
+
 /// The first inputs of `set`, whole, until they hold at least `count` questions.
 pub fn head(set: &QuestionSet, count: usize) -> QuestionSet {
     let groups = by_state(set);

@@ -307,7 +307,15 @@ pub fn run(engine: &Engine, settings: &Settings, progress: &Reporter) -> Result<
                 "timing a probe against the budget ({})",
                 budget::SETTING
             ));
-            within_budget(engine, reading, set, neutral.as_deref(), budget)?
+            budget::within(reading, set, budget, 1, "calibration", |probe| {
+                collect_in(
+                    engine,
+                    &reading.scope,
+                    probe,
+                    neutral.as_deref(),
+                    &|_, _| {},
+                );
+            })?
         }
         None => set,
     };
@@ -479,35 +487,6 @@ fn decide(
         reports,
         samples: Vec::new(),
     }
-}
-
-/// `set` cut to what `budget` reads ([`budget::fit`]), timed by a probe of its first inputs.
-fn within_budget(
-    engine: &Engine,
-    reading: &budget::Reading,
-    set: QuestionSet,
-    neutral: Option<&[String]>,
-    budget: std::time::Duration,
-) -> Result<QuestionSet, String> {
-    let started = Instant::now();
-    let probe = budget::head(&set, budget::PROBE_QUESTIONS);
-    collect_in(engine, &reading.scope, &probe, neutral, &|_, _| {});
-    reading.check()?;
-    let per_question = started.elapsed().as_secs_f64() / probe.questions.len().max(1) as f64;
-    let fitted = budget::fit(
-        set,
-        budget.saturating_sub(started.elapsed()),
-        per_question,
-        MIN_ANSWERED,
-        "calibration",
-    )?;
-    tracing::info!(
-        questions = fitted.questions.len(),
-        per_question_s = per_question,
-        "calibration within its budget: {}",
-        fitted.origin
-    );
-    Ok(fitted)
 }
 
 /// Reads every question through the engine, grouped by state (one request per state).

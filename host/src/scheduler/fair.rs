@@ -194,16 +194,7 @@ impl FairQueue {
 
     /// The sparse jobs waiting, up to `max_tokens` (at least one when any waits).
     pub fn take_sparse(&mut self, max_tokens: usize) -> Vec<Job> {
-        let mut batch = Vec::new();
-        let mut tokens = 0;
-        while tokens < max_tokens {
-            let Some(job) = self.sparse.pop_front() else {
-                break;
-            };
-            tokens += job.tokens();
-            batch.push(job);
-        }
-        batch
+        take_up_to(&mut self.sparse, max_tokens)
     }
 
     /// The next batch at `now`, at most about `max_tokens` prompt tokens, and its mode.
@@ -212,16 +203,7 @@ impl FairQueue {
         if self.sparse.is_empty() && self.order.is_empty() {
             // Only background work waits: small passes, so a request that arrives is read
             // after one of them.
-            let mut batch = Vec::new();
-            let mut tokens = 0;
-            while tokens < max_tokens {
-                let Some(job) = self.background.pop_front() else {
-                    break;
-                };
-                tokens += job.tokens();
-                batch.push(job);
-            }
-            return (batch, Mode::Shared);
+            return (take_up_to(&mut self.background, max_tokens), Mode::Shared);
         }
         if mode == Mode::Alone {
             return (self.take_in_order(max_tokens), mode);
@@ -290,6 +272,21 @@ impl FairQueue {
             return batch;
         }
     }
+}
+
+/// The jobs at the front of `jobs` until their prompt tokens reach `max_tokens` (at least
+/// one when any waits).
+fn take_up_to(jobs: &mut VecDeque<Job>, max_tokens: usize) -> Vec<Job> {
+    let mut batch = Vec::new();
+    let mut tokens = 0;
+    while tokens < max_tokens {
+        let Some(job) = jobs.pop_front() else {
+            break;
+        };
+        tokens += job.tokens();
+        batch.push(job);
+    }
+    batch
 }
 
 /// Moves the jobs of `jobs` cancelled by `now` into `into`, keeping the others in order.

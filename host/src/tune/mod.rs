@@ -227,7 +227,17 @@ pub fn run_measured(
                 "timing a probe against the budget ({})",
                 budget::SETTING
             ));
-            within_budget(engine, reading, &setups[0], set, reads_per_question, budget)?
+            let default = &setups[0];
+            budget::within(
+                reading,
+                set,
+                budget,
+                reads_per_question,
+                "tuning",
+                |probe| {
+                    read_set(engine, &reading.scope, default, probe, None, &mut |_| {});
+                },
+            )?
         }
         None => set,
     };
@@ -368,45 +378,6 @@ fn best_index(measured: &[(CandidateReport, Vec<Answered>)]) -> Option<usize> {
                     .total_cmp(&ra.log_loss.unwrap_or(f64::INFINITY))
             })
         })
-}
-
-/// `set` cut to what `budget` reads ([`budget::fit`]), timed by a probe of the first inputs
-/// read with `probe_setup`.
-fn within_budget(
-    engine: &Engine,
-    reading: &Reading,
-    probe_setup: &Setup,
-    set: QuestionSet,
-    reads_per_question: usize,
-    budget: std::time::Duration,
-) -> Result<QuestionSet, String> {
-    let started = Instant::now();
-    let probe = budget::head(&set, budget::PROBE_QUESTIONS);
-    read_set(
-        engine,
-        &reading.scope,
-        probe_setup,
-        &probe,
-        None,
-        &mut |_| {},
-    );
-    reading.check()?;
-    let per_read = started.elapsed().as_secs_f64() / probe.questions.len().max(1) as f64;
-    let per_question = per_read * reads_per_question as f64;
-    let fitted = budget::fit(
-        set,
-        budget.saturating_sub(started.elapsed()),
-        per_question,
-        MIN_ANSWERED,
-        "tuning",
-    )?;
-    tracing::info!(
-        questions = fitted.questions.len(),
-        per_read_s = per_read,
-        "tuning within its budget: {}",
-        fitted.origin
-    );
-    Ok(fitted)
 }
 
 /// Reads every question of `set` with `setup` and scores the answers.
