@@ -1,0 +1,263 @@
+//! Every supported family against transformers, in both formats: tiny checkpoints with random
+//! weights and each family's real structure (`models/tests/fixtures/<family>/`, written by
+//! `scripts/make-tiny-models.py`, which also recorded what transformers computes from them).
+//!
+//! Per family and format: decide's logits at every position of every prompt equal
+//! transformers' within [`TOLERANCE`] (f32, CPU) at the recorded vocabulary columns, and so
+//! does each position's log-sum-exp over the whole vocabulary; a chat prompt rendered by
+//! decide has exactly the ids transformers' `apply_chat_template` gave; a label read runs and
+//! agrees with the logits; and a prompt read as a cached prefix plus a suffix, or packed
+//! beside another, gives the logits of one pass (the cache and packing paths are where
+//! sliding windows and per-layer RoPE tables could go wrong).
+
+use std::path::PathBuf;
+
+use candle_core::{Device, IndexOp, Tensor};
+use decide_models::{ChatMessage, Model, Segment};
+use serde_json::Value;
+
+/// Largest difference allowed between decide's and transformers' logits.
+const TOLERANCE: f32 = 1e-4;
+
+fn fixture(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(family)
+}
+
+fn expected(family: &str) -> Value {
+    let text = std::fs::read_to_string(fixture(family).join("expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Format {
+    Hf,
+    Gguf,
+}
+
+fn load(family: &str, format: Format) -> Model {
+    let path = match format {
+        Format::Hf => fixture(family).join("hf"),
+        Format::Gguf => fixture(family).join("model.gguf"),
+    };
+    Model::load(&path, &Device::Cpu)
+        .unwrap_or_else(|e| panic!("{family} {format:?} does not load: {e}"))
+}
+
+/// Logits `(n, vocab)` at every position of `ids` in one pass.
+fn all_logits(m: &Model, ids: &[u32]) -> Tensor {
+    let rows: Vec<usize> = (0..ids.len()).collect();
+    let (hidden, _) = m.forward(ids, 0, None, &rows).unwrap();
+    m.logits(&hidden).unwrap()
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+fn ids_of(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// The whole check of one family in one format; returns the largest logit difference.
+fn check(family: &str, format: Format) -> f32 {
+    let m = load(family, format);
+    let exp = expected(family);
+    let mut worst = 0f32;
+    for (k, p) in exp["prompts"].as_array().unwrap().iter().enumerate() {
+        let ids = ids_of(&p["ids"]);
+        if let Some(msgs) = p.get("messages") {
+            let msgs: Vec<ChatMessage> = serde_json::from_value(msgs.clone()).unwrap();
+            let prompt = m.render(&msgs).unwrap();
+            assert_eq!(
+                prompt.tokens, ids,
+                "{family} {format:?} prompt {k}: rendered ids differ from apply_chat_template's\n{}",
+                prompt.text
+            );
+            // A label read at the answer slot, checked against the full logits.
+            let labels = vec!["A".to_string(), "B".to_string()];
+            let label_ids = m.label_ids(&prompt, &labels).unwrap();
+            let read = m.read(&prompt.tokens, &label_ids).unwrap();
+            let last = all_logits(&m, &ids).i(ids.len() - 1).unwrap();
+            let logsm = candle_nn::ops::log_softmax(&last, 0).unwrap();
+            for (lp, &id) in read.logprobs.iter().zip(&label_ids) {
+                let want = logsm.i(id as usize).unwrap().to_scalar::<f32>().unwrap();
+                assert!(
+                    (lp - want).abs() < 1e-5,
+                    "{family}: read {lp} vs logits {want}"
+                );
+            }
+            assert!(read.option_mass > 0.0 && read.option_mass <= 1.0 + 1e-6);
+        }
+        let ours = all_logits(&m, &ids);
+        let cols: Vec<u32> = ids_of(&p["columns"]);
+        let picked = ours
+            .index_select(&Tensor::new(cols.as_slice(), &Device::Cpu).unwrap(), 1)
+            .unwrap();
+        let theirs: Vec<Vec<f32>> = serde_json::from_value(p["logits"].clone()).unwrap();
+        let theirs = Tensor::new(theirs, &Device::Cpu).unwrap();
+        let d_logits = max_diff(&picked, &theirs);
+        let lse: Vec<f32> = serde_json::from_value(p["logsumexp"].clone()).unwrap();
+        let ours_lse = ours.exp().unwrap().sum(1).unwrap().log().unwrap();
+        let d_lse = max_diff(&ours_lse, &Tensor::new(lse, &Device::Cpu).unwrap());
+        eprintln!(
+            "{family} {format:?} prompt {k} ({} tokens): max |logit diff| {d_logits:.2e}, \
+             max |logsumexp diff| {d_lse:.2e}",
+            ids.len()
+        );
+        assert!(
+            d_logits <= TOLERANCE && d_lse <= TOLERANCE,
+            "{family} {format:?} prompt {k}: logits differ from transformers' by {d_logits}, \
+             log-sum-exp by {d_lse}"
+        );
+        worst = worst.max(d_logits).max(d_lse);
+
+        // A cached prefix plus a suffix, and the suffix packed beside another segment, read
+        // what one pass reads.
+        let cut = ids.len() / 2;
+        let (_, cache) = m.forward(&ids[..cut], 0, None, &[]).unwrap();
+        let rows: Vec<usize> = (0..ids.len() - cut).collect();
+        let (hidden, _) = m.forward(&ids[cut..], cut, Some(&cache), &rows).unwrap();
+        let split = m.logits(&hidden).unwrap();
+        let whole = ours.narrow(0, cut, ids.len() - cut).unwrap();
+        let d_split = max_diff(&split, &whole);
+        assert!(
+            d_split < 1e-4,
+            "{family} {format:?}: cached prefix read differs by {d_split}"
+        );
+        let other = &ids[..3];
+        let packed = m
+            .transformer()
+            .forward_packed(&[
+                Segment {
+                    prefix: None,
+                    tokens: other,
+                },
+                Segment {
+                    prefix: Some(&cache),
+                    tokens: &ids[cut..],
+                },
+            ])
+            .unwrap();
+        let packed = m.logits(&packed.i(1..2).unwrap()).unwrap();
+        let d_packed = max_diff(&packed, &whole.i(whole.dim(0).unwrap() - 1..).unwrap());
+        assert!(
+            d_packed < 1e-4,
+            "{family} {format:?}: packed read differs by {d_packed}"
+        );
+    }
+    worst
+}
+
+#[test]
+fn qwen2_hf() {
+    check("qwen2", Format::Hf);
+}
+
+#[test]
+fn qwen2_gguf() {
+    check("qwen2", Format::Gguf);
+}
+
+#[test]
+fn qwen3_hf() {
+    check("qwen3", Format::Hf);
+}
+
+#[test]
+fn qwen3_gguf() {
+    check("qwen3", Format::Gguf);
+}
+
+#[test]
+fn llama31_hf() {
+    check("llama", Format::Hf);
+}
+
+#[test]
+fn llama31_gguf() {
+    check("llama", Format::Gguf);
+}
+
+#[test]
+fn mistral_hf() {
+    check("mistral", Format::Hf);
+}
+
+#[test]
+fn mistral_gguf() {
+    check("mistral", Format::Gguf);
+}
+
+#[test]
+fn gemma3_hf() {
+    check("gemma3", Format::Hf);
+}
+
+#[test]
+fn gemma3_gguf() {
+    check("gemma3", Format::Gguf);
+}
+
+#[test]
+fn phi3_hf() {
+    check("phi3", Format::Hf);
+}
+
+#[test]
+fn phi3_gguf() {
+    check("phi3", Format::Gguf);
+}
+
+/// The fixtures exercise what they claim to: windows shorter than the prompts, sharded and
+/// half-precision weights.
+#[test]
+fn fixtures_cover_their_structure() {
+    for family in ["mistral", "gemma3", "phi3"] {
+        let exp = expected(family);
+        let window = exp["window"].as_u64().unwrap() as usize;
+        let longest = exp["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["ids"].as_array().unwrap().len())
+            .max()
+            .unwrap();
+        assert!(
+            window * 3 < longest,
+            "{family}: window {window}, prompts {longest}"
+        );
+    }
+    assert!(fixture("qwen3")
+        .join("hf/model.safetensors.index.json")
+        .is_file());
+}
+
+/// Unsupported architectures are refused by name, with the supported list.
+#[test]
+fn unsupported_architecture_is_named() {
+    let dir = std::env::temp_dir().join(format!("decide-unsupported-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "gpt_neox"}"#).unwrap();
+    std::fs::write(dir.join("model.safetensors"), b"").unwrap();
+    let err = Model::load(&dir, &Device::Cpu)
+        .err()
+        .expect("refused")
+        .to_string();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(err.contains("gpt_neox") && err.contains("qwen3"), "{err}");
+}
