@@ -9,6 +9,9 @@ Run by a developer, not by CI (it needs torch and transformers):
     scripts/fetch-model.sh smol && scripts/fetch-model.sh q05
     /tmp/tiny/bin/python scripts/make-tiny-models.py [FAMILY ...]
 
+`g270` as FAMILY instead writes .models/g270-hf/ (see build_g270; needs
+scripts/fetch-model.sh g270 and `pip install accelerate`).
+
 Per family, under models/tests/fixtures/<family>/:
 
 - hf/        a Hugging Face directory: config.json, safetensors (one family sharded, with its
@@ -379,6 +382,44 @@ def build(name):
           f"lengths {[len(p['ids']) for p in prompts]}", file=sys.stderr)
 
 
+def build_g270():
+    """Gemma 3 270M with its real weights: transformers dequantizes .models/g270.gguf (Q4_K_M)
+    to f32 and writes it as a Hugging Face directory, .models/g270-hf/ (1 GB, not committed),
+    with Gemma 3's own tokenizer.json and transformers' logits for prompts longer than its
+    512-token window (models/tests/families.rs reads it when present)."""
+    out = MODELS / "g270-hf"
+    shutil.rmtree(out, ignore_errors=True)
+    model = AutoModelForCausalLM.from_pretrained(str(MODELS), gguf_file="g270.gguf", dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(str(MODELS), gguf_file="g270.gguf")
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    (out / "generation_config.json").unlink(missing_ok=True)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(out)
+    rng = np.random.default_rng(3)
+    words = "parcel weight route customer refund invoice the a of to and is was 12 7 2026 Lyon".split()
+    texts = [
+        "The capital of France is",
+        " ".join(rng.choice(words, 700).tolist()) + ". In short, the parcel is",
+    ]
+    prompts = []
+    vocab = model.config.vocab_size
+    cols = sorted(set(rng.choice(vocab, SAMPLED_COLUMNS, replace=False).tolist()))
+    for text in texts:
+        ids = tok(text, add_special_tokens=True).input_ids
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0]
+        # Every position of the short prompt; the last 64 of the long one (the window's
+        # effect shows past position 512).
+        rows = list(range(len(ids))) if len(ids) < 64 else list(range(len(ids) - 64, len(ids)))
+        prompts.append(dict(text=text, ids=ids, rows=rows, columns=cols,
+                            logits=logits[rows][:, cols].tolist(),
+                            logsumexp=torch.logsumexp(logits[rows], -1).tolist()))
+    (out / "expected.json").write_text(json.dumps(dict(
+        transformers=transformers.__version__, torch=torch.__version__, prompts=prompts)))
+    print(f"g270-hf: prompt lengths {[len(p['ids']) for p in prompts]}", file=sys.stderr)
+
+
 if __name__ == "__main__":
     for n in sys.argv[1:] or list(FAMILIES):
-        build(n)
+        build_g270() if n == "g270" else build(n)

@@ -290,7 +290,7 @@ impl Model {
         tracing::info!(
             model = %info.name, arch = %info.arch, layers = info.n_layers, vocab = info.vocab_size,
             context = info.context_length, pre = %prompter.pre_tokenizer(), device = ?device,
-            weights = ?options.weights, fused = transformer.is_fused(),
+            weights = ?options.weights, fused = transformer.is_fused(), forward = %info.forward,
             secs = t0.elapsed().as_secs_f32(), "model loaded"
         );
         Ok(Model {

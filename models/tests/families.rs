@@ -261,3 +261,57 @@ fn unsupported_architecture_is_named() {
     std::fs::remove_dir_all(&dir).ok();
     assert!(err.contains("gpt_neox") && err.contains("qwen3"), "{err}");
 }
+
+/// Gemma 3 270M with its real weights (`.models/g270-hf`, written by
+/// `scripts/make-tiny-models.py g270` from g270.gguf dequantized by transformers; 1 GB, so
+/// not a fixture): decide's logits against transformers' on a short prompt and on one longer
+/// than the 512-token sliding window, through Gemma 3's own `tokenizer.json`. Skips when the
+/// directory is absent.
+#[test]
+fn gemma3_270m_real_weights() {
+    let dir = std::env::var_os("DECIDE_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models"))
+        .join("g270-hf");
+    if !dir.join("expected.json").is_file() {
+        eprintln!(
+            "skipping: {} not found; run scripts/fetch-model.sh g270 and \
+             scripts/make-tiny-models.py g270",
+            dir.display()
+        );
+        return;
+    }
+    let m = Model::load(&dir, &Device::Cpu).unwrap();
+    let exp: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    for p in exp["prompts"].as_array().unwrap() {
+        let ids = ids_of(&p["ids"]);
+        let text = p["text"].as_str().unwrap();
+        assert_eq!(
+            m.prompter().tokenize_plain(text).unwrap(),
+            ids[1..],
+            "Gemma's tokenizer.json through decide"
+        );
+        let rows: Vec<usize> = ids_of(&p["rows"]).iter().map(|&r| r as usize).collect();
+        let (hidden, _) = m.forward(&ids, 0, None, &rows).unwrap();
+        let ours = m.logits(&hidden).unwrap();
+        let cols: Vec<u32> = ids_of(&p["columns"]);
+        let picked = ours
+            .index_select(&Tensor::new(cols.as_slice(), &Device::Cpu).unwrap(), 1)
+            .unwrap();
+        let theirs: Vec<Vec<f32>> = serde_json::from_value(p["logits"].clone()).unwrap();
+        let d = max_diff(&picked, &Tensor::new(theirs, &Device::Cpu).unwrap());
+        let lse: Vec<f32> = serde_json::from_value(p["logsumexp"].clone()).unwrap();
+        let ours_lse = ours.exp().unwrap().sum(1).unwrap().log().unwrap();
+        let d_lse = max_diff(&ours_lse, &Tensor::new(lse, &Device::Cpu).unwrap());
+        eprintln!(
+            "g270 ({} tokens): max |logit diff| {d:.2e}, max |logsumexp diff| {d_lse:.2e}",
+            ids.len()
+        );
+        assert!(d < REAL_TOLERANCE && d_lse < REAL_TOLERANCE, "{d} {d_lse}");
+    }
+}
+
+/// Real weights, 18 layers, logits of magnitude ~30: both f32 implementations round apart by
+/// more than on the tiny fixtures.
+const REAL_TOLERANCE: f32 = 1e-3;
