@@ -1674,6 +1674,35 @@ mod tests {
         assert!(c.prefix(0).is_err());
     }
 
+    /// The GPU's band mask narrowed to a window equals the sequential path's windowed causal
+    /// mask for a segment over a prefix (the CPU tests reach only the per-segment masks).
+    #[test]
+    fn windowed_band_mask_is_the_windowed_causal_mask() {
+        let dev = Device::Cpu;
+        for (p, n, w) in [(0, 9, 4), (5, 7, 3), (12, 4, 8), (3, 5, 100), (20, 1, 6)] {
+            // One segment: its prefix at columns 0..p, its rows at p..p+n.
+            let positions: Vec<u32> = (p..p + n).map(|x| x as u32).collect();
+            let bounds = [
+                vec![0u32; n],
+                vec![p as u32; n],
+                vec![p as u32; n],
+                (0..n).map(|j| (p + j + 1) as u32).collect(),
+            ];
+            let band = band_mask(&windowed(&bounds, &positions, w), p + n, &dev).unwrap();
+            let causal = causal_mask(n, p, p + n, Some(w), &dev).unwrap();
+            assert_eq!(
+                band.to_vec2::<f32>().unwrap(),
+                causal.to_vec2::<f32>().unwrap(),
+                "prefix {p}, rows {n}, window {w}"
+            );
+            // And the window holds: row j sees exactly min(w, p + j + 1) keys.
+            for (j, row) in causal.to_vec2::<f32>().unwrap().iter().enumerate() {
+                let seen = row.iter().filter(|x| x.is_finite()).count();
+                assert_eq!(seen, w.min(p + j + 1), "prefix {p}, row {j}, window {w}");
+            }
+        }
+    }
+
     #[test]
     fn a_clone_is_the_same_prefix_and_a_copy_or_a_shorter_view_is_not() {
         let a = cache(8);
