@@ -391,7 +391,13 @@ def build_g270():
     shutil.rmtree(out, ignore_errors=True)
     model = AutoModelForCausalLM.from_pretrained(str(MODELS), gguf_file="g270.gguf", dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(str(MODELS), gguf_file="g270.gguf")
-    model.save_pretrained(out, safe_serialization=True)
+    # transformers refuses to save a model loaded from GGUF: the same weights in a fresh model.
+    cfg = model.config
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config
+    fresh = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    fresh.load_state_dict(model.state_dict())
+    fresh.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     (out / "generation_config.json").unlink(missing_ok=True)
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()

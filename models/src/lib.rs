@@ -56,11 +56,11 @@
 //!
 //! Supported architectures (one file each in [`arch`], one forward for all): `llama` (with
 //! Llama 3.1 RoPE scaling, tied or untied embeddings), `qwen2`, `qwen3`, `mistral` (sliding
-//! window; GGUF as `llama`) and `gemma3` (Hugging Face directories; its GGUF files carry a
-//! SentencePiece tokenizer, which is refused). Formats: a GGUF file, or a Hugging Face
-//! directory (`config.json`, safetensors in f32/f16/bf16, `tokenizer.json`, the chat
-//! template). Others are refused at load with [`ModelError::UnsupportedArch`], which lists
-//! what is supported.
+//! window; GGUF as `llama`), `phi3` (fused projections, partial rotary, LongRoPE) and
+//! `gemma3` (its GGUF SentencePiece vocabulary built as transformers builds it). Formats: a
+//! GGUF file, or a Hugging Face directory (`config.json`, safetensors in f32/f16/bf16,
+//! `tokenizer.json`, the chat template). Others are refused at load with
+//! [`ModelError::UnsupportedArch`], which lists what is supported.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -90,6 +90,7 @@ pub mod prompter;
 mod readout;
 // Mostly the CUDA launchers' (`chunking` and the tokenizer read some everywhere); `set`
 // is theirs alone.
+mod spm;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod switch;
 pub mod template;

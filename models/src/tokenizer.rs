@@ -149,10 +149,28 @@ impl GgufTokenizer {
     pub fn from_gguf(g: &Gguf) -> Result<Self> {
         let tok_err = |m: String| ModelError::Tokenizer(format!("{}: {m}", g.path.display()));
         let model = g.str("tokenizer.ggml.model")?;
+        let arch = g.str_opt("general.architecture").unwrap_or_default();
+        if model == "llama" && arch.starts_with("gemma") {
+            let json = crate::spm::gemma_tokenizer_json(g)?;
+            let inner: Tokenizer = json
+                .parse()
+                .map_err(|e| tok_err(format!("cannot build Gemma's tokenizer: {e}")))?;
+            let id = |key: &str| g.usize_opt(key).map(|x| x as u32);
+            return Self::foreign(
+                inner,
+                id("tokenizer.ggml.bos_token_id"),
+                id("tokenizer.ggml.eos_token_id"),
+                g.bool_opt("tokenizer.ggml.add_bos_token").unwrap_or(false),
+                "gemma-spm",
+                &tok_err,
+            );
+        }
         if model != "gpt2" {
             return Err(tok_err(format!(
-                "unsupported tokenizer type `tokenizer.ggml.model` = `{model}`; only byte-level \
-                 BPE (`gpt2`) tokenizers are supported"
+                "unsupported tokenizer type `tokenizer.ggml.model` = `{model}` for `{arch}`; \
+                 supported: byte-level BPE (`gpt2`), and Gemma's SentencePiece vocabulary \
+                 (`llama` in a `gemma*` file); other SentencePiece models load from a Hugging \
+                 Face directory's tokenizer.json"
             )));
         }
         let pre = g
@@ -280,8 +298,22 @@ impl GgufTokenizer {
         eos: Option<&str>,
     ) -> Result<Self> {
         let tok_err = |m: String| ModelError::Tokenizer(format!("{}: {m}", path.display()));
-        let mut inner =
-            Tokenizer::from_file(path).map_err(|e| tok_err(format!("cannot read: {e}")))?;
+        let inner = Tokenizer::from_file(path).map_err(|e| tok_err(format!("cannot read: {e}")))?;
+        let id = |t: Option<&str>| t.and_then(|t| inner.token_to_id(t));
+        let (bos, eos) = (id(bos), id(eos));
+        Self::foreign(inner, bos, eos, false, "tokenizer.json", &tok_err)
+    }
+
+    /// A tokenizer whose whole pipeline is `tokenizers`' own (see
+    /// [`GgufTokenizer::from_tokenizer_json`]): `pre` names it.
+    fn foreign(
+        mut inner: Tokenizer,
+        bos: Option<u32>,
+        eos: Option<u32>,
+        add_bos: bool,
+        pre: &str,
+        tok_err: &dyn Fn(String) -> ModelError,
+    ) -> Result<Self> {
         match inner.get_model() {
             tokenizers::ModelWrapper::BPE(_) | tokenizers::ModelWrapper::Unigram(_) => {}
             other => {
@@ -320,16 +352,15 @@ impl GgufTokenizer {
         }
         let mut plain = inner.clone();
         plain.set_encode_special_tokens(true);
-        let id = |t: Option<&str>| t.and_then(|t| inner.token_to_id(t));
         Ok(Self {
-            bos: id(bos),
-            eos: id(eos),
-            add_bos: false,
+            bos,
+            eos,
+            add_bos,
             nfc: false,
             control,
             control_strs,
             tokens,
-            pre: "tokenizer.json".into(),
+            pre: pre.into(),
             cache: TokenCache::new(DEFAULT_BUDGET_BYTES),
             cuttable: false,
             controls: Memo::new(),
