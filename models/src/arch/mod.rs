@@ -597,3 +597,113 @@ pub(crate) fn gguf_full_rotary(g: &Gguf, arch: &str, head_dim: usize) -> Result<
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(json: &str) -> HfConfig {
+        HfConfig {
+            json: serde_json::from_str(json).unwrap(),
+            path: "config.json".into(),
+        }
+    }
+
+    /// transformers 4.x configs (`rope_theta` + `rope_scaling`, no `layer_types`) as the
+    /// released checkpoints ship them; the fixtures are written by transformers 5, whose
+    /// `rope_parameters` the family tests cover.
+    #[test]
+    fn llama31_v4_config() {
+        let c = config(
+            r#"{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                 "original_max_position_embeddings": 8192, "rope_type": "llama3"}}"#,
+        );
+        let (a, _) = from_hf(&c).unwrap();
+        assert_eq!(
+            (a.head_dim, a.n_kv_head, a.rope_style),
+            (128, 8, RopeStyle::Half)
+        );
+        let inv = a.ropes[0].inv_freq.as_ref().unwrap();
+        let plain = inv_freq(500000.0, 128);
+        // High frequencies kept, the lowest slowed by the factor, the band between blended.
+        assert_eq!(inv[0], plain[0]);
+        assert!((inv[63] - plain[63] / 8.0).abs() <= plain[63] * 1e-6);
+        assert!(inv.iter().zip(&plain).any(|(s, p)| s < p && *s > p / 8.0));
+        assert!(
+            a.fused_blocker().is_none(),
+            "Llama 3.1 keeps the fused path"
+        );
+    }
+
+    #[test]
+    fn gemma3_1b_v4_config() {
+        let c = config(
+            r#"{"model_type": "gemma3_text", "hidden_size": 1152, "num_hidden_layers": 26,
+                "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+                "rope_local_base_freq": 10000.0, "rope_scaling": null, "sliding_window": 512,
+                "sliding_window_pattern": 6, "query_pre_attn_scalar": 256,
+                "final_logit_softcapping": null, "attn_logit_softcapping": null,
+                "hidden_activation": "gelu_pytorch_tanh"}"#,
+        );
+        let (a, names) = from_hf(&c).unwrap();
+        let global: Vec<usize> = (0..a.n_layers)
+            .filter(|&i| a.layers[i].window.is_none())
+            .collect();
+        assert_eq!(global, vec![5, 11, 17, 23]);
+        assert!(a
+            .layers
+            .iter()
+            .all(|l| l.window.is_none() || l.window == Some(512)));
+        assert_eq!((a.ropes[0].base, a.ropes[1].base), (1e6, 1e4));
+        assert!(a.layers.iter().all(|l| (l.rope == 0) == l.window.is_none()));
+        assert_eq!(a.embed_scale, Some((1152f64).sqrt() as f32));
+        assert_eq!((a.score_div, a.norm_shift), (16.0, 1.0));
+        assert_eq!(
+            names("blk.3.ffn_norm.weight").as_deref(),
+            Some("model.layers.3.pre_feedforward_layernorm.weight")
+        );
+        assert!(a.fused_blocker().unwrap().contains("sliding windows"));
+    }
+
+    #[test]
+    fn phi35_mini_v4_config() {
+        let short: Vec<f64> = (0..48).map(|i| 1.0 + i as f64 * 0.01).collect();
+        let c = config(&format!(
+            r#"{{"model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+                "rope_theta": 10000.0, "sliding_window": 262144,
+                "rope_scaling": {{"type": "longrope", "short_factor": {short:?},
+                                  "long_factor": {short:?}}}}}"#
+        ));
+        let (a, names) = from_hf(&c).unwrap();
+        assert_eq!((a.head_dim, a.rotary_dim, a.context_length), (96, 96, 4096));
+        let want = (1.0 + (32f64).ln() / (4096f64).ln()).sqrt() as f32;
+        assert_eq!(a.ropes[0].mscale, want);
+        assert_eq!(
+            names("blk.0.attn_qkv.weight").as_deref(),
+            Some("model.layers.0.self_attn.qkv_proj.weight")
+        );
+    }
+
+    #[test]
+    fn unsupported_scaling_and_types_are_named() {
+        let c = config(
+            r#"{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1,
+                "num_attention_heads": 1, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+                "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}"#,
+        );
+        let err = from_hf(&c).err().unwrap().to_string();
+        assert!(err.contains("yarn") && err.contains("llama3"), "{err}");
+        let c = config(r#"{"model_type": "qwen3_moe"}"#);
+        let err = from_hf(&c).err().unwrap().to_string();
+        assert!(
+            err.contains("qwen3_moe") && err.contains("gemma3_text"),
+            "{err}"
+        );
+    }
+}
