@@ -12,25 +12,27 @@ Run by a developer, not by CI (it needs torch and transformers):
 `g270` as FAMILY instead writes .models/g270-hf/ (see build_g270; needs
 scripts/fetch-model.sh g270 and `pip install accelerate`).
 
-Per family, under models/tests/fixtures/<family>/:
+Per family, under models/tests/fixtures/<family>/ (under 2 MB each):
 
-- hf/        a Hugging Face directory: config.json, safetensors (one family sharded, with its
-             index), tokenizer.json and the chat template, as transformers' save_pretrained
-             writes them. The tokenizer is a real one of the family where one can be had here
-             (Qwen2.5's for qwen2/qwen3, SmolLM2's for llama/mistral; gemma3 borrows Qwen's,
-             see FAMILIES),
-             converted by transformers from the GGUF files in .models/.
+- hf/        a Hugging Face directory: config.json, safetensors (qwen3's sharded, with its
+             index), and tokenizer.json: SmolLM2's byte-level BPE cut to its first 512
+             tokens and the merges among them (a real tokenizer's pipeline whose vocabulary
+             keeps the embedding small).
 - model.gguf the same weights as llama.cpp's converter lays them out (q/k permuted for
-             `llama`, Gemma's norms shifted by 1, Llama 3.1's RoPE scaling as `rope_freqs`),
-             with the tokenizer and template metadata copied from the source GGUF.
-- expected.json  per prompt: the token ids (transformers' apply_chat_template for chat
-             prompts), and the logits transformers computes on CPU from the saved directory
-             at every position, at a fixed sample of vocabulary columns, plus each position's
-             log-sum-exp over the whole vocabulary (full rows would be tens of MB). They are
-             computed in f64, the exact values both f32 implementations round differently
-             from; transformers' own f32 logits are recorded as far from them as
-             `transformers_f32_vs_f64` says (at most 5e-5, checked here: tiny widths can make
-             a norm amplify rounding, and such a fixture could not test decide at 1e-4).
+             `llama`, Gemma's norms shifted by 1, Llama 3.1's RoPE scaling as `rope_freqs`,
+             Phi-3's fused matrices), with the same small vocabulary.
+- expected.json  per prompt (random ids, and one text with the ids `tokenizers` gives it):
+             the logits transformers computes on CPU from the saved directory at every
+             position, at a fixed sample of vocabulary columns, plus each position's
+             log-sum-exp over the whole vocabulary. They are computed in f64, the exact values
+             both f32 implementations round differently from; transformers' own f32 logits are
+             recorded as far from them as `transformers_f32_vs_f64` says (at most 5e-5,
+             checked here: tiny widths can make a norm amplify rounding, and such a fixture
+             could not test decide at 1e-4).
+
+And models/tests/fixtures/templates.json: transformers' apply_chat_template ids for the chat
+templates the project's GGUF files carry (one copy of each tokenizer: .models/q05.gguf and
+.models/smol.gguf, which CI fetches).
 
 Weights are random (seeded) with a larger spread than the default initializer so that logits
 differ visibly between positions; every value is rounded to one representable in both stored
@@ -69,7 +71,9 @@ CHATS = [
 TEXTS = [
     "The quick brown fox jumps over the lazy dog. 1234567 + 89 = ?",
 ]
-SAMPLED_COLUMNS = 256
+SAMPLED_COLUMNS = 96
+# Random token ids: two prompts longer than every sliding window (8) several times over.
+PROMPT_LENGTHS = [46, 66, 24]
 
 
 def seed_weights(model, spread, both, seed=1234):
@@ -172,7 +176,12 @@ def write_gguf(path, fam, model, tok_src, np_dtype):
         w.add_rope_scaling_attn_factors(
             math.sqrt(1 + math.log(cfg.max_position_embeddings / lr["original"]) / math.log(lr["original"])))
         w.add_rope_scaling_orig_ctx_len(lr["original"])
-    copy_tokenizer_kv(tok_src, w)
+    tokens, merges = tok_src
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_merges([f"{a} {b}" for a, b in merges])
 
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     tensors = {}
@@ -238,16 +247,16 @@ FAMILIES = {
         gguf_arch="qwen2", tok="q05.gguf", hf_dtype=torch.float16, gguf_dtype=np.float16,
         rope_theta=1_000_000.0,
         config=dict(
-            model_type="qwen2", hidden_size=8, intermediate_size=24, num_hidden_layers=2,
+            model_type="qwen2", hidden_size=32, intermediate_size=24, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-6,
             max_position_embeddings=4096, tie_word_embeddings=True, use_sliding_window=False,
         ),
     ),
     "qwen3": dict(
         gguf_arch="qwen3", tok="q05.gguf", hf_dtype=torch.bfloat16, gguf_dtype=np.float16,
-        rope_theta=1_000_000.0, shard="1MB",
+        rope_theta=1_000_000.0, shard="100KB",
         config=dict(
-            model_type="qwen3", hidden_size=8, intermediate_size=24, num_hidden_layers=3,
+            model_type="qwen3", hidden_size=32, intermediate_size=24, num_hidden_layers=3,
             num_attention_heads=4, num_key_value_heads=2, head_dim=128, rms_norm_eps=1e-6,
             max_position_embeddings=4096, tie_word_embeddings=True, attention_bias=False,
             use_sliding_window=False,
@@ -274,38 +283,35 @@ FAMILIES = {
         ),
     ),
     "phi3": dict(
-        # 3/4 rotary as Phi-4-mini, LongRoPE, a window shorter than the prompts. transformers
-        # derives Phi-3's head width from hidden / heads, so a real 96- or 128-wide head
-        # would make the embedding tens of MB: 16 here. Phi's own tokenizer is not to be had
-        # here: SmolLM2's stands in.
-        gguf_arch="phi3", tok="smol.gguf", hf_dtype=torch.float16, gguf_dtype=np.float16,
+        # Phi-3's 96-wide head (transformers derives it from hidden / heads), 3/4 rotary as
+        # Phi-4-mini, LongRoPE, a window shorter than the prompts.
+        # Weights spread as 1/sqrt(width): at 0.25 the 192-wide logits rounded 1.7e-4 apart
+        # in f32 and f64.
+        spread=0.08, gguf_arch="phi3", tok="smol.gguf", hf_dtype=torch.float16, gguf_dtype=np.float16,
         rope_theta=10_000.0, window=8, partial_rotary=0.75,
         longrope=dict(
             original=4096,
-            short=[1.0 + 0.3 * i for i in range(6)],
-            long=[2.0 + 0.5 * i for i in range(6)],
+            short=[1.0 + 0.05 * i for i in range(36)],
+            long=[2.0 + 0.1 * i for i in range(36)],
         ),
         config=dict(
-            model_type="phi3", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            model_type="phi3", hidden_size=192, intermediate_size=48, num_hidden_layers=2,
             num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5,
             max_position_embeddings=131072, original_max_position_embeddings=4096,
             partial_rotary_factor=0.75, tie_word_embeddings=True, sliding_window=8,
             rope_scaling=dict(
                 rope_type="longrope",
-                short_factor=[1.0 + 0.3 * i for i in range(6)],
-                long_factor=[2.0 + 0.5 * i for i in range(6)],
+                short_factor=[1.0 + 0.05 * i for i in range(36)],
+                long_factor=[2.0 + 0.1 * i for i in range(36)],
             ),
         ),
     ),
     "gemma3": dict(
-        # Gemma 3's own tokenizer (g270.gguf) would be a 33 MB tokenizer.json and a GGUF
-        # SentencePiece vocabulary decide does not read yet: Qwen's keeps the fixture small
-        # (its tokenizer.json is the same blob as qwen2's and qwen3's).
         # Seed 5: with the default seed transformers' own f32 logits were 5.4e-5 from f64's.
         gguf_arch="gemma3", tok="q05.gguf", seed=5, hf_dtype=torch.bfloat16, gguf_dtype=np.float16,
         rope_theta=1_000_000.0, window=8,
         config=dict(
-            model_type="gemma3_text", hidden_size=8, intermediate_size=16, num_hidden_layers=6,
+            model_type="gemma3_text", hidden_size=32, intermediate_size=16, num_hidden_layers=6,
             num_attention_heads=2, num_key_value_heads=1, head_dim=256, rms_norm_eps=1e-6,
             max_position_embeddings=4096, sliding_window=8, query_pre_attn_scalar=256,
             layer_types=["sliding_attention"] * 5 + ["full_attention"],
@@ -316,70 +322,107 @@ FAMILIES = {
 }
 
 
+SMALL_VOCAB = 512
+
+
+def small_tokenizer():
+    """SmolLM2's byte-level BPE cut to its first SMALL_VOCAB tokens and the merges among them:
+    a real tokenizer (the same pipeline, the same first merges) whose vocabulary keeps the
+    embedding, and so the fixture, small. Returns (tokens, merges)."""
+    r = GGUFReader(str(MODELS / "smol.gguf"))
+    f = r.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(f.parts[i]).decode("utf-8") for i in f.data][:SMALL_VOCAB]
+    f = r.fields["tokenizer.ggml.merges"]
+    keep = set(tokens)
+    merges = []
+    for i in f.data:
+        a, b = bytes(f.parts[i]).decode("utf-8").split(" ", 1)
+        if a in keep and b in keep and a + b in keep:
+            merges.append((a, b))
+    return tokens, merges
+
+
+def write_small_tokenizer(hf_dir, tokens, merges):
+    """tokenizer.json of the small vocabulary, as the `tokenizers` library writes it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    t = Tokenizer(models.BPE({tok: i for i, tok in enumerate(tokens)}, merges))
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    t.decoder = decoders.ByteLevel()
+    t.save(str(hf_dir / "tokenizer.json"))
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    return t
+
+
 def build(name):
     fam = dict(FAMILIES[name], name=name)
     out = OUT / name
     shutil.rmtree(out, ignore_errors=True)
     (out / "hf").mkdir(parents=True)
-    tok = AutoTokenizer.from_pretrained(str(MODELS), gguf_file=fam["tok"])
-    r = GGUFReader(str(MODELS / fam["tok"]))
-    vocab = len(r.fields["tokenizer.ggml.tokens"].data)
+    tokens, merges = small_tokenizer()
+    vocab = len(tokens)
     c = dict(fam["config"])
     mt = c.pop("model_type")
     c["rope_theta"] = fam["rope_theta"]
-    cfg = AutoConfig.for_model(mt, vocab_size=vocab, **c)
-    if tok.bos_token_id is not None:
-        cfg.bos_token_id = tok.bos_token_id
-    if tok.eos_token_id is not None:
-        cfg.eos_token_id = tok.eos_token_id
+    cfg = AutoConfig.for_model(mt, vocab_size=vocab, bos_token_id=None, eos_token_id=None,
+                               pad_token_id=None, **c)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     both = [fam["hf_dtype"], {np.float16: torch.float16, np.float32: torch.float32}[fam["gguf_dtype"]]]
-    seed_weights(model, 0.25, both, int(os.environ.get("TINY_SEED", fam.get("seed", 1234))))
+    seed_weights(model, fam.get("spread", 0.25), both, int(os.environ.get("TINY_SEED", fam.get("seed", 1234))))
     model.to(fam["hf_dtype"]).save_pretrained(
         out / "hf", max_shard_size=fam.get("shard", "50GB"), safe_serialization=True
     )
-    tok.save_pretrained(out / "hf")
-    for junk in ["generation_config.json"]:
-        (out / "hf" / junk).unlink(missing_ok=True)
-    write_gguf(out / "model.gguf", fam, model.float(), MODELS / fam["tok"], fam["gguf_dtype"])
+    tok = write_small_tokenizer(out / "hf", tokens, merges)
+    (out / "hf" / "generation_config.json").unlink(missing_ok=True)
+    write_gguf(out / "model.gguf", fam, model.float(), (tokens, merges), fam["gguf_dtype"])
 
-    # The reference: transformers on the saved directory, f32, CPU.
+    # The reference: transformers on the saved directory, in f64 (see the module docs), its
+    # own f32 logits checked to be close to those.
     ref = AutoModelForCausalLM.from_pretrained(out / "hf", dtype=torch.float32).eval()
-    # The same in f64: a fixture whose f32 logits are themselves that far from exact (tiny
-    # widths can make a norm amplify rounding) could not test decide at the tolerance.
     exact = AutoModelForCausalLM.from_pretrained(out / "hf", dtype=torch.float64).eval()
-    tok = AutoTokenizer.from_pretrained(out / "hf")
-    cols = sorted(set(np.random.default_rng(7).choice(vocab, SAMPLED_COLUMNS, replace=False).tolist()) | {0, 1, 2})
-    prompts = []
-    if tok.chat_template:
-        for msgs in CHATS:
-            ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
-                                          enable_thinking=False)
-            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-                ids = ids["input_ids"]
-            prompts.append(dict(messages=msgs, ids=list(map(int, ids))))
-    for text in TEXTS:
-        ids = tok(text, add_special_tokens=True).input_ids
-        prompts.append(dict(text=text, ids=list(map(int, ids))))
+    rng = np.random.default_rng(11)
+    prompts = [dict(ids=[int(x) for x in rng.integers(0, vocab, n)]) for n in PROMPT_LENGTHS]
+    # And one real text through the small tokenizer (its ids as `tokenizers` gives them).
+    prompts.append(dict(text=TEXTS[0], ids=tok.encode(TEXTS[0]).ids))
+    cols = sorted(rng.choice(vocab, SAMPLED_COLUMNS, replace=False).tolist())
     for p in prompts:
         with torch.no_grad():
             f32 = ref(torch.tensor([p["ids"]])).logits[0].double()
             logits = exact(torch.tensor([p["ids"]])).logits[0]
         rounding = (logits - f32).abs().max().item()
         assert rounding < 5e-5, f"{name}: transformers' f32 logits are {rounding} from f64's"
-        p["transformers_f32_vs_f64"] = rounding
+        p["transformers_f32_vs_f64"] = float(f"{rounding:.3g}")
         p["columns"] = cols
-        p["logits"] = logits[:, cols].tolist()
-        p["logsumexp"] = torch.logsumexp(logits, -1).tolist()
+        p["logits"] = [[float(f"{x:.8g}") for x in row] for row in logits[:, cols].tolist()]
+        p["logsumexp"] = [float(f"{x:.8g}") for x in torch.logsumexp(logits, -1).tolist()]
     meta = dict(
         family=name, transformers=transformers.__version__, torch=torch.__version__,
         vocab=vocab, window=fam.get("window"), prompts=prompts,
     )
     (out / "expected.json").write_text(json.dumps(meta))
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    print(f"{name}: {size / 1e6:.1f} MB, {len(prompts)} prompts, "
+    print(f"{name}: {size / 1e6:.2f} MB, {len(prompts)} prompts, "
           f"lengths {[len(p['ids']) for p in prompts]}", file=sys.stderr)
+
+
+def build_templates():
+    """transformers' apply_chat_template ids for the chat templates and tokenizers the
+    project's GGUF files carry (Qwen2.5's in q05.gguf, SmolLM2's in smol.gguf), which
+    families.rs compares with decide's rendering of the same files (one copy of each
+    tokenizer: the GGUF files CI fetches, not a tokenizer.json per fixture)."""
+    out = {}
+    for key in ["q05", "smol"]:
+        tok = AutoTokenizer.from_pretrained(str(MODELS), gguf_file=f"{key}.gguf")
+        cases = []
+        for msgs in CHATS:
+            ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                          enable_thinking=False)
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            cases.append(dict(messages=msgs, ids=list(map(int, ids))))
+        out[key] = cases
+    (OUT / "templates.json").write_text(json.dumps(dict(transformers=transformers.__version__, models=out)))
 
 
 def build_g270():
@@ -427,5 +470,10 @@ def build_g270():
 
 
 if __name__ == "__main__":
-    for n in sys.argv[1:] or list(FAMILIES):
-        build_g270() if n == "g270" else build(n)
+    for n in sys.argv[1:] or list(FAMILIES) + ["templates"]:
+        if n == "g270":
+            build_g270()
+        elif n == "templates":
+            build_templates()
+        else:
+            build(n)

@@ -6,11 +6,17 @@
 //! transformers' within [`TOLERANCE`] at the recorded vocabulary columns, and so does each
 //! position's log-sum-exp over the whole vocabulary. transformers' values were computed in
 //! f64 (its own f32 logits are recorded as at most 5e-5 from those: a fixture whose f32
-//! rounding were larger could not test 1e-4); a chat prompt rendered by
-//! decide has exactly the ids transformers' `apply_chat_template` gave; a label read runs and
-//! agrees with the logits; and a prompt read as a cached prefix plus a suffix, or packed
-//! beside another, gives the logits of one pass (the cache and packing paths are where
-//! sliding windows and per-layer RoPE tables could go wrong).
+//! rounding were larger could not test 1e-4); the prompts are random ids plus one text through
+//! the fixtures' tokenizer (SmolLM2's byte-level BPE cut to 512 tokens, which keeps each
+//! fixture under 2 MB), whose ids must be `tokenizers`' own; a label read runs and agrees
+//! with the logits; and a prompt read as a cached prefix plus a suffix, or packed beside
+//! another, gives the logits of one pass (the cache and packing paths are where sliding
+//! windows and per-layer RoPE tables could go wrong).
+//!
+//! Chat templates: decide's rendering of the templates and tokenizers the project's GGUF files
+//! carry (`.models/q05.gguf`: Qwen2.5's; `.models/smol.gguf`: SmolLM2's) has exactly
+//! transformers' `apply_chat_template` ids (`fixtures/templates.json`); skipped when the files
+//! are absent.
 
 use std::path::PathBuf;
 
@@ -82,29 +88,28 @@ fn check(family: &str, format: Format) -> f32 {
     let mut worst = 0f32;
     for (k, p) in exp["prompts"].as_array().unwrap().iter().enumerate() {
         let ids = ids_of(&p["ids"]);
-        if let Some(msgs) = p.get("messages") {
-            let msgs: Vec<ChatMessage> = serde_json::from_value(msgs.clone()).unwrap();
-            let prompt = m.render(&msgs).unwrap();
+        if let Some(text) = p["text"].as_str() {
+            // The small vocabulary's tokenizer (tokenizer.json, or the GGUF metadata) gives
+            // the ids `tokenizers` gave.
             assert_eq!(
-                prompt.tokens, ids,
-                "{family} {format:?} prompt {k}: rendered ids differ from apply_chat_template's\n{}",
-                prompt.text
+                m.prompter().tokenize_plain(text).unwrap(),
+                ids,
+                "{family} {format:?}: tokenizer"
             );
-            // A label read at the answer slot, checked against the full logits.
-            let labels = vec!["A".to_string(), "B".to_string()];
-            let label_ids = m.label_ids(&prompt, &labels).unwrap();
-            let read = m.read(&prompt.tokens, &label_ids).unwrap();
-            let last = all_logits(&m, &ids).i(ids.len() - 1).unwrap();
-            let logsm = candle_nn::ops::log_softmax(&last, 0).unwrap();
-            for (lp, &id) in read.logprobs.iter().zip(&label_ids) {
-                let want = logsm.i(id as usize).unwrap().to_scalar::<f32>().unwrap();
-                assert!(
-                    (lp - want).abs() < 1e-5,
-                    "{family}: read {lp} vs logits {want}"
-                );
-            }
-            assert!(read.option_mass > 0.0 && read.option_mass <= 1.0 + 1e-6);
         }
+        // A label read at the last position, checked against the full logits.
+        let label_ids = [ids[0], (ids[0] + 1) % exp["vocab"].as_u64().unwrap() as u32];
+        let read = m.read(&ids, &label_ids).unwrap();
+        let last = all_logits(&m, &ids).i(ids.len() - 1).unwrap();
+        let logsm = candle_nn::ops::log_softmax(&last, 0).unwrap();
+        for (lp, &id) in read.logprobs.iter().zip(&label_ids) {
+            let want = logsm.i(id as usize).unwrap().to_scalar::<f32>().unwrap();
+            assert!(
+                (lp - want).abs() < 1e-5,
+                "{family}: read {lp} vs logits {want}"
+            );
+        }
+        assert!(read.option_mass > 0.0 && read.option_mass <= 1.0 + 1e-6);
         let ours = all_logits(&m, &ids);
         let cols: Vec<u32> = ids_of(&p["columns"]);
         let picked = ours
@@ -274,8 +279,8 @@ fn real_model(name: &str) -> Option<PathBuf> {
         Some(path)
     } else {
         eprintln!(
-            "skipping: {} not found; run scripts/fetch-model.sh g270 and \
-             scripts/make-tiny-models.py g270",
+            "skipping: {} not found; run scripts/fetch-model.sh (smol, q05, g270) and, for \
+             g270-hf, scripts/make-tiny-models.py g270",
             path.display()
         );
         None
@@ -374,3 +379,32 @@ fn gemma3_270m_real_weights_gguf() {
 /// The tiny fixtures' tolerance holds for the real 18 layers too (measured: 3.1e-5 at most,
 /// f32 on CPU, transformers 5.25 in f32).
 const REAL_TOLERANCE: f32 = TOLERANCE;
+
+/// decide renders each chat template the project's GGUF files carry to transformers'
+/// `apply_chat_template` ids, and labels read at its answer slot.
+#[test]
+fn chat_templates_match_transformers() {
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates.json"),
+    )
+    .unwrap();
+    let exp: Value = serde_json::from_str(&text).unwrap();
+    for (key, cases) in exp["models"].as_object().unwrap() {
+        let Some(path) = real_model(&format!("{key}.gguf")) else {
+            continue;
+        };
+        let p = Prompter::load(&path).unwrap();
+        for case in cases.as_array().unwrap() {
+            let msgs: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
+            let prompt = p.render(&msgs).unwrap();
+            assert_eq!(
+                prompt.tokens,
+                ids_of(&case["ids"]),
+                "{key}: rendered ids differ from apply_chat_template's\n{}",
+                prompt.text
+            );
+            let labels = vec!["A".to_string(), "B".to_string()];
+            assert_eq!(p.label_ids(&prompt, &labels).unwrap().len(), 2);
+        }
+    }
+}
