@@ -235,7 +235,8 @@ async fn health(State(state): State<SharedState>) -> Response {
             (
                 StatusCode::OK,
                 json!({
-                    "status": "ok", "model": served, "arch": info.arch, "device": state.config.device,
+                    "status": "ok", "model": served, "arch": info.arch, "forward": info.forward,
+                    "device": state.config.device,
                     "readouts": {"direct": sets.direct_capacity(), "wide-direct": sets.wide_capacity(),
                                  "numbers": sets.numbers.len(), "words": sets.yes_no},
                     "self_check": self_check,

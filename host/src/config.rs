@@ -232,7 +232,8 @@ pub struct CalibrateArgs {
 /// the flag that changes the limit.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
-    /// GGUF model file to serve (see scripts/fetch-model.sh).
+    /// Model to serve: a GGUF file (see scripts/fetch-model.sh) or a Hugging Face model
+    /// directory (config.json, safetensors, tokenizer.json).
     #[arg(long, env = "DECIDE_MODEL")]
     pub model: PathBuf,
 

@@ -15,10 +15,11 @@ pub enum ModelError {
         /// What went wrong.
         reason: String,
     },
-    /// The file is a valid GGUF but its architecture has no forward pass here.
+    /// The model's architecture (GGUF `general.architecture`, Hugging Face `model_type`) has
+    /// no forward pass here.
     #[error(
-        "unsupported model architecture `{arch}` (general.architecture); decide-models runs \
-         `llama` (e.g. SmolLM2) and `qwen2` (e.g. Qwen2.5) GGUF models"
+        "unsupported model architecture `{arch}`; supported: {}",
+        crate::arch::supported()
     )]
     UnsupportedArch {
         /// The `general.architecture` value found in the file.

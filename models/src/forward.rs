@@ -1,4 +1,7 @@
-//! Our own transformer forward pass over candle ops, for GGUF `llama` and `qwen2` models.
+//! Our own transformer forward pass over candle ops, one for every family: what differs
+//! between families (q/k norm, norm placement, activation, RoPE tables, sliding windows,
+//! embedding scale) is data in an [`Arch`](crate::arch::Arch) read by [`Transformer::block`],
+//! not a forward per family.
 //!
 //! Why our own and not candle-transformers' `quantized_llama` / `quantized_qwen2`: those keep
 //! the KV cache inside the model (`&mut self`, one conversation at a time) and always compute
@@ -14,10 +17,13 @@
 //! (a test checks it); the default [`Numerics::SplitInvariant`] changes only the rounding, so
 //! that cached and uncached reads agree exactly (see [`KV_PAD`]).
 //!
-//! RoPE layout: llama.cpp's converter permutes the q/k weights of `llama` models so that
-//! rotary pairs are adjacent ("interleaved", `rope_i`), while `qwen2` keeps the Hugging Face
-//! half-split layout (NEOX style, `rope`). This is the same choice as llama.cpp's
-//! `llama_model_rope_type` and candle-transformers.
+//! RoPE layout: llama.cpp's converter permutes the q/k weights of GGUF `llama` models so that
+//! rotary pairs are adjacent ("interleaved", `rope_i`), while the other families and every
+//! Hugging Face checkpoint keep the half-split layout (NEOX style, `rope`). This is the same
+//! choice as llama.cpp's `llama_model_rope_type` and candle-transformers.
+//!
+//! Sliding-window layers keep every position in the cache and mask the keys outside their
+//! window, so one [`KvCache`] layout serves every family.
 //!
 //! Everything runs on the `Device` the tensors were loaded on; there is no CPU-only path.
 
@@ -26,8 +32,9 @@ use std::sync::Arc;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
+use crate::arch::{Activation, Arch, Rope};
 use crate::error::{ModelError, Result};
-use crate::gguf::Gguf;
+use crate::weights::WeightSource;
 
 #[cfg(feature = "cuda")]
 mod fused;
@@ -174,6 +181,17 @@ impl Linear {
         Ok(Linear::Dense(w.t()?.to_dtype(dtype)?.contiguous()?))
     }
 
+    /// A dense weight `(out, in)` held as `format` asks (f32 for `Quantized`: there is no
+    /// quantized form to keep).
+    fn from_dense(w: &Tensor, format: WeightFormat) -> candle_core::Result<Self> {
+        let dtype = match format {
+            WeightFormat::Quantized | WeightFormat::F32 => DType::F32,
+            WeightFormat::F16 => DType::F16,
+            WeightFormat::BF16 => DType::BF16,
+        };
+        Ok(Linear::Dense(w.t()?.to_dtype(dtype)?.contiguous()?))
+    }
+
     /// `x @ W^T` for `x` of shape `(..., in)`, f32 in and out.
     fn forward(&self, x: &Tensor, split_invariant: bool) -> candle_core::Result<Tensor> {
         match self {
@@ -260,6 +278,17 @@ struct Layer {
     gate: Linear,
     up: Linear,
     down: Linear,
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3).
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    /// Norms of the attention and MLP outputs before the residual add (Gemma 3).
+    post_attn_norm: Option<Tensor>,
+    post_ffn_norm: Option<Tensor>,
+    activation: Activation,
+    /// Index of this block's RoPE table in [`Transformer::ropes`](Transformer).
+    rope: usize,
+    /// Sliding attention window (see [`crate::arch::LayerShape::window`]).
+    window: Option<usize>,
 }
 
 impl Layer {
@@ -273,15 +302,22 @@ impl Layer {
         {
             if gate.dtype() != DType::F32 {
                 let h = h.to_dtype(gate.dtype())?;
-                let a = (candle_nn::ops::silu(&h.broadcast_matmul(gate)?)?
-                    * h.broadcast_matmul(up)?)?;
+                let a = (self.act(&h.broadcast_matmul(gate)?)? * h.broadcast_matmul(up)?)?;
                 return a.broadcast_matmul(down)?.to_dtype(DType::F32);
             }
         }
         self.down.forward(
-            &(candle_nn::ops::silu(&self.gate.forward(h, pad)?)? * self.up.forward(h, pad)?)?,
+            &(self.act(&self.gate.forward(h, pad)?)? * self.up.forward(h, pad)?)?,
             pad,
         )
+    }
+
+    /// The MLP's gate activation.
+    fn act(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self.activation {
+            Activation::Silu => candle_nn::ops::silu(x),
+            Activation::GeluTanh => x.gelu(),
+        }
     }
 }
 
@@ -515,75 +551,91 @@ pub struct Transformer {
     matmuls: Option<matmuls::TunedMatmuls>,
     out_norm: Tensor,
     head: Linear,
+    /// RoPE table 0 (the only one of the families the fused path runs).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     cos: Tensor,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     sin: Tensor,
+    /// Every RoPE table (cos, sin) of [`Arch::ropes`]; a layer picks one.
+    ropes: Vec<(Tensor, Tensor)>,
     rope: RopeStyle,
+    /// Leading dims of a head that rotate.
+    rotary_dim: usize,
+    /// Embeddings are multiplied by this (Gemma).
+    embed_scale: Option<f32>,
+    /// Attention scores are divided by this.
+    score_div: f64,
     eps: f32,
     dims: Dims,
     device: Device,
 }
 
 impl Transformer {
-    /// Loads the weights of a `llama` or `qwen2` GGUF onto `device`.
+    /// Loads the weights of a model of architecture `arch` from `g` (a GGUF file or a
+    /// Hugging Face directory's safetensors) onto `device`.
     pub(crate) fn load(
-        g: &mut Gguf,
-        arch: &str,
+        g: &mut dyn WeightSource,
+        arch: &Arch,
         device: &Device,
         format: WeightFormat,
         kernels: Kernels,
         matmul_choice: Matmuls,
     ) -> Result<Self> {
-        let rope = match arch {
-            "llama" => RopeStyle::Interleaved,
-            "qwen2" => RopeStyle::Half,
-            other => {
-                return Err(ModelError::UnsupportedArch {
-                    arch: other.to_string(),
-                })
-            }
-        };
-        let key = |k: &str| format!("{arch}.{k}");
-        let n_head = g.usize(&key("attention.head_count"))?;
-        let n_kv_head = g
-            .usize_opt(&key("attention.head_count_kv"))
-            .unwrap_or(n_head);
-        let n_layers = g.usize(&key("block_count"))?;
-        let hidden = g.usize(&key("embedding_length"))?;
-        let context_length = g.usize(&key("context_length"))?;
-        let eps = g.f64(&key("attention.layer_norm_rms_epsilon"))? as f32;
-        let freq_base = g.f64_opt(&key("rope.freq_base")).unwrap_or(10_000.0) as f32;
-        if n_head == 0 || n_kv_head == 0 || hidden % n_head != 0 || n_head % n_kv_head != 0 {
-            return Err(g.err(format!(
-                "inconsistent attention shape: {hidden} wide, {n_head} heads, {n_kv_head} kv heads"
-            )));
-        }
-        let head_dim = hidden / n_head;
-        let rope_dim = g
-            .usize_opt(&key("rope.dimension_count"))
-            .unwrap_or(head_dim);
-        if rope_dim != head_dim {
-            return Err(g.err(format!(
-                "partial rotary embeddings ({rope_dim} of {head_dim} dims) are not supported"
-            )));
-        }
-        if let Some(scaling) = g.str_opt(&key("rope.scaling.type")) {
-            if scaling != "none" {
-                return Err(g.err(format!("RoPE scaling `{scaling}` is not supported")));
-            }
-        }
-
-        let dense = |g: &mut Gguf, name: &str| -> Result<Tensor> {
+        let Arch {
+            n_layers,
+            hidden,
+            n_head,
+            n_kv_head,
+            head_dim,
+            context_length,
+            eps,
+            ..
+        } = *arch;
+        let shift = arch.norm_shift;
+        let dense = |g: &mut dyn WeightSource, name: &str| -> Result<Tensor> {
             let q = g.tensor(name, device)?;
             q.dequantize(device)
                 .map_err(|e| g.err(format!("cannot dequantize `{name}`: {e}")))
         };
-        let qmm = |g: &mut Gguf, name: &str| -> Result<Linear> {
+        // RMSNorm weights, with Gemma's `1 + w` folded in where the checkpoint stores `w`.
+        let norm = |g: &mut dyn WeightSource, name: &str| -> Result<Tensor> {
+            let w = dense(g, name)?;
+            Ok(if shift != 0.0 { (w + shift as f64)? } else { w })
+        };
+        let norm_opt = |g: &mut dyn WeightSource, name: &str, on: bool| -> Result<Option<Tensor>> {
+            if on {
+                norm(g, name).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let qmm = |g: &mut dyn WeightSource, name: &str| -> Result<Linear> {
             let q = g.tensor(name, device)?;
             Linear::new(q, format, device)
                 .map_err(|e| g.err(format!("cannot prepare `{name}`: {e}")))
         };
-        let bias = |g: &mut Gguf, name: &str| -> Result<Option<Tensor>> {
-            if g.has_tensor(name) {
+        // A fused matrix's row blocks as separate matrices (dense: a quantized matrix is
+        // dequantized to be cut; `WeightFormat::Quantized` keeps them in f32).
+        let split_rows =
+            |g: &mut dyn WeightSource, name: &str, rows: &[usize]| -> Result<Vec<Linear>> {
+                let w = dense(g, name)?;
+                let total = w.dims2()?.0;
+                if rows.iter().sum::<usize>() != total || rows.contains(&0) {
+                    return Err(g.err(format!(
+                        "`{name}` has {total} rows, expected parts {rows:?}"
+                    )));
+                }
+                let mut at = 0;
+                rows.iter()
+                    .map(|&r| {
+                        let part = w.narrow(0, at, r)?;
+                        at += r;
+                        Ok(Linear::from_dense(&part, format)?)
+                    })
+                    .collect()
+            };
+        let bias = |g: &mut dyn WeightSource, name: &str| -> Result<Option<Tensor>> {
+            if g.has(name) {
                 dense(g, name).map(Some)
             } else {
                 Ok(None)
@@ -604,6 +656,7 @@ impl Transformer {
         #[cfg(feature = "cuda")]
         let use_fused = kernels == Kernels::Auto
             && device.is_cuda()
+            && arch.fused_blocker().is_none()
             && format == WeightFormat::BF16
             && crate::kernels::attention_supports(head_dim);
         #[cfg(not(feature = "cuda"))]
@@ -620,7 +673,7 @@ impl Transformer {
             other => other,
         };
         // Tied embeddings (SmolLM2): the output head is the embedding matrix.
-        let head = if g.has_tensor("output.weight") {
+        let head = if g.has("output.weight") {
             let out = g.tensor("output.weight", device)?;
             let rows = out.shape().dims2().map_err(|e| g.err(e.to_string()))?.0;
             if rows != vocab_size {
@@ -633,25 +686,54 @@ impl Transformer {
             Linear::from_arc(embed.clone(), head_format, device)
         }
         .map_err(|e| g.err(format!("cannot prepare the output head: {e}")))?;
-        let out_norm = dense(g, "output_norm.weight")?;
+        let out_norm = norm(g, "output_norm.weight")?;
 
         #[cfg(feature = "cuda")]
         let mut fused_layers = Vec::new();
         let mut layers = Vec::with_capacity(n_layers);
         for i in 0..n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
+            let shape = arch.layers[i];
+            // Phi-3 stores q/k/v in one matrix and gate/up in another: split by rows.
+            let (wq, wk, wv) = if g.has(&n("attn_qkv.weight")) {
+                let (q, kv) = (n_head * head_dim, n_kv_head * head_dim);
+                let mut parts = split_rows(g, &n("attn_qkv.weight"), &[q, kv, kv])?.into_iter();
+                let mut next = || parts.next().expect("three parts");
+                (next(), next(), next())
+            } else {
+                (
+                    qmm(g, &n("attn_q.weight"))?,
+                    qmm(g, &n("attn_k.weight"))?,
+                    qmm(g, &n("attn_v.weight"))?,
+                )
+            };
+            let (gate, up) = if g.has(&n("ffn_gate.weight")) {
+                (qmm(g, &n("ffn_gate.weight"))?, qmm(g, &n("ffn_up.weight"))?)
+            } else {
+                let rows = g.tensor(&n("ffn_up.weight"), device)?.shape().dims2()?.0;
+                let mut parts = split_rows(g, &n("ffn_up.weight"), &[rows / 2, rows / 2])?;
+                let up = parts.pop().expect("two parts");
+                (parts.pop().expect("two parts"), up)
+            };
             let layer = Layer {
-                attn_norm: dense(g, &n("attn_norm.weight"))?,
-                wq: qmm(g, &n("attn_q.weight"))?,
-                wk: qmm(g, &n("attn_k.weight"))?,
-                wv: qmm(g, &n("attn_v.weight"))?,
+                attn_norm: norm(g, &n("attn_norm.weight"))?,
+                wq,
+                wk,
+                wv,
                 bq: bias(g, &n("attn_q.bias"))?,
                 bk: bias(g, &n("attn_k.bias"))?,
                 bv: bias(g, &n("attn_v.bias"))?,
                 wo: qmm(g, &n("attn_output.weight"))?,
-                ffn_norm: dense(g, &n("ffn_norm.weight"))?,
-                gate: qmm(g, &n("ffn_gate.weight"))?,
-                up: qmm(g, &n("ffn_up.weight"))?,
+                ffn_norm: norm(g, &n("ffn_norm.weight"))?,
+                q_norm: norm_opt(g, &n("attn_q_norm.weight"), arch.qk_norm)?,
+                k_norm: norm_opt(g, &n("attn_k_norm.weight"), arch.qk_norm)?,
+                post_attn_norm: norm_opt(g, &n("post_attention_norm.weight"), arch.sandwich_norms)?,
+                post_ffn_norm: norm_opt(g, &n("post_ffw_norm.weight"), arch.sandwich_norms)?,
+                activation: arch.activation,
+                rope: shape.rope,
+                window: shape.window,
+                gate,
+                up,
                 down: qmm(g, &n("ffn_down.weight"))?,
             };
             #[cfg(feature = "cuda")]
@@ -688,8 +770,13 @@ impl Transformer {
             ),
             _ => None,
         };
-        let (cos, sin) = rope_tables(head_dim, freq_base, context_length, device)
+        let ropes = arch
+            .ropes
+            .iter()
+            .map(|r| rope_tables(arch.rotary_dim, r, context_length, device))
+            .collect::<candle_core::Result<Vec<_>>>()
             .map_err(|e| g.err(format!("cannot build RoPE tables: {e}")))?;
+        let (cos, sin) = ropes[0].clone();
         Ok(Self {
             embed,
             layers,
@@ -703,7 +790,11 @@ impl Transformer {
             head,
             cos,
             sin,
-            rope,
+            ropes,
+            rope: arch.rope_style,
+            rotary_dim: arch.rotary_dim,
+            embed_scale: arch.embed_scale,
+            score_div: arch.score_div,
             eps,
             dims: Dims {
                 n_layers,
@@ -794,38 +885,37 @@ impl Transformer {
         }
 
         let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embed.embedding(&ids)?.unsqueeze(0)?; // (1, n, hidden), f32
+        let mut x = self.embed_rows(&ids)?.unsqueeze(0)?; // (1, n, hidden), f32
         let kv_len = if pad {
             total.next_multiple_of(KV_PAD)
         } else {
             total
         };
-        let mask = if n > 1 || kv_len > total {
-            Some(self.per_head(causal_mask(n, start_pos, kv_len, &self.device)?)?)
-        } else {
-            None
-        };
-        let cos = self.cos.narrow(0, start_pos, n)?;
-        let sin = self.sin.narrow(0, start_pos, n)?;
+        // One mask per attention window in use (global layers: `None`).
+        let masks = self.windows().map(|window| {
+            let needed = n > 1 || kv_len > total || window.is_some_and(|w| total > w);
+            let mask = if needed {
+                Some(self.per_head(causal_mask(n, start_pos, kv_len, window, &self.device)?)?)
+            } else {
+                None
+            };
+            Ok((window, mask))
+        });
+        let masks = masks.collect::<candle_core::Result<Vec<_>>>()?;
+        let ropes = self
+            .ropes
+            .iter()
+            .map(|(cos, sin)| Ok((cos.narrow(0, start_pos, n)?, sin.narrow(0, start_pos, n)?)))
+            .collect::<candle_core::Result<Vec<_>>>()?;
 
         let past_layers = cache.map(KvCache::whole).transpose()?;
         let mut new_cache = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
             let past = past_layers.as_ref().map(|l| &l[i]);
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
-            let (attn, kv) = self.attention(
-                layer,
-                &h,
-                (&cos, &sin),
-                Keys::Sequential { past },
-                mask.as_ref(),
-                pad,
-            )?;
+            let mask = pick(&masks, layer.window);
+            let (next, kv) = self.block(layer, &x, &ropes, Keys::Sequential { past }, mask, pad)?;
             new_cache.push(kv);
-            x = (attn + &x)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
-            let mlp = layer.mlp(&h, pad)?;
-            x = (mlp + &x)?;
+            x = next;
         }
 
         let x = x.squeeze(0)?; // (n, hidden)
@@ -956,26 +1046,39 @@ impl Transformer {
         // On the CPU each segment attends on its own, as in its lone pass (`Keys::Segments`);
         // elsewhere all rows at once over the packed layout, under a band mask.
         let per_segment = self.device.is_cpu();
-        let (mask, segment_masks) = if per_segment {
-            let masks = shape
-                .iter()
-                .map(|&(prefix, len)| {
-                    let held = prefix.map_or(0, |i| prefix_lens[i]);
-                    let keys = (held + len).next_multiple_of(KV_PAD);
-                    causal_mask(len, held, keys, &self.device)
-                })
-                .collect::<candle_core::Result<Vec<_>>>()?;
-            (None, masks)
-        } else {
-            let band = band_mask(&bounds, layout.kv, &self.device)?;
-            (Some(self.per_head(band)?), Vec::new())
-        };
+        // Per attention window in use: the band mask (GPU), or each segment's mask (CPU).
+        let masks = self
+            .windows()
+            .map(|window| {
+                if per_segment {
+                    let masks = shape
+                        .iter()
+                        .map(|&(prefix, len)| {
+                            let held = prefix.map_or(0, |i| prefix_lens[i]);
+                            let keys = (held + len).next_multiple_of(KV_PAD);
+                            causal_mask(len, held, keys, window, &self.device)
+                        })
+                        .collect::<candle_core::Result<Vec<_>>>()?;
+                    Ok((window, (None, masks)))
+                } else {
+                    let bounds = match window {
+                        Some(w) => windowed(&bounds, &positions, w),
+                        None => bounds.clone(),
+                    };
+                    let band = band_mask(&bounds, layout.kv, &self.device)?;
+                    Ok((window, (Some(self.per_head(band)?), Vec::new())))
+                }
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
         let pos = Tensor::new(positions.as_slice(), &self.device)?;
-        let cos = self.cos.index_select(&pos, 0)?;
-        let sin = self.sin.index_select(&pos, 0)?;
+        let ropes = self
+            .ropes
+            .iter()
+            .map(|(cos, sin)| Ok((cos.index_select(&pos, 0)?, sin.index_select(&pos, 0)?)))
+            .collect::<candle_core::Result<Vec<_>>>()?;
 
         let ids = Tensor::new(tokens.as_slice(), &self.device)?;
-        let mut x = self.embed.embedding(&ids)?.unsqueeze(0)?;
+        let mut x = self.embed_rows(&ids)?.unsqueeze(0)?;
         let prefix_layers = prefixes
             .iter()
             .map(|c| c.whole())
@@ -983,26 +1086,74 @@ impl Transformer {
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_prefixes: Vec<&(Tensor, Tensor)> =
                 prefix_layers.iter().map(|l| &l[i]).collect();
+            let (mask, segment_masks) = masks
+                .iter()
+                .find(|(w, _)| *w == layer.window)
+                .map(|(_, m)| m)
+                .expect("a mask per window in use");
             let keys = if per_segment {
                 Keys::Segments {
                     prefixes: &layer_prefixes,
                     shape: &shape,
-                    masks: &segment_masks,
+                    masks: segment_masks,
                 }
             } else {
                 Keys::Packed {
                     prefixes: &layer_prefixes,
                 }
             };
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.eps)?;
-            let (attn, _) = self.attention(layer, &h, (&cos, &sin), keys, mask.as_ref(), true)?;
-            x = (attn + &x)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.eps)?;
-            let mlp = layer.mlp(&h, true)?;
-            x = (mlp + &x)?;
+            x = self.block(layer, &x, &ropes, keys, mask.as_ref(), true)?.0;
         }
         let idx = Tensor::new(last_rows.as_slice(), &self.device)?;
         Ok(x.squeeze(0)?.index_select(&idx, 0)?)
+    }
+
+    /// One decoder block over the residual stream `x` `(1, n, hidden)`: the family's norms,
+    /// attention (with this block's RoPE table and window) and MLP, each added to the stream.
+    /// Returns the stream after the block and this pass's keys and values.
+    fn block(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        ropes: &[(Tensor, Tensor)],
+        keys: Keys<'_>,
+        mask: Option<&Tensor>,
+        pad: bool,
+    ) -> Result<(Tensor, (Tensor, Tensor))> {
+        let norm = |x: &Tensor, w: &Tensor| candle_nn::ops::rms_norm(x, w, self.eps);
+        let h = norm(x, &layer.attn_norm)?;
+        let (cos, sin) = &ropes[layer.rope];
+        let (mut attn, kv) = self.attention(layer, &h, (cos, sin), keys, mask, pad)?;
+        if let Some(w) = &layer.post_attn_norm {
+            attn = norm(&attn, w)?;
+        }
+        let x = (attn + x)?;
+        let h = norm(&x, &layer.ffn_norm)?;
+        let mut mlp = layer.mlp(&h, pad)?;
+        if let Some(w) = &layer.post_ffn_norm {
+            mlp = norm(&mlp, w)?;
+        }
+        Ok(((mlp + &x)?, kv))
+    }
+
+    /// The embedding rows of `ids`, scaled where the family scales them.
+    fn embed_rows(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        let x = self.embed.embedding(ids)?;
+        match self.embed_scale {
+            Some(s) => x * s as f64,
+            None => Ok(x),
+        }
+    }
+
+    /// The distinct attention windows of the layers (`None`: global), in first-use order.
+    fn windows(&self) -> impl Iterator<Item = Option<usize>> {
+        let mut seen: Vec<Option<usize>> = Vec::new();
+        for l in &self.layers {
+            if !seen.contains(&l.window) {
+                seen.push(l.window);
+            }
+        }
+        seen.into_iter()
     }
 
     /// A cache made by this model.
@@ -1080,22 +1231,35 @@ impl Transformer {
             n_head,
             n_kv_head,
             head_dim,
-            hidden,
             ..
         } = self.dims;
         let (b, n, _) = h.dims3()?;
-        let proj = |w: &Linear, bias: &Option<Tensor>, heads: usize| -> Result<Tensor> {
+        let proj = |w: &Linear,
+                    bias: &Option<Tensor>,
+                    norm: &Option<Tensor>,
+                    heads: usize|
+         -> Result<Tensor> {
             let mut y = w.forward(h, pad)?;
             if let Some(bias) = bias {
                 y = y.broadcast_add(bias)?;
             }
-            Ok(y.reshape((b, n, heads, head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?)
+            let mut y = y.reshape((b, n, heads, head_dim))?;
+            if let Some(norm) = norm {
+                y = candle_nn::ops::rms_norm(&y, norm, self.eps)?;
+            }
+            Ok(y.transpose(1, 2)?.contiguous()?)
         };
-        let q = self.apply_rope(&proj(&layer.wq, &layer.bq, n_head)?, cos, sin)?;
-        let k = self.apply_rope(&proj(&layer.wk, &layer.bk, n_kv_head)?, cos, sin)?;
-        let v = proj(&layer.wv, &layer.bv, n_kv_head)?;
+        let q = self.apply_rope(
+            &proj(&layer.wq, &layer.bq, &layer.q_norm, n_head)?,
+            cos,
+            sin,
+        )?;
+        let k = self.apply_rope(
+            &proj(&layer.wk, &layer.bk, &layer.k_norm, n_kv_head)?,
+            cos,
+            sin,
+        )?;
+        let v = proj(&layer.wv, &layer.bv, &None, n_kv_head)?;
         let (kdt, dev) = (k.dtype(), k.device().clone());
         let zeros = |len: usize| Tensor::zeros((b, n_kv_head, len, head_dim), kdt, &dev);
 
@@ -1136,12 +1300,12 @@ impl Transformer {
                 masks,
             } => {
                 let y = self.attend_segments(&q, (&k, &v), prefixes, shape, masks)?;
-                let y = y.transpose(1, 2)?.reshape((b, n, hidden))?;
+                let y = y.transpose(1, 2)?.reshape((b, n, n_head * head_dim))?;
                 return Ok((layer.wo.forward(&y, pad)?, (k, v)));
             }
         };
         let y = self.attend(&q, &kp, &vp, mask, pad)?;
-        let y = y.transpose(1, 2)?.reshape((b, n, hidden))?;
+        let y = y.transpose(1, 2)?.reshape((b, n, n_head * head_dim))?;
         Ok((layer.wo.forward(&y, pad)?, (k, v)))
     }
 
@@ -1166,7 +1330,7 @@ impl Transformer {
         } else {
             kr.t()?
         };
-        let scale = (self.dims.head_dim as f64).sqrt();
+        let scale = self.score_div;
         let att = if self.device.is_cpu() {
             // The order of candle-transformers (scores, then scale), which the CPU tests
             // compare against bit for bit.
@@ -1207,7 +1371,7 @@ impl Transformer {
             prefix_kt.push(repeat_kv(pk, rep)?.t()?.contiguous()?);
             prefix_v.push(repeat_kv(pv, rep)?);
         }
-        let scale = (self.dims.head_dim as f64).sqrt();
+        let scale = self.score_div;
         let mut ys = Vec::with_capacity(shape.len());
         let mut row = 0;
         for (&(prefix, len), mask) in shape.iter().zip(masks) {
@@ -1259,21 +1423,65 @@ impl Transformer {
         Tensor::cat(&ys, 2)
     }
 
+    /// RoPE over the first `rotary_dim` dims of each head (all of them but for partial
+    /// rotary); the rest pass through.
     fn apply_rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        Ok(match self.rope {
-            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(x, cos, sin)?,
-            RopeStyle::Half => candle_nn::rotary_emb::rope(x, cos, sin)?,
-        })
+        let d = self.dims.head_dim;
+        let rot = |x: &Tensor| -> candle_core::Result<Tensor> {
+            match self.rope {
+                RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(x, cos, sin),
+                RopeStyle::Half => candle_nn::rotary_emb::rope(x, cos, sin),
+            }
+        };
+        if self.rotary_dim == d {
+            return Ok(rot(x)?);
+        }
+        let r = self.rotary_dim;
+        let rotated = rot(&x.narrow(3, 0, r)?.contiguous()?)?;
+        Ok(Tensor::cat(&[&rotated, &x.narrow(3, r, d - r)?], 3)?.contiguous()?)
     }
 }
 
 /// Additive causal mask `(n, kv)`, `kv >= start + n`: query i (at position start + i) sees
-/// keys 0..=start+i; later and padding positions get -inf. Built on the device: for a long
-/// cached prefix the mask is large, and building it on the host would cost a copy per pass.
-fn causal_mask(n: usize, start: usize, kv: usize, device: &Device) -> candle_core::Result<Tensor> {
+/// keys 0..=start+i, and with a sliding `window` only those after start+i-window; other and
+/// padding positions get -inf. Built on the device: for a long cached prefix the mask is
+/// large, and building it on the host would cost a copy per pass.
+fn causal_mask(
+    n: usize,
+    start: usize,
+    kv: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
     let rows = Tensor::arange(start as u32 + 1, (start + n) as u32 + 1, device)?.reshape((n, 1))?;
     let cols = Tensor::arange(0u32, kv as u32, device)?.reshape((1, kv))?;
-    additive(&cols.broadcast_lt(&rows)?)
+    let seen = cols.broadcast_lt(&rows)?;
+    let seen = match window {
+        Some(w) => {
+            // Query at position p sees keys at positions >= p + 1 - w.
+            let lo: Vec<u32> = (start..start + n)
+                .map(|p| (p + 1).saturating_sub(w) as u32)
+                .collect();
+            let lo = Tensor::new(lo.as_slice(), device)?.reshape((n, 1))?;
+            seen.mul(&cols.broadcast_ge(&lo)?)?
+        }
+        None => seen,
+    };
+    additive(&seen)
+}
+
+/// [`band_mask`] bounds narrowed to a sliding `window`: row r, at position `positions[r]`,
+/// keeps the keys at positions >= positions[r] + 1 - window. Its prefix's columns
+/// `[b0, b1)` hold positions 0.., its own `[b2, b3)` positions from the prefix's length on.
+fn windowed(bounds: &[Vec<u32>; 4], positions: &[u32], window: usize) -> [Vec<u32>; 4] {
+    let mut out = bounds.clone();
+    for (r, &pos) in positions.iter().enumerate() {
+        let lo = (pos as usize + 1).saturating_sub(window) as u32;
+        let prefix_len = bounds[1][r] - bounds[0][r];
+        out[0][r] = (bounds[0][r] + lo).min(bounds[1][r]);
+        out[2][r] = (bounds[2][r] + lo.saturating_sub(prefix_len)).min(bounds[3][r]);
+    }
+    out
 }
 
 /// Additive mask `(rows, kv)` from per-row key-column bands: row r sees the columns in
@@ -1290,6 +1498,14 @@ fn band_mask(bounds: &[Vec<u32>; 4], kv: usize, device: &Device) -> candle_core:
     };
     let seen = inside(&b[0], &b[1])?.maximum(&inside(&b[2], &b[3])?)?;
     additive(&seen)
+}
+
+/// The mask of the layers with attention `window` among `(window, mask)` pairs.
+fn pick(masks: &[(Option<usize>, Option<Tensor>)], window: Option<usize>) -> Option<&Tensor> {
+    masks
+        .iter()
+        .find(|(w, _)| *w == window)
+        .and_then(|(_, m)| m.as_ref())
 }
 
 /// 0 where `seen` (u8) is 1, -inf elsewhere.
@@ -1331,22 +1547,28 @@ fn repeat_kv(x: &Tensor, rep: usize) -> candle_core::Result<Tensor> {
     Tensor::cat(&vec![x; rep], 2)?.reshape((b, h * rep, t, d))
 }
 
-/// cos/sin tables `(context_length, head_dim / 2)`, computed as candle-transformers does.
+/// cos/sin tables `(context_length, rotary_dim / 2)`, computed as candle-transformers does
+/// (and transformers: f32 inverse frequencies times f32 positions), from the scaled inverse
+/// frequencies where the family rescales them.
 fn rope_tables(
-    head_dim: usize,
-    freq_base: f32,
+    rotary_dim: usize,
+    rope: &Rope,
     context_length: usize,
     device: &Device,
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    let theta: Vec<f32> = (0..head_dim)
-        .step_by(2)
-        .map(|i| 1f32 / freq_base.powf(i as f32 / head_dim as f32))
-        .collect();
+    let theta: Vec<f32> = match &rope.inv_freq {
+        Some(inv) => inv.clone(),
+        None => crate::arch::inv_freq(rope.base, rotary_dim),
+    };
     let theta = Tensor::new(theta.as_slice(), device)?;
     let idx_theta = Tensor::arange(0, context_length as u32, device)?
         .to_dtype(DType::F32)?
         .reshape((context_length, 1))?
         .matmul(&theta.reshape((1, theta.elem_count()))?)?;
+    if rope.mscale != 1.0 {
+        let m = rope.mscale as f64;
+        return Ok(((idx_theta.cos()? * m)?, (idx_theta.sin()? * m)?));
+    }
     Ok((idx_theta.cos()?, idx_theta.sin()?))
 }
 
@@ -1450,6 +1672,35 @@ mod tests {
         assert_eq!(cut.size_bytes(), first.size_bytes() * 6 / 5);
         assert!(c.prefix(9).is_err());
         assert!(c.prefix(0).is_err());
+    }
+
+    /// The GPU's band mask narrowed to a window equals the sequential path's windowed causal
+    /// mask for a segment over a prefix (the CPU tests reach only the per-segment masks).
+    #[test]
+    fn windowed_band_mask_is_the_windowed_causal_mask() {
+        let dev = Device::Cpu;
+        for (p, n, w) in [(0, 9, 4), (5, 7, 3), (12, 4, 8), (3, 5, 100), (20, 1, 6)] {
+            // One segment: its prefix at columns 0..p, its rows at p..p+n.
+            let positions: Vec<u32> = (p..p + n).map(|x| x as u32).collect();
+            let bounds = [
+                vec![0u32; n],
+                vec![p as u32; n],
+                vec![p as u32; n],
+                (0..n).map(|j| (p + j + 1) as u32).collect(),
+            ];
+            let band = band_mask(&windowed(&bounds, &positions, w), p + n, &dev).unwrap();
+            let causal = causal_mask(n, p, p + n, Some(w), &dev).unwrap();
+            assert_eq!(
+                band.to_vec2::<f32>().unwrap(),
+                causal.to_vec2::<f32>().unwrap(),
+                "prefix {p}, rows {n}, window {w}"
+            );
+            // And the window holds: row j sees exactly min(w, p + j + 1) keys.
+            for (j, row) in causal.to_vec2::<f32>().unwrap().iter().enumerate() {
+                let seen = row.iter().filter(|x| x.is_finite()).count();
+                assert_eq!(seen, w.min(p + j + 1), "prefix {p}, row {j}, window {w}");
+            }
+        }
     }
 
     #[test]

@@ -24,9 +24,9 @@
 //!
 //! # Design choices
 //!
-//! - **Everything from the GGUF file.** Weights, tokenizer (`tokenizer.ggml.*`) and chat
-//!   template (`tokenizer.chat_template`) come from the one file, so a model is one artifact
-//!   and cannot be paired with the wrong tokenizer.
+//! - **Everything from the model's own files.** Weights, tokenizer (`tokenizer.ggml.*`) and
+//!   chat template (`tokenizer.chat_template`) come from the one GGUF file, or from one
+//!   Hugging Face directory, so a model cannot be paired with the wrong tokenizer.
 //! - **Our own tokenizer construction** ([`tokenizer`] module): candle's GGUF conversion
 //!   mis-tokenizes SmolLM2 (digits, leading space). Unknown pre-tokenizers are refused by name
 //!   instead of approximated, because a wrong tokenizer silently skews every probability.
@@ -54,8 +54,13 @@
 //! - **Device-generic**: the same code runs on CPU and CUDA (`--features cuda`); the
 //!   [`Device`] is a runtime choice passed to [`Model::load`].
 //!
-//! Supported architectures: GGUF `llama` (SmolLM2) and `qwen2` (Qwen2.5). Others (e.g.
-//! `gemma3`) are refused at load with [`ModelError::UnsupportedArch`].
+//! Supported architectures (one file each in [`arch`], one forward for all): `llama` (with
+//! Llama 3.1 RoPE scaling, tied or untied embeddings), `qwen2`, `qwen3`, `mistral` (sliding
+//! window; GGUF as `llama`), `phi3` (fused projections, partial rotary, LongRoPE) and
+//! `gemma3` (its GGUF SentencePiece vocabulary built as transformers builds it). Formats: a
+//! GGUF file, or a Hugging Face directory (`config.json`, safetensors in f32/f16/bf16,
+//! `tokenizer.json`, the chat template). Others are refused at load with
+//! [`ModelError::UnsupportedArch`], which lists what is supported.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -63,12 +68,14 @@ use std::time::Instant;
 pub use candle_core::Device;
 pub use candle_core::Tensor;
 
+pub mod arch;
 pub mod attention_plan;
 mod byte_level;
 mod chunking;
 mod error;
 pub mod forward;
 mod gguf;
+mod hf;
 /// The fused CUDA kernels' launchers; public only for `examples/kernel_check.rs`.
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
@@ -83,12 +90,14 @@ pub mod prompter;
 mod readout;
 // Mostly the CUDA launchers' (`chunking` and the tokenizer read some everywhere); `set`
 // is theirs alone.
+mod spm;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod switch;
 pub mod template;
 mod token_cache;
 mod tokenize_threads;
 pub mod tokenizer;
+mod weights;
 
 pub use chunking::{
     chunk_lengths, last_chunk_start, prefill_aligned, prefill_remainder_first, PREFILL_ALIGN,
@@ -137,11 +146,11 @@ pub struct Prompt {
 /// Facts about a loaded model, for logs, `/metrics` and the prompt-length checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelInfo {
-    /// `general.name` from the file, else the file stem.
+    /// `general.name` from the file (a directory's `_name_or_path`), else the file stem.
     pub name: String,
-    /// `general.architecture` (`llama`, `qwen2`).
+    /// The family (`llama`, `qwen2`, `qwen3`, `mistral`, `gemma3`; see [`arch`]).
     pub arch: String,
-    /// The GGUF file it was loaded from.
+    /// The GGUF file or Hugging Face directory it was loaded from.
     pub file: PathBuf,
     /// Decoder blocks.
     pub n_layers: usize,
@@ -184,13 +193,12 @@ const _: () = {
     assert_send_sync::<KvCache>();
 };
 
-/// Architectures with a forward pass in [`forward`].
-const SUPPORTED_ARCHS: &[&str] = &["llama", "qwen2"];
-
 impl Model {
-    /// Loads a GGUF model onto `device`: checks the architecture first (so unsupported files
-    /// fail fast with [`ModelError::UnsupportedArch`]), builds the tokenizer and compiles the
-    /// chat template from the metadata, then reads the weights.
+    /// Loads a model onto `device` from a GGUF file or a Hugging Face directory: checks the
+    /// architecture first (so unsupported models fail fast with
+    /// [`ModelError::UnsupportedArch`]), builds the tokenizer and compiles the chat template
+    /// (GGUF metadata; `tokenizer.json` and `chat_template.jinja`/`tokenizer_config.json`),
+    /// then reads the weights.
     pub fn load(path: &Path, device: &Device) -> Result<Model> {
         Self::load_with(path, device, &LoadOptions::default())
     }
@@ -209,16 +217,28 @@ impl Model {
         progress: Option<LoadProgress>,
     ) -> Result<Model> {
         let t0 = Instant::now();
-        let mut g = Gguf::open(path)?;
-        if let Some(progress) = progress {
-            g.report_to(progress);
-        }
-        let arch = g.str("general.architecture")?.to_string();
-        if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
-            return Err(ModelError::UnsupportedArch { arch });
-        }
-        let name = prompter::model_name(&g, path);
-        let prompter = Prompter::from_gguf(&g, name.clone())?;
+        // The architecture first, so an unsupported model fails before its tokenizer is
+        // built or a weight is read.
+        let (arch, name, prompter, mut source): (_, _, _, Box<dyn weights::WeightSource>) =
+            if path.is_dir() {
+                let dir = hf::HfDir::open(path)?;
+                let (arch, names) = arch::from_hf(&dir.config)?;
+                let prompter = Prompter::from_hf(&dir)?;
+                let st = weights::Safetensors::open(path, &dir.shards, names)?;
+                (arch, dir.name(), prompter, Box::new(st))
+            } else {
+                let mut g = Gguf::open(path)?;
+                if let Some(progress) = progress {
+                    g.report_to(progress);
+                }
+                // By name first, then the tokenizer, then the hyper-parameters: a file of an
+                // unknown family or tokenizer is refused for that, not for a missing key.
+                arch::check_gguf_arch(&g)?;
+                let name = prompter::model_name(&g, path);
+                let prompter = Prompter::from_gguf(&g, name.clone())?;
+                let arch = arch::from_gguf(&mut g)?;
+                (arch, name, prompter, Box::new(g))
+            };
         #[cfg(feature = "cuda")]
         if let Device::Cuda(cuda) = device {
             // cudarc records and waits on CUDA events around every use of every buffer, so
@@ -231,7 +251,7 @@ impl Model {
             unsafe { cuda.disable_event_tracking() };
         }
         let transformer = Transformer::load(
-            &mut g,
+            source.as_mut(),
             &arch,
             device,
             options.weights,
@@ -240,21 +260,28 @@ impl Model {
         )?;
         let dims = transformer.dims().clone();
         if prompter.vocab_len() > dims.vocab_size {
-            return Err(g.err(format!(
+            return Err(source.err(format!(
                 "the tokenizer has {} tokens but the output head only {} rows",
                 prompter.vocab_len(),
                 dims.vocab_size
             )));
         }
+        // On CUDA, say when the family keeps the model off the fused kernels.
+        let candle_why = match arch.fused_blocker() {
+            Some(why) if device.is_cuda() && !transformer.is_fused() => {
+                format!(" (candle ops: the fused kernels lack {why})")
+            }
+            _ => String::new(),
+        };
         let info = ModelInfo {
             name,
-            arch,
+            arch: arch.family.to_string(),
             file: path.to_path_buf(),
             n_layers: dims.n_layers,
             vocab_size: dims.vocab_size,
             context_length: dims.context_length,
             forward: format!(
-                "{} {:?}{}",
+                "{} {:?}{}{candle_why}",
                 if device.is_cpu() { "cpu" } else { "cuda" },
                 options.weights,
                 if transformer.is_fused() { " fused" } else { "" }
@@ -264,7 +291,7 @@ impl Model {
         tracing::info!(
             model = %info.name, arch = %info.arch, layers = info.n_layers, vocab = info.vocab_size,
             context = info.context_length, pre = %prompter.pre_tokenizer(), device = ?device,
-            weights = ?options.weights, fused = transformer.is_fused(),
+            weights = ?options.weights, fused = transformer.is_fused(), forward = %info.forward,
             secs = t0.elapsed().as_secs_f32(), "model loaded"
         );
         Ok(Model {

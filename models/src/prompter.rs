@@ -44,9 +44,41 @@ impl Prompter {
     /// Reads the tokenizer and chat template of the GGUF file at `path` from its metadata
     /// only (no tensor data is read). The model is named by `general.name`, else the file
     /// stem.
+    /// A Hugging Face model directory (see [`crate::Model::load`]) is read the same way:
+    /// its `tokenizer.json` and chat template, no weights.
     pub fn load(path: &Path) -> Result<Prompter> {
+        if path.is_dir() {
+            let dir = crate::hf::HfDir::open(path)?;
+            return Prompter::from_hf(&dir);
+        }
         let g = Gguf::open(path)?;
         Prompter::from_gguf(&g, model_name(&g, path))
+    }
+
+    /// The tokenizer (`tokenizer.json`) and chat template of a Hugging Face directory.
+    pub(crate) fn from_hf(dir: &crate::hf::HfDir) -> Result<Prompter> {
+        let bos = dir.special("bos_token");
+        let eos = dir.special("eos_token");
+        let tokenizer = GgufTokenizer::from_tokenizer_json(
+            &dir.tokenizer_json()?,
+            bos.as_deref(),
+            eos.as_deref(),
+        )?;
+        let template = match dir.chat_template()? {
+            Some(src) => Some(ChatTemplate::new(
+                &src,
+                bos.unwrap_or_default(),
+                eos.unwrap_or_default(),
+            )?),
+            None => None,
+        };
+        Ok(Prompter {
+            name: dir.name(),
+            tokenizer,
+            template,
+            answer_suffix: std::sync::RwLock::new(String::new()),
+            label_memo: token_cache::Memo::new(),
+        })
     }
 
     /// Builds the tokenizer and compiles the chat template (if the file has one) of an open

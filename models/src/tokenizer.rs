@@ -128,6 +128,9 @@ pub(crate) struct GgufTokenizer {
     threads: Option<ThreadCopies<ThreadTokenizer>>,
     /// The direct path for the calling thread (`None`: the pipeline has none).
     direct: Option<DirectPath>,
+    /// Built from a Hugging Face `tokenizer.json` whose pipeline decide did not assemble:
+    /// plain text goes through `plain.encode` whole (no re-implemented steps, no cuts).
+    foreign: bool,
     /// The user-defined added tokens: text holding one goes through tokenizers' pipeline,
     /// which matches them.
     user_tokens: Vec<String>,
@@ -146,10 +149,28 @@ impl GgufTokenizer {
     pub fn from_gguf(g: &Gguf) -> Result<Self> {
         let tok_err = |m: String| ModelError::Tokenizer(format!("{}: {m}", g.path.display()));
         let model = g.str("tokenizer.ggml.model")?;
+        let arch = g.str_opt("general.architecture").unwrap_or_default();
+        if model == "llama" && arch.starts_with("gemma") {
+            let json = crate::spm::gemma_tokenizer_json(g)?;
+            let inner: Tokenizer = json
+                .parse()
+                .map_err(|e| tok_err(format!("cannot build Gemma's tokenizer: {e}")))?;
+            let id = |key: &str| g.usize_opt(key).map(|x| x as u32);
+            return Self::foreign(
+                inner,
+                id("tokenizer.ggml.bos_token_id"),
+                id("tokenizer.ggml.eos_token_id"),
+                g.bool_opt("tokenizer.ggml.add_bos_token").unwrap_or(false),
+                "gemma-spm",
+                &tok_err,
+            );
+        }
         if model != "gpt2" {
             return Err(tok_err(format!(
-                "unsupported tokenizer type `tokenizer.ggml.model` = `{model}`; only byte-level \
-                 BPE (`gpt2`) tokenizers are supported"
+                "unsupported tokenizer type `tokenizer.ggml.model` = `{model}` for `{arch}`; \
+                 supported: byte-level BPE (`gpt2`), and Gemma's SentencePiece vocabulary \
+                 (`llama` in a `gemma*` file); other SentencePiece models load from a Hugging \
+                 Face directory's tokenizer.json"
             )));
         }
         let pre = g
@@ -260,6 +281,95 @@ impl GgufTokenizer {
             direct,
             user_tokens,
             plain,
+            foreign: false,
+        })
+    }
+
+    /// Builds the tokenizer from a Hugging Face `tokenizer.json` as the `tokenizers` crate
+    /// reads it (the same library transformers' fast tokenizers are). Special added tokens
+    /// are control tokens (matched only in template text), other added tokens user-defined.
+    /// Only BPE and Unigram models are accepted: WordPiece/WordLevel vocabularies belong to
+    /// encoder models decide does not run. `bos`/`eos` name tokens from
+    /// `tokenizer_config.json`; no BOS is added to prompts (transformers'
+    /// `apply_chat_template` tokenizes without special tokens: the template writes BOS).
+    pub fn from_tokenizer_json(
+        path: &std::path::Path,
+        bos: Option<&str>,
+        eos: Option<&str>,
+    ) -> Result<Self> {
+        let tok_err = |m: String| ModelError::Tokenizer(format!("{}: {m}", path.display()));
+        let inner = Tokenizer::from_file(path).map_err(|e| tok_err(format!("cannot read: {e}")))?;
+        let id = |t: Option<&str>| t.and_then(|t| inner.token_to_id(t));
+        let (bos, eos) = (id(bos), id(eos));
+        Self::foreign(inner, bos, eos, false, "tokenizer.json", &tok_err)
+    }
+
+    /// A tokenizer whose whole pipeline is `tokenizers`' own (see
+    /// [`GgufTokenizer::from_tokenizer_json`]): `pre` names it.
+    fn foreign(
+        mut inner: Tokenizer,
+        bos: Option<u32>,
+        eos: Option<u32>,
+        add_bos: bool,
+        pre: &str,
+        tok_err: &dyn Fn(String) -> ModelError,
+    ) -> Result<Self> {
+        match inner.get_model() {
+            tokenizers::ModelWrapper::BPE(_) | tokenizers::ModelWrapper::Unigram(_) => {}
+            other => {
+                let kind = match other {
+                    tokenizers::ModelWrapper::WordPiece(_) => "WordPiece",
+                    tokenizers::ModelWrapper::WordLevel(_) => "WordLevel",
+                    _ => "unknown",
+                };
+                return Err(tok_err(format!(
+                    "unsupported tokenizer model `{kind}`; supported: BPE, Unigram"
+                )));
+            }
+        }
+        // Truncation or padding would change ids; a post-processor is not run
+        // (`add_special_tokens = false`, as apply_chat_template).
+        inner
+            .with_truncation(None)
+            .map_err(|e| tok_err(format!("cannot turn truncation off: {e}")))?;
+        inner.with_padding(None);
+        let n = inner.get_vocab_size(true);
+        let tokens: Vec<String> = (0..n as u32)
+            .map(|id| inner.id_to_token(id).unwrap_or_default())
+            .collect();
+        let mut control = vec![false; n];
+        let mut control_strs = Vec::new();
+        let mut user_tokens = Vec::new();
+        for (id, added) in inner.get_added_tokens_decoder() {
+            if let Some(slot) = control.get_mut(id as usize) {
+                if added.special {
+                    *slot = true;
+                    control_strs.push(added.content.clone());
+                } else {
+                    user_tokens.push(added.content.clone());
+                }
+            }
+        }
+        let mut plain = inner.clone();
+        plain.set_encode_special_tokens(true);
+        Ok(Self {
+            bos,
+            eos,
+            add_bos,
+            nfc: false,
+            control,
+            control_strs,
+            tokens,
+            pre: pre.into(),
+            cache: TokenCache::new(DEFAULT_BUDGET_BYTES),
+            cuttable: false,
+            controls: Memo::new(),
+            threads: None,
+            direct: None,
+            user_tokens,
+            inner,
+            plain,
+            foreign: true,
         })
     }
 
@@ -301,6 +411,9 @@ impl GgufTokenizer {
     ) -> Result<Vec<u32>> {
         let err = |e| ModelError::Tokenizer(format!("cannot tokenize text: {e}"));
         let tok = &self.plain;
+        if self.foreign {
+            return Ok(tok.encode(text, false).map_err(err)?.get_ids().to_vec());
+        }
         if let Some(direct) = direct.filter(|_| self.direct_covers(text)) {
             return direct.encode(text, tok.get_model(), words).map_err(err);
         }

@@ -153,18 +153,41 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<PathBuf, String
 }
 
 /// sha256 of a file, streamed.
+///
+/// A Hugging Face model directory (`--model DIR`) hashes its regular files in name order, each
+/// file's name and then its bytes; a file hashes as it always did, so results saved for GGUF
+/// files keep their keys.
 pub fn file_sha256(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
     let mut hasher = Sha256::new();
+    if path.is_dir() {
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(path)?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<std::io::Result<_>>()?;
+        files.retain(|p| p.is_file());
+        files.sort();
+        for f in &files {
+            if let Some(name) = f.file_name() {
+                hasher.update(name.as_encoded_bytes());
+            }
+            hash_into(f, &mut hasher)?;
+        }
+    } else {
+        hash_into(path, &mut hasher)?;
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Feeds a file's bytes to `hasher`.
+fn hash_into(path: &Path, hasher: &mut Sha256) -> std::io::Result<()> {
+    let mut file = std::fs::File::open(path)?;
     let mut buffer = vec![0u8; 1 << 20];
     loop {
         let n = file.read(&mut buffer)?;
         if n == 0 {
-            break;
+            return Ok(());
         }
         hasher.update(&buffer[..n]);
     }
-    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Now as RFC 3339 UTC (`2026-11-29T23:59:59Z`).

@@ -1,0 +1,410 @@
+//! Every supported family against transformers, in both formats: tiny checkpoints with random
+//! weights and each family's real structure (`models/tests/fixtures/<family>/`, written by
+//! `scripts/make-tiny-models.py`, which also recorded what transformers computes from them).
+//!
+//! Per family and format: decide's logits (f32, CPU) at every position of every prompt equal
+//! transformers' within [`TOLERANCE`] at the recorded vocabulary columns, and so does each
+//! position's log-sum-exp over the whole vocabulary. transformers' values were computed in
+//! f64 (its own f32 logits are recorded as at most 5e-5 from those: a fixture whose f32
+//! rounding were larger could not test 1e-4); the prompts are random ids plus one text through
+//! the fixtures' tokenizer (SmolLM2's byte-level BPE cut to 512 tokens, which keeps each
+//! fixture under 2 MB), whose ids must be `tokenizers`' own; a label read runs and agrees
+//! with the logits; and a prompt read as a cached prefix plus a suffix, or packed beside
+//! another, gives the logits of one pass (the cache and packing paths are where sliding
+//! windows and per-layer RoPE tables could go wrong).
+//!
+//! Chat templates: decide's rendering of the templates and tokenizers the project's GGUF files
+//! carry (`.models/q05.gguf`: Qwen2.5's; `.models/smol.gguf`: SmolLM2's) has exactly
+//! transformers' `apply_chat_template` ids (`fixtures/templates.json`); skipped when the files
+//! are absent.
+
+use std::path::PathBuf;
+
+use candle_core::{Device, IndexOp, Tensor};
+use decide_models::{ChatMessage, LoadOptions, Model, Prompter, Segment, WeightFormat};
+use serde_json::Value;
+
+/// Largest difference allowed between decide's and transformers' logits.
+const TOLERANCE: f32 = 1e-4;
+
+fn fixture(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(family)
+}
+
+fn expected(family: &str) -> Value {
+    let text = std::fs::read_to_string(fixture(family).join("expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Format {
+    Hf,
+    Gguf,
+}
+
+fn load(family: &str, format: Format) -> Model {
+    let path = match format {
+        Format::Hf => fixture(family).join("hf"),
+        Format::Gguf => fixture(family).join("model.gguf"),
+    };
+    Model::load(&path, &Device::Cpu)
+        .unwrap_or_else(|e| panic!("{family} {format:?} does not load: {e}"))
+}
+
+/// Logits `(n, vocab)` at every position of `ids` in one pass.
+fn all_logits(m: &Model, ids: &[u32]) -> Tensor {
+    let rows: Vec<usize> = (0..ids.len()).collect();
+    let (hidden, _) = m.forward(ids, 0, None, &rows).unwrap();
+    m.logits(&hidden).unwrap()
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+fn ids_of(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// The whole check of one family in one format; returns the largest logit difference.
+fn check(family: &str, format: Format) -> f32 {
+    let m = load(family, format);
+    let exp = expected(family);
+    let mut worst = 0f32;
+    for (k, p) in exp["prompts"].as_array().unwrap().iter().enumerate() {
+        let ids = ids_of(&p["ids"]);
+        if let Some(text) = p["text"].as_str() {
+            // The small vocabulary's tokenizer (tokenizer.json, or the GGUF metadata) gives
+            // the ids `tokenizers` gave.
+            assert_eq!(
+                m.prompter().tokenize_plain(text).unwrap(),
+                ids,
+                "{family} {format:?}: tokenizer"
+            );
+        }
+        // A label read at the last position, checked against the full logits.
+        let label_ids = [ids[0], (ids[0] + 1) % exp["vocab"].as_u64().unwrap() as u32];
+        let read = m.read(&ids, &label_ids).unwrap();
+        let last = all_logits(&m, &ids).i(ids.len() - 1).unwrap();
+        let logsm = candle_nn::ops::log_softmax(&last, 0).unwrap();
+        for (lp, &id) in read.logprobs.iter().zip(&label_ids) {
+            let want = logsm.i(id as usize).unwrap().to_scalar::<f32>().unwrap();
+            assert!(
+                (lp - want).abs() < 1e-5,
+                "{family}: read {lp} vs logits {want}"
+            );
+        }
+        assert!(read.option_mass > 0.0 && read.option_mass <= 1.0 + 1e-6);
+        let ours = all_logits(&m, &ids);
+        let cols: Vec<u32> = ids_of(&p["columns"]);
+        let picked = ours
+            .index_select(&Tensor::new(cols.as_slice(), &Device::Cpu).unwrap(), 1)
+            .unwrap();
+        let theirs: Vec<Vec<f32>> = serde_json::from_value(p["logits"].clone()).unwrap();
+        let theirs = Tensor::new(theirs, &Device::Cpu).unwrap();
+        let d_logits = max_diff(&picked, &theirs);
+        let lse: Vec<f32> = serde_json::from_value(p["logsumexp"].clone()).unwrap();
+        let ours_lse = ours.exp().unwrap().sum(1).unwrap().log().unwrap();
+        let d_lse = max_diff(&ours_lse, &Tensor::new(lse, &Device::Cpu).unwrap());
+        eprintln!(
+            "{family} {format:?} prompt {k} ({} tokens): max |logit diff| {d_logits:.2e}, \
+             max |logsumexp diff| {d_lse:.2e}",
+            ids.len()
+        );
+        assert!(
+            d_logits <= TOLERANCE && d_lse <= TOLERANCE,
+            "{family} {format:?} prompt {k}: logits differ from transformers' by {d_logits}, \
+             log-sum-exp by {d_lse}"
+        );
+        worst = worst.max(d_logits).max(d_lse);
+
+        // A cached prefix plus a suffix, and the suffix packed beside another segment, read
+        // what one pass reads.
+        let cut = ids.len() / 2;
+        let (_, cache) = m.forward(&ids[..cut], 0, None, &[]).unwrap();
+        let rows: Vec<usize> = (0..ids.len() - cut).collect();
+        let (hidden, _) = m.forward(&ids[cut..], cut, Some(&cache), &rows).unwrap();
+        let split = m.logits(&hidden).unwrap();
+        let whole = ours.narrow(0, cut, ids.len() - cut).unwrap();
+        let d_split = max_diff(&split, &whole);
+        assert!(
+            d_split < 1e-4,
+            "{family} {format:?}: cached prefix read differs by {d_split}"
+        );
+        let other = &ids[..3];
+        let packed = m
+            .transformer()
+            .forward_packed(&[
+                Segment {
+                    prefix: None,
+                    tokens: other,
+                },
+                Segment {
+                    prefix: Some(&cache),
+                    tokens: &ids[cut..],
+                },
+            ])
+            .unwrap();
+        let packed = m.logits(&packed.i(1..2).unwrap()).unwrap();
+        let d_packed = max_diff(&packed, &whole.i(whole.dim(0).unwrap() - 1..).unwrap());
+        assert!(
+            d_packed < 1e-4,
+            "{family} {format:?}: packed read differs by {d_packed}"
+        );
+    }
+    worst
+}
+
+#[test]
+fn qwen2_hf() {
+    check("qwen2", Format::Hf);
+}
+
+#[test]
+fn qwen2_gguf() {
+    check("qwen2", Format::Gguf);
+}
+
+#[test]
+fn qwen3_hf() {
+    check("qwen3", Format::Hf);
+}
+
+#[test]
+fn qwen3_gguf() {
+    check("qwen3", Format::Gguf);
+}
+
+#[test]
+fn llama31_hf() {
+    check("llama", Format::Hf);
+}
+
+#[test]
+fn llama31_gguf() {
+    check("llama", Format::Gguf);
+}
+
+#[test]
+fn mistral_hf() {
+    check("mistral", Format::Hf);
+}
+
+#[test]
+fn mistral_gguf() {
+    check("mistral", Format::Gguf);
+}
+
+#[test]
+fn gemma3_hf() {
+    check("gemma3", Format::Hf);
+}
+
+#[test]
+fn gemma3_gguf() {
+    check("gemma3", Format::Gguf);
+}
+
+#[test]
+fn phi3_hf() {
+    check("phi3", Format::Hf);
+}
+
+#[test]
+fn phi3_gguf() {
+    check("phi3", Format::Gguf);
+}
+
+/// The fixtures exercise what they claim to: windows shorter than the prompts, sharded and
+/// half-precision weights.
+#[test]
+fn fixtures_cover_their_structure() {
+    for family in ["mistral", "gemma3", "phi3"] {
+        let exp = expected(family);
+        let window = exp["window"].as_u64().unwrap() as usize;
+        let longest = exp["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["ids"].as_array().unwrap().len())
+            .max()
+            .unwrap();
+        assert!(
+            window * 3 < longest,
+            "{family}: window {window}, prompts {longest}"
+        );
+    }
+    assert!(fixture("qwen3")
+        .join("hf/model.safetensors.index.json")
+        .is_file());
+}
+
+/// Unsupported architectures are refused by name, with the supported list.
+#[test]
+fn unsupported_architecture_is_named() {
+    let dir = std::env::temp_dir().join(format!("decide-unsupported-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "gpt_neox"}"#).unwrap();
+    std::fs::write(dir.join("model.safetensors"), b"").unwrap();
+    let err = Model::load(&dir, &Device::Cpu)
+        .err()
+        .expect("refused")
+        .to_string();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(err.contains("gpt_neox") && err.contains("qwen3"), "{err}");
+}
+
+/// `.models/<name>` (or under `$DECIDE_MODELS_DIR`), `None` with a note when absent.
+fn real_model(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("DECIDE_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.models"))
+        .join(name);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "skipping: {} not found; run scripts/fetch-model.sh (smol, q05, g270) and, for \
+             g270-hf, scripts/make-tiny-models.py g270",
+            path.display()
+        );
+        None
+    }
+}
+
+/// decide's logits for Gemma 3 270M against transformers' (`g270-hf/expected.json`).
+fn check_g270(m: &Model, exp: &Value, what: &str) {
+    for p in exp["prompts"].as_array().unwrap() {
+        let ids = ids_of(&p["ids"]);
+        let text = p["text"].as_str().unwrap();
+        assert_eq!(
+            m.prompter().tokenize_plain(text).unwrap(),
+            ids[1..],
+            "{what}: Gemma's tokenizer"
+        );
+        let rows: Vec<usize> = ids_of(&p["rows"]).iter().map(|&r| r as usize).collect();
+        let (hidden, _) = m.forward(&ids, 0, None, &rows).unwrap();
+        let ours = m.logits(&hidden).unwrap();
+        let cols: Vec<u32> = ids_of(&p["columns"]);
+        let picked = ours
+            .index_select(&Tensor::new(cols.as_slice(), &Device::Cpu).unwrap(), 1)
+            .unwrap();
+        let theirs: Vec<Vec<f32>> = serde_json::from_value(p["logits"].clone()).unwrap();
+        let d = max_diff(&picked, &Tensor::new(theirs, &Device::Cpu).unwrap());
+        let lse: Vec<f32> = serde_json::from_value(p["logsumexp"].clone()).unwrap();
+        let ours_lse = ours.exp().unwrap().sum(1).unwrap().log().unwrap();
+        let d_lse = max_diff(&ours_lse, &Tensor::new(lse, &Device::Cpu).unwrap());
+        eprintln!(
+            "g270 {what} ({} tokens): max |logit diff| {d:.2e}, max |logsumexp diff| {d_lse:.2e}",
+            ids.len()
+        );
+        assert!(
+            d < REAL_TOLERANCE && d_lse < REAL_TOLERANCE,
+            "{what}: {d} {d_lse}"
+        );
+    }
+}
+
+fn g270_expected(dir: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap()
+}
+
+/// Gemma 3 270M with its real weights (`.models/g270-hf`, written by
+/// `scripts/make-tiny-models.py g270` from g270.gguf dequantized by transformers; 1 GB, so
+/// not a fixture): decide's logits against transformers' on a short prompt and at the last
+/// 64 positions of one longer than the 512-token sliding window, through Gemma 3's own
+/// `tokenizer.json`. Skips when the directory is absent.
+#[test]
+fn gemma3_270m_real_weights_hf() {
+    let Some(dir) = real_model("g270-hf") else {
+        return;
+    };
+    let m = Model::load(&dir, &Device::Cpu).unwrap();
+    check_g270(&m, &g270_expected(&dir), "hf");
+}
+
+/// g270.gguf itself: its SentencePiece vocabulary through decide gives the ids of the
+/// `tokenizer.json` transformers made from it, on awkward text, and its weights (dequantized
+/// to f32, as transformers reads them) the same logits as above.
+#[test]
+fn gemma3_270m_real_weights_gguf() {
+    let (Some(gguf), Some(dir)) = (real_model("g270.gguf"), real_model("g270-hf")) else {
+        return;
+    };
+    let options = LoadOptions {
+        weights: WeightFormat::F32,
+        ..LoadOptions::default()
+    };
+    let m = Model::load_with(&gguf, &Device::Cpu, &options).unwrap();
+    let hf = Prompter::load(&dir).unwrap();
+    for text in [
+        "Hello world",
+        "  two leading spaces,   three inside and a tab\there",
+        "line one\nline two\n\n\nafter blank lines\r\n",
+        "digits 1234567890 and 3.14159, dates 2026-12-07",
+        "unicode: café, naïve, 東京, Привет, emoji 🙂🚀, math ∑∫",
+        "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
+        "rare bytes \u{1}\u{7f} and \u{10ffff}",
+        "    indented code:\n        return x  # comment\n",
+    ] {
+        assert_eq!(
+            m.prompter().tokenize_plain(text).unwrap(),
+            hf.tokenize_plain(text).unwrap(),
+            "plain {text:?}"
+        );
+        assert_eq!(
+            m.tokenize(text).unwrap(),
+            hf.tokenize(text).unwrap(),
+            "with control tokens {text:?}"
+        );
+    }
+    check_g270(&m, &g270_expected(&dir), "gguf");
+}
+
+/// The tiny fixtures' tolerance holds for the real 18 layers too (measured: 3.1e-5 at most,
+/// f32 on CPU, transformers 5.25 in f32).
+const REAL_TOLERANCE: f32 = TOLERANCE;
+
+/// decide renders each chat template the project's GGUF files carry to transformers'
+/// `apply_chat_template` ids, and labels read at its answer slot.
+#[test]
+fn chat_templates_match_transformers() {
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates.json"),
+    )
+    .unwrap();
+    let exp: Value = serde_json::from_str(&text).unwrap();
+    for (key, cases) in exp["models"].as_object().unwrap() {
+        let Some(path) = real_model(&format!("{key}.gguf")) else {
+            continue;
+        };
+        let p = Prompter::load(&path).unwrap();
+        for case in cases.as_array().unwrap() {
+            let msgs: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
+            let prompt = p.render(&msgs).unwrap();
+            assert_eq!(
+                prompt.tokens,
+                ids_of(&case["ids"]),
+                "{key}: rendered ids differ from apply_chat_template's\n{}",
+                prompt.text
+            );
+            let labels = vec!["A".to_string(), "B".to_string()];
+            assert_eq!(p.label_ids(&prompt, &labels).unwrap().len(), 2);
+        }
+    }
+}
