@@ -9,6 +9,11 @@
 //! and the model worker drops the request's jobs before their next pass. Items of a batch
 //! share their request's token.
 //!
+//! Tokens form a small tree: a request's token is a [`Cancel::child`] of the server's stop
+//! token ([`crate::drain::Drain`]), so a server that stops ends every request's work the same
+//! way a deadline does, and a request's plugin calls see it through
+//! [`Cancel::plugin_session`].
+//!
 //! The token is one atomic: setting and checking it takes no lock, so the model worker checks
 //! every job of a batch before each pass at no cost worth measuring. The deadline is checked
 //! where the token is (an `Instant` comparison), so no timer has to reach the worker.
