@@ -279,13 +279,13 @@ fn doctor_reports_the_model_and_exits_non_zero_when_it_cannot_serve() {
     assert!(out.contains("verdict: cannot serve decisions"), "{out}");
 
     let dir = scratch_dir("doctor");
-    let gemma = dir.join("gemma.gguf");
-    std::fs::write(&gemma, gguf_with_arch("gemma3")).unwrap();
-    let (code, out) = doctor(&["--model", gemma.to_str().unwrap()]);
+    let falcon = dir.join("falcon.gguf");
+    std::fs::write(&falcon, gguf_with_arch("falcon")).unwrap();
+    let (code, out) = doctor(&["--model", falcon.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("verdict: cannot serve decisions")
-            && out.contains("unsupported model architecture `gemma3`"),
+            && out.contains("unsupported model architecture `falcon`"),
         "{out}"
     );
 }

@@ -65,6 +65,11 @@ pub struct Health {
     #[serde(default)]
     #[schema(required = false)]
     pub arch: String,
+    /// How the model computes: device, weights and the path that runs its layers (decide's
+    /// fused CUDA kernels, or candle's ops and why), e.g. `cpu f32`.
+    #[serde(default)]
+    #[schema(required = false)]
+    pub forward: String,
     #[serde(default)]
     #[schema(required = false)]
     pub device: String,
