@@ -418,14 +418,27 @@ fn install_upload(
 async fn remove(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    Query(query): Query<RemoveQuery>,
+    // Read as pairs, not as [`RemoveQuery`]: axum's typed query answers a repeated or
+    // malformed field with a plain-text 400, and this one names the field in JSON.
+    Query(query): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> Response {
     let result = async {
         let caller = state.directory.authenticate(&headers)?;
         let tenant = tenant_of(&caller)?;
         check_name(&name)?;
-        let purge = purge_flag(query.purge.as_deref())?;
+        let purges: Vec<&str> = query
+            .iter()
+            .filter(|(key, _)| key == "purge")
+            .map(|(_, value)| value.as_str())
+            .collect();
+        if purges.len() > 1 {
+            return Err(ApiError::invalid(
+                loc!["purge"],
+                "purge: given more than once; give it once, `true` or `false`".to_string(),
+            ));
+        }
+        let purge = purge_flag(purges.first().copied())?;
         let registry = registry(&state)?;
         let state = state.clone();
         tokio::task::spawn_blocking(move || {
@@ -458,8 +471,9 @@ async fn remove(
 }
 
 /// The query of `DELETE /v1/plugins/{name}`.
-#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[derive(Debug, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documents the query for the OpenAPI document; read as pairs
 pub struct RemoveQuery {
     /// `true`: drop every stored version too (the plugin's history; rollback is then gone)
     /// and the components no version refers to any more. Default `false`: the versions are
