@@ -6,7 +6,7 @@
 //! Llama 3.1's scaling is stored in GGUF as the tensor `rope_freqs` (a divisor per pair),
 //! in `config.json` as `rope_scaling.rope_type = llama3`.
 
-use super::{gguf_full_rotary, gguf_shape, inv_freq, Arch, HfConfig, LayerShape, Rope};
+use super::{gguf_full_rotary, gguf_shape, inv_freq, Arch, HfConfig, Rope};
 use crate::error::Result;
 use crate::forward::RopeStyle;
 use crate::gguf::Gguf;
@@ -28,13 +28,7 @@ pub(super) fn gguf(g: &mut Gguf) -> Result<Arch> {
         .usize_opt("llama.attention.sliding_window")
         .filter(|&w| w > 0)
     {
-        a.layers = vec![
-            LayerShape {
-                rope: 0,
-                window: Some(w)
-            };
-            a.n_layers
-        ];
+        a.slide_every_layer(w);
     }
     Ok(a)
 }
@@ -109,13 +103,7 @@ pub(super) fn llama_like_hf(c: &HfConfig, family: &'static str) -> Result<Arch> 
         rope,
     );
     if let Some(w) = c.usize_opt("sliding_window") {
-        a.layers = vec![
-            LayerShape {
-                rope: 0,
-                window: Some(w)
-            };
-            a.n_layers
-        ];
+        a.slide_every_layer(w);
     }
     Ok(a)
 }

@@ -281,6 +281,18 @@ impl Arch {
         }
     }
 
+    /// Every layer attends within a sliding window of `window` keys (Mistral, Phi-3 where
+    /// the config sets one), on the first RoPE table.
+    pub(crate) fn slide_every_layer(&mut self, window: usize) {
+        self.layers = vec![
+            LayerShape {
+                rope: 0,
+                window: Some(window)
+            };
+            self.n_layers
+        ];
+    }
+
     /// Why decide's fused CUDA kernels cannot run this family (they implement the
     /// Llama/Qwen2 block: pre-norms, SwiGLU, full attention over whole heads, one RoPE table);
     /// `None` when they can.

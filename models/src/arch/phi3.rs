@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use super::{gguf_shape, llama_hf_name, Arch, HfConfig, LayerShape, Rope};
+use super::{gguf_shape, llama_hf_name, Arch, HfConfig, Rope};
 use crate::error::{ModelError, Result};
 use crate::forward::RopeStyle;
 use crate::gguf::Gguf;
@@ -58,13 +58,7 @@ pub(super) fn gguf(g: &mut Gguf) -> Result<Arch> {
         .usize_opt("phi3.attention.sliding_window")
         .filter(|&w| w > 0)
     {
-        a.layers = vec![
-            LayerShape {
-                rope: 0,
-                window: Some(w)
-            };
-            a.n_layers
-        ];
+        a.slide_every_layer(w);
     }
     Ok(a)
 }
@@ -144,13 +138,7 @@ pub(super) fn hf(c: &HfConfig) -> Result<Arch> {
     );
     a.rotary_dim = rotary;
     if let Some(w) = c.usize_opt("sliding_window") {
-        a.layers = vec![
-            LayerShape {
-                rope: 0,
-                window: Some(w)
-            };
-            a.n_layers
-        ];
+        a.slide_every_layer(w);
     }
     Ok(a)
 }
