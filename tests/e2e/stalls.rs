@@ -446,3 +446,77 @@ fn a_budget_too_small_for_tuning_skips_it_and_says_what_it_would_take() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A deadline that passes while the request's reads wait in the model worker's queue is a 504
+/// on every path, never the engine's 502: the worker drops the jobs of a request past its
+/// deadline before the frontend's timer fires, and that dropped work is the deadline's doing.
+/// Three clients at once try deadlines of a few ms and then sweep them across a few reads'
+/// time, so each one's reads queue behind the others' passes (schemathesis found the 502
+/// with `timeout_ms: 1`).
+#[test]
+fn a_deadline_passing_in_the_queue_is_a_504_not_an_engine_failure() {
+    let server = Server::ready(&["--prefix-cache-mib", "0"]);
+    let alone = (0..3).map(|_| quick_time(&server)).min().unwrap();
+    let longest = (alone.as_millis() as u64 * 4).clamp(20, 4_000);
+    let input = "A short note about a late parcel.";
+    let paths = [
+        (
+            "/v1/decisions",
+            json!({"model": "smol", "input": input,
+                   "questions": [{"type": "predicate", "instructions": "This is a note."}]}),
+        ),
+        (
+            "/v1/fields",
+            json!({"context": input,
+                   "schema": {"late": {"type": "enum", "description": "Is it late?",
+                                       "choices": ["yes", "no"]}}}),
+        ),
+        (
+            "/v1/systemone/batch",
+            json!({"questions": {"q": {"type": "noul", "instructions": "The parcel is late."}},
+                   "items": [{"state": "A late parcel."}, {"state": "An early parcel."}]}),
+        ),
+    ];
+    let seen = std::sync::Mutex::new(std::collections::BTreeMap::<u16, usize>::new());
+    let failures = std::sync::Mutex::new(Vec::<String>::new());
+    std::thread::scope(|scope| {
+        for (path, body) in &paths {
+            let (server, seen, failures) = (&server, &seen, &failures);
+            scope.spawn(move || {
+                // Deadlines of a few ms pass while the request is being planned; the rest
+                // while its reads wait behind the other clients' passes.
+                let tiny = (0..8).flat_map(|_| [1, 2, 3, 5]);
+                let swept = (1..=24u64).map(|step| (longest * step / 24).max(1));
+                for ms in tiny.chain(swept) {
+                    let mut body = body.clone();
+                    match *path {
+                        "/v1/decisions" => body["extra"] = json!({"timeout_ms": ms}),
+                        _ => body["timeout_ms"] = json!(ms),
+                    }
+                    let reply = server.post(path, &body);
+                    *seen.lock().unwrap().entry(reply.status).or_default() += 1;
+                    let text = reply.body.to_string();
+                    let fine = match reply.status {
+                        200 => !text.contains("engine_error"),
+                        504 => text.contains("deadline"),
+                        _ => false,
+                    };
+                    if !fine {
+                        failures.lock().unwrap().push(format!(
+                            "{path} with a deadline of {ms} ms: {} {text}",
+                            reply.status
+                        ));
+                    }
+                }
+            });
+        }
+    });
+    let seen = seen.into_inner().unwrap();
+    println!("deadlines of 1-5 ms and up to {longest} ms, three clients at once: statuses {seen:?}");
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(
+        seen.get(&504).is_some_and(|n| *n > 0),
+        "no deadline passed: {seen:?}"
+    );
+}

@@ -204,7 +204,17 @@ pub async fn decide(
                 (decided, request)
             })
             .await?;
-            let decided = counted(state, caller, decided?)?;
+            let decided = decided?;
+            // A question refused because the request was cancelled (its deadline passed
+            // between the worker's passes) is the deadline's 504, not an engine failure.
+            if let Some(cancelled) = request.scope.cancel.error() {
+                if decided.outcomes.iter().any(
+                    |o| matches!(o, Outcome::Refusal(refusal) if refusal.status.is_server_error()),
+                ) {
+                    return Err(cancelled);
+                }
+            }
+            let decided = counted(state, caller, decided)?;
             Ok((decided, request))
         })
         .await
@@ -243,8 +253,19 @@ pub async fn decide_items(
             engine.check_queue()?;
             let slot = admit(state, caller, &mut request.scope, questions).await?;
             let nice = state.config.request_thread_nice;
+            let cancel = request.scope.cancel.clone();
             let results =
                 off_runtime(slot, nice, move || engine.decide_items(&request, items)).await??;
+            // Items that failed because the batch was cancelled (its deadline passed between
+            // the worker's passes) make the batch's 504, as when the timer fires first.
+            if let Some(cancelled) = cancel.error() {
+                if results
+                    .iter()
+                    .any(|result| result.as_ref().is_err_and(is_server_side))
+                {
+                    return Err(cancelled);
+                }
+            }
             // The deadline is the batch's: past it, no item's answer is sent, as when the
             // timer fires first.
             if let Some(late) = results
@@ -272,6 +293,12 @@ pub async fn decide_items(
                 .collect())
         })
         .await
+}
+
+/// Whether an error is the server's failure (5xx, whichever wire format), not the client's:
+/// one that a cancellation can have caused, and that the cancellation's own error replaces.
+fn is_server_side(error: &ApiError) -> bool {
+    error.status(Wire::OpenAi).is_server_error() || matches!(error, ApiError::Cancelled { .. })
 }
 
 fn is_timeout(error: &ApiError) -> bool {
@@ -322,6 +349,14 @@ impl<'a> Watch<'a> {
                     }
                 }
             }
+        };
+        // Work that failed after the request was cancelled failed because of it (the worker
+        // dropped its jobs past the deadline, before the timer here fired): the request gets
+        // its cancellation's error (504 past the deadline, 503 when the server stops), not
+        // whatever the dropped work reported.
+        let result = match result {
+            Err(error) if is_server_side(&error) => Err(self.cancel.error().unwrap_or(error)),
+            result => result,
         };
         self.answered = true;
         match &result {
