@@ -512,7 +512,9 @@ fn a_deadline_passing_in_the_queue_is_a_504_not_an_engine_failure() {
         }
     });
     let seen = seen.into_inner().unwrap();
-    println!("deadlines of 1-5 ms and up to {longest} ms, three clients at once: statuses {seen:?}");
+    println!(
+        "deadlines of 1-5 ms and up to {longest} ms, three clients at once: statuses {seen:?}"
+    );
     let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{failures:#?}");
     assert!(
