@@ -49,7 +49,7 @@ fn tune_measures_every_candidate_saves_its_choice_and_serve_reuses_it() {
     let scratch = scratch_dir("tune");
     let questions = tuning_file(&scratch, 60);
     let dir = scratch.join("saved");
-    let output = Command::new(env!("CARGO_BIN_EXE_decide"))
+    let output = Command::new(crate::server::binary())
         .arg("tune")
         .arg("--model")
         .arg(model_path())

@@ -227,7 +227,7 @@ fn a_model_that_fails_the_self_check_is_refused_with_503() {
 
 fn doctor(args: &[&str]) -> (i32, String) {
     let cache = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache");
-    let output = Command::new(env!("CARGO_BIN_EXE_decide"))
+    let output = Command::new(crate::server::binary())
         .arg("doctor")
         .arg("--cache-dir")
         .arg(&cache)

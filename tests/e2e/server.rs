@@ -8,6 +8,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The binary under test: `$DECIDE_TEST_BIN` (another build, such as an older commit's to show
+/// a test fails on it, or a CUDA build), else the one cargo built with these tests.
+pub fn binary() -> PathBuf {
+    std::env::var_os("DECIDE_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_decide")))
+}
+
 /// The small test model: `$DECIDE_TEST_MODEL`, else `<repo>/.models/smol.gguf`.
 pub fn model_path() -> PathBuf {
     let path = std::env::var_os("DECIDE_TEST_MODEL")
@@ -121,7 +129,7 @@ impl Server {
 
     fn start_with(extra: &[&str], logged: bool) -> Server {
         let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wasm-cache");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_decide"));
+        let mut command = Command::new(binary());
         command.arg("serve");
         if !extra.contains(&"--model") {
             command.arg("--model").arg(model_path());

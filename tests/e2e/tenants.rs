@@ -26,7 +26,7 @@ fn jev_decision() -> Value {
 
 /// `decide tenants ARGS --data-dir DIR`: exit code and stdout parsed as JSON (or stderr).
 fn cli(dir: &Path, args: &[&str]) -> (i32, Value) {
-    let output = Command::new(env!("CARGO_BIN_EXE_decide"))
+    let output = Command::new(crate::server::binary())
         .arg("tenants")
         .args(args)
         .arg("--data-dir")
