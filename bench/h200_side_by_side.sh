@@ -85,7 +85,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 # long-first (its CLOCKS_RUNS), where run 12 found 64 28k reads in a row power-capped at ~1.7
 # GHz; GPU_CLOCKS_MS (0: off) samples the whole phase into gpu-clocks.csv. Off by default since
 # run 13: each NVML read takes the driver's lock, which may stall the servers' launches (run
-# 12's tails; call 27b of bench/H200_LEASE.md is the A/B).
+# 12's tails; call 27b of docs/src/performance/gpu-runbook.md is the A/B).
 clocks=
 if [ "${GPU_CLOCKS_MS:-0}" != 0 ]; then
   bash bench/gpu_clock_sampler.sh start "$OUT/gpu-clocks.csv" "$GPU_CLOCKS_MS"

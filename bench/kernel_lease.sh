@@ -30,7 +30,7 @@
 #   ncu-short  Nsight Compute's duration of every kernel of the same reads (two timed after
 #              the warm-ups), ncu-short.csv (bench/ncu_times.py sums one read's kernels):
 #              kernels against gaps in a short read, whose ~2.3 ms GPU pass is ~4x what
-#              reading the bf16 weights once takes (bench/H200_LEASE.md, session 36);
+#              reading the bf16 weights once takes (docs/src/performance/gpu-runbook.md, session 36);
 #   ncu-short-attention  Nsight Compute on one attention launch of the short read (a CUDA
 #              graph replay's, after ~300 launches): warp stall samples per SASS instruction
 #              (ncu-short-attention-source.csv) and every section

@@ -5,7 +5,8 @@
 # the test starts), the client SDKs and MCP client, a short soak under faults (bench/soak.py),
 # schemathesis against /openapi.json, three replicas on a shared Postgres behind HAProxy
 # (scripts/replicas-test.sh), the deployment manifests against the Kubernetes schemas
-# (deploy/validate.sh), then every fuzz target for a short while (scripts/fuzz.sh, 30 s each;
+# (deploy/validate.sh), the book (scripts/docs.sh: mdbook build, internal links, the generated
+# configuration reference against the binary's --help), then every fuzz target for a short while (scripts/fuzz.sh, 30 s each;
 # DECIDE_FUZZ_SECONDS to change it). Every step runs even when one before it failed; ends with
 # one summary line counting every test that ran, then the steps that failed (exit 1) if any.
 set -euo pipefail
@@ -52,6 +53,8 @@ step "replicas: three SmolLM2 replicas on one Postgres store behind HAProxy (scr
     scripts/replicas-test.sh
 step "deployment: Kubernetes manifests against the schemas (deploy/validate.sh)" \
     deploy/validate.sh
+step "docs: the book builds with no broken internal link and the configuration reference is current (scripts/docs.sh)" \
+    scripts/docs.sh
 step "fuzz targets: every parser a client reaches (scripts/fuzz.sh)" \
     scripts/fuzz.sh "${DECIDE_FUZZ_SECONDS:-30}"
 
