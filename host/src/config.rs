@@ -246,8 +246,9 @@ pub struct Config {
     pub device: String,
 
     /// How weight matrices are held: `auto` (f32 on CPU, where dense matmuls prefill ~5x faster
-    /// than candle's quantized kernels; as stored on CUDA), `quantized` (as stored in the GGUF,
-    /// least memory), `f32`, `f16` or `bf16` (dequantized once at load).
+    /// than candle's quantized kernels; bf16 on CUDA, which reads 1.7x faster than the quantized
+    /// kernels), `quantized` (as stored in the GGUF, least memory), `f32`, `f16` or `bf16`
+    /// (dequantized once at load).
     #[arg(long, env = "DECIDE_WEIGHTS", default_value = "auto")]
     pub weights: String,
 
