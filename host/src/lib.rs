@@ -35,7 +35,8 @@ pub mod openapi;
 pub mod pipeline;
 pub mod plugin_api;
 pub mod plugin_check;
-pub mod plugins;
+/// The plugins crate, under the name the host's modules use for it.
+pub use decide_plugins as plugins;
 pub mod prefix_cache;
 pub mod priority;
 pub mod progress;

@@ -368,7 +368,7 @@ fn install_upload(
     let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
     check_count(state, registry, tenant, name)?;
     check_storage(state, tenant, name, bytes)?;
-    let (plugin, report) = registry.check_for_tenant(&tenant.id, &tenant.limits, name, bytes, cap);
+    let (plugin, report) = registry.check_for_tenant(&tenant.id, &tenant.limits.plugins(), name, bytes, cap);
     let Some(plugin) = plugin else {
         tracing::info!(tenant = %tenant.id, plugin = name, reasons = %report.reasons(), "tenant plugin upload refused");
         return Err(ApiError::Invalid {
@@ -607,7 +607,7 @@ fn rollback_to(
         MAX_COMPONENT_BYTES,
         "the server's largest plugin component".into(),
     );
-    let (plugin, report) = registry.check_for_tenant(&tenant.id, &tenant.limits, name, &bytes, cap);
+    let (plugin, report) = registry.check_for_tenant(&tenant.id, &tenant.limits.plugins(), name, &bytes, cap);
     let Some(plugin) = plugin else {
         return Err(ApiError::Invalid {
             loc: loc!["version"],

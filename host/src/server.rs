@@ -19,7 +19,7 @@ use crate::plugins::{PluginRegistry, RuntimeConfig};
 use crate::progress::Reporter;
 use crate::scheduler::SchedulerConfig;
 use crate::selfcheck;
-use crate::tenancy::Directory;
+use crate::tenancy::{Components, Directory};
 use crate::tune;
 
 /// Runs the server until Ctrl-C / SIGTERM.
@@ -324,10 +324,11 @@ fn settle_setup(state: &SharedState, engine: &Engine, pending: Pending) {
 fn load_tenant_plugins(plugins: &PluginRegistry, directory: &Arc<Directory>) {
     let lookup = directory.clone();
     plugins.set_tenant_limits_lookup(Arc::new(move |tenant: &str| {
-        lookup.tenant(tenant).map(|t| t.limits.clone())
+        lookup.tenant(tenant).map(|t| t.limits.plugins())
     }));
-    plugins.load_tenant_plugins(directory.store().as_ref(), &|tenant: &str| {
-        directory.tenant(tenant).map(|t| t.limits.clone())
+    let store = Components(directory.store().as_ref());
+    plugins.load_tenant_plugins(&store, &|tenant: &str| {
+        directory.tenant(tenant).map(|t| t.limits.plugins())
     });
 }
 

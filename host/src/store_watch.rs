@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::api::AppState;
 use crate::plugins::{stored_component, PluginRegistry};
-use crate::tenancy::{PluginVersion, Store};
+use crate::tenancy::{Components, PluginVersion, Store};
 
 /// Starts the thread that follows the store of `state`'s directory; it ends once the state
 /// is dropped.
@@ -155,12 +155,12 @@ fn sync_one(
     let Some(tenant) = state.directory.tenant(tenant_id) else {
         return false;
     };
-    let Some(bytes) = stored_component(store, &record) else {
+    let Some(bytes) = stored_component(&Components(store), &record.stored()) else {
         refused.insert(key);
         return false;
     };
     let cap = crate::plugin_api::size_cap(state, &tenant);
-    let (plugin, report) = registry.check_for_tenant(tenant_id, &tenant.limits, name, &bytes, cap);
+    let (plugin, report) = registry.check_for_tenant(tenant_id, &tenant.limits.plugins(), name, &bytes, cap);
     match plugin {
         Some(plugin) => {
             registry.install_for_tenant(tenant_id, name, plugin, record.version);

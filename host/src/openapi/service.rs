@@ -210,13 +210,7 @@ pub struct PluginList {
 }
 
 /// Where a plugin came from: embedded, the plugins directory, or the caller's upload.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum PluginSourceName {
-    Builtin,
-    Operator,
-    Tenant,
-}
+pub use decide_plugins::PluginSourceName;
 
 /// What an upload or a rollback installed for the tenant.
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -44,7 +44,7 @@ pub mod usage;
 
 pub use directory::{Caller, Directory};
 pub use store::{
-    KeyRecord, PluginVersion, Store, StoreError, Tenant, TenantLimits, TenantSettings,
+    Components, KeyRecord, PluginVersion, Store, StoreError, Tenant, TenantLimits, TenantSettings,
 };
 
 /// Opens the store: Postgres when `url` is set (`--store`), else the embedded one in

@@ -173,6 +173,43 @@ impl From<std::io::Error> for StoreError {
     }
 }
 
+impl TenantLimits {
+    /// The limits a tenant's plugin calls run under (the plugins crate needs no others).
+    pub fn plugins(&self) -> decide_plugins::TenantPluginLimits {
+        decide_plugins::TenantPluginLimits {
+            plugin_memory_mib: self.plugin_memory_mib,
+            plugin_timeout_ms: self.plugin_timeout_ms,
+        }
+    }
+}
+
+impl PluginVersion {
+    /// What the plugin registry reads of this record.
+    pub fn stored(&self) -> decide_plugins::StoredPlugin {
+        decide_plugins::StoredPlugin {
+            tenant_id: self.tenant_id.clone(),
+            name: self.name.clone(),
+            version: self.version,
+            sha256: self.sha256.clone(),
+        }
+    }
+}
+
+/// A store as the plugin registry reads it: its tenants' active plugin versions and their
+/// components ([`decide_plugins::ComponentStore`]).
+pub struct Components<'a>(pub &'a dyn Store);
+
+impl decide_plugins::ComponentStore for Components<'_> {
+    fn active_plugins(&self) -> Result<Vec<decide_plugins::StoredPlugin>, String> {
+        let active = self.0.active_plugins().map_err(|e| e.to_string())?;
+        Ok(active.iter().map(PluginVersion::stored).collect())
+    }
+
+    fn component(&self, sha256: &str) -> Result<Option<Vec<u8>>, String> {
+        self.0.blob(sha256).map_err(|e| e.to_string())
+    }
+}
+
 /// Durable tenancy state. Implementations are shared by every request (`Send + Sync`) and
 /// safe against other processes writing the same store (the CLI, other replicas).
 pub trait Store: Send + Sync {

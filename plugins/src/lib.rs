@@ -48,18 +48,23 @@ use serde::Serialize;
 
 pub use plugin::{Calibration, LoadStats, Plugin, QuestionType, Renderer, SUPPORTED_VERSIONS};
 pub use registry::{
-    stored_component, Change, PluginRegistry, PluginSource, PluginSummary, MAX_COMPONENT_BYTES,
+    stored_component, Change, ComponentStore, PluginRegistry, PluginSource, PluginSourceName,
+    PluginSummary, StoredPlugin, MAX_COMPONENT_BYTES,
 };
 pub use runtime::{
     default_cache_dir, CacheOutcome, CallLimits, PluginRuntime, RuntimeConfig, Session,
     SharedLimits,
 };
-pub use tenants::{tenant_call_limits, LimitsLookup};
+pub use tenants::{tenant_call_limits, LimitsLookup, TenantPluginLimits};
 
-/// The built-in plugins embedded by `host/build.rs`.
+/// The built-in plugins embedded by `plugins/build.rs`.
 pub mod builtin {
     use super::PluginKind;
     include!(concat!(env!("OUT_DIR"), "/builtin_plugins.rs"));
+
+    /// Where the build put every guest it built, test-only ones included, as `<name>.wasm`:
+    /// tests copy plugins from here.
+    pub const TEST_GUESTS_DIR: &str = env!("DECIDE_TEST_GUESTS_DIR");
 }
 
 /// The three kinds of plugin, one per WIT world (a contextual-calibration policy is a

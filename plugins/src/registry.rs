@@ -28,9 +28,10 @@ use super::builtin::BUILTIN_PLUGINS;
 use super::check::{check_component, CheckOptions, CheckReport};
 use super::plugin::Plugin;
 use super::runtime::{sha256_hex, PluginRuntime, RuntimeConfig};
-use super::tenants::{tenant_call_limits, LimitsLookup, TenantEntry, TenantLayers};
+use super::tenants::{
+    tenant_call_limits, LimitsLookup, TenantEntry, TenantLayers, TenantPluginLimits,
+};
 use super::{Calibration, PluginKind, QuestionType, Renderer};
-use crate::tenancy::{PluginVersion, Store, TenantLimits};
 
 /// Where a plugin came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,39 @@ impl Serialize for PluginSource {
     }
 }
 
+/// Where a plugin came from, as `/v1/plugins` names it (the OpenAPI schema of
+/// [`PluginSource`], which serializes as one of these).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PluginSourceName {
+    Builtin,
+    Operator,
+    Tenant,
+}
+
+/// A tenant's stored plugin version, as the registry reads it from the tenant store (which
+/// keeps the whole record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPlugin {
+    pub tenant_id: String,
+    /// The name requests use.
+    pub name: String,
+    /// 1, 2, ... per (tenant, name).
+    pub version: u32,
+    /// Hex SHA-256 of the component: the blob's name.
+    pub sha256: String,
+}
+
+/// The tenant store as the registry reads it: every tenant's active plugin versions and the
+/// components they name. The tenant store implements it; the registry knows nothing else of
+/// it.
+pub trait ComponentStore {
+    /// Every tenant's active plugin versions.
+    fn active_plugins(&self) -> Result<Vec<StoredPlugin>, String>;
+    /// A component's bytes by its hex SHA-256 (`None`: no such blob).
+    fn component(&self, sha256: &str) -> Result<Option<Vec<u8>>, String>;
+}
+
 /// One line of `/v1/plugins`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PluginSummary {
@@ -66,7 +100,7 @@ pub struct PluginSummary {
     /// The plugin's one-line description.
     pub description: String,
     /// `builtin`, `operator` (a file of the plugins directory) or `tenant` (the caller's own).
-    #[schema(value_type = crate::openapi::service::PluginSourceName)]
+    #[schema(value_type = PluginSourceName)]
     pub source: PluginSource,
     /// Hex SHA-256 of the component bytes.
     pub sha256: String,
@@ -375,7 +409,7 @@ impl PluginRegistry {
     pub fn check_for_tenant(
         &self,
         tenant: &str,
-        limits: &TenantLimits,
+        limits: &TenantPluginLimits,
         name: &str,
         bytes: &[u8],
         max_bytes: (u64, String),
@@ -393,7 +427,7 @@ impl PluginRegistry {
     /// Swaps `plugin` (from [`check_for_tenant`](Self::check_for_tenant)) in as the tenant's
     /// `name`, store version `version`. Requests that took the previous one finish on it.
     pub fn install_for_tenant(&self, tenant: &str, name: &str, plugin: Plugin, version: u32) {
-        let limits = crate::plugins::runtime::CallLimits::server(self.runtime.config());
+        let limits = crate::runtime::CallLimits::server(self.runtime.config());
         let sha256 = plugin.sha256().to_string();
         let replaced = self
             .tenants
@@ -430,8 +464,8 @@ impl PluginRegistry {
     /// skipped).
     pub fn load_tenant_plugins(
         &self,
-        store: &dyn Store,
-        limits_of: &dyn Fn(&str) -> Option<TenantLimits>,
+        store: &dyn ComponentStore,
+        limits_of: &dyn Fn(&str) -> Option<TenantPluginLimits>,
     ) -> (usize, usize) {
         let started = Instant::now();
         let active = match store.active_plugins() {
@@ -467,7 +501,7 @@ impl PluginRegistry {
                             plugin,
                             version: record.version,
                         },
-                        crate::plugins::runtime::CallLimits::server(self.runtime.config()),
+                        crate::runtime::CallLimits::server(self.runtime.config()),
                     );
                     loaded += 1;
                 }
@@ -670,9 +704,9 @@ impl PluginRegistry {
 /// The component a version record names, read from the store and checked against its
 /// digest; `None` (logged, naming the tenant, plugin and version) when it is missing, corrupt
 /// or cannot be read.
-pub fn stored_component(store: &dyn Store, record: &PluginVersion) -> Option<Vec<u8>> {
+pub fn stored_component(store: &dyn ComponentStore, record: &StoredPlugin) -> Option<Vec<u8>> {
     let (tenant, name) = (record.tenant_id.as_str(), record.name.as_str());
-    match store.blob(&record.sha256) {
+    match store.component(&record.sha256) {
         Ok(Some(bytes)) if sha256_hex(&bytes) == record.sha256 => Some(bytes),
         Ok(Some(_)) => {
             tracing::error!(tenant, plugin = name, version = record.version, sha256 = %record.sha256, "a tenant plugin's blob does not match its digest; skipped");

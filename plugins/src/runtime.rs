@@ -847,7 +847,7 @@ fn human_bytes(bytes: usize) -> String {
 }
 
 /// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
-pub(crate) fn truncate(s: &str, max: usize) -> &str {
+pub fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }

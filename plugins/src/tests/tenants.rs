@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::tenancy::TenantLimits;
+use crate::TenantPluginLimits;
 
 const Q: &str = r#"{"type":"predicate","instructions":"Is it raining?"}"#;
 
@@ -24,7 +24,7 @@ fn install(registry: &PluginRegistry, tenant: &str, name: &str, guest: &str, ver
     let bytes = std::fs::read(test_guest(guest)).unwrap();
     let (plugin, report) = registry.check_for_tenant(
         tenant,
-        &TenantLimits::default(),
+        &TenantPluginLimits::default(),
         name,
         &bytes,
         (MAX_COMPONENT_BYTES, "test".into()),
@@ -94,7 +94,7 @@ fn a_tenant_resolves_its_own_then_the_operators_then_the_builtin_and_never_anoth
     let bytes = std::fs::read(test_guest("predicate-inverted")).unwrap();
     let (plugin, report) = registry.check_for_tenant(
         "tn_a",
-        &TenantLimits::default(),
+        &TenantPluginLimits::default(),
         "temperature",
         &bytes,
         (MAX_COMPONENT_BYTES, "test".into()),
@@ -133,9 +133,9 @@ fn a_tenant_resolves_its_own_then_the_operators_then_the_builtin_and_never_anoth
 fn a_tenants_limits_bound_its_plugins_calls_and_changes_reach_loaded_plugins() {
     let registry =
         PluginRegistry::with_builtins(PluginRuntime::new(config(None)).unwrap()).unwrap();
-    let limits = TenantLimits {
+    let limits = TenantPluginLimits {
         plugin_timeout_ms: Some(100),
-        ..TenantLimits::default()
+        ..TenantPluginLimits::default()
     };
     let bytes = std::fs::read(test_guest("spin-question")).unwrap();
     let (plugin, report) = registry.check_for_tenant(
@@ -168,18 +168,18 @@ fn a_tenants_limits_bound_its_plugins_calls_and_changes_reach_loaded_plugins() {
 
     // The tenant's limit changes (the admin API): the loaded plugin's next call gets it.
     registry.set_tenant_limits_lookup(Arc::new(|_tenant: &str| {
-        Some(TenantLimits {
+        Some(TenantPluginLimits {
             plugin_timeout_ms: Some(200),
-            ..TenantLimits::default()
+            ..TenantPluginLimits::default()
         })
     }));
     let second = message(&registry);
     assert!(second.contains("200 ms"), "{second}");
     // A tenant limit above the server's is the server's.
     registry.set_tenant_limits_lookup(Arc::new(|_tenant: &str| {
-        Some(TenantLimits {
+        Some(TenantPluginLimits {
             plugin_timeout_ms: Some(60_000),
-            ..TenantLimits::default()
+            ..TenantPluginLimits::default()
         })
     }));
     let third = message(&registry);

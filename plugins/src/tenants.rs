@@ -13,10 +13,20 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::plugin::Plugin;
 use super::runtime::{CallLimits, RuntimeConfig, SharedLimits};
-use crate::tenancy::TenantLimits;
+
+/// A tenant's own bounds on its plugins' calls: its limits `plugin_memory_mib` and
+/// `plugin_timeout_ms` as the tenant directory holds them (unset: the server's). The tenant
+/// store owns the rest of a tenant's limits; this is all of them a plugin call needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantPluginLimits {
+    /// The tenant's memory cap per plugin call, MiB.
+    pub plugin_memory_mib: Option<u64>,
+    /// The tenant's deadline per plugin call, ms.
+    pub plugin_timeout_ms: Option<u64>,
+}
 
 /// Reads a tenant's current limits (from the tenant directory), `None` for an unknown tenant.
-pub type LimitsLookup = Arc<dyn Fn(&str) -> Option<TenantLimits> + Send + Sync>;
+pub type LimitsLookup = Arc<dyn Fn(&str) -> Option<TenantPluginLimits> + Send + Sync>;
 
 /// One of a tenant's plugins as served.
 #[derive(Clone)]
@@ -44,7 +54,7 @@ pub(super) struct TenantLayers {
 
 /// The limits a tenant's plugin calls run under: the tenant's own where set, never above the
 /// server's (`--plugin-memory-mib`, `--plugin-timeout-ms`), each naming what sets it.
-pub fn tenant_call_limits(server: &RuntimeConfig, tenant: &TenantLimits) -> CallLimits {
+pub fn tenant_call_limits(server: &RuntimeConfig, tenant: &TenantPluginLimits) -> CallLimits {
     let mut limits = CallLimits::server(server);
     if let Some(mib) = tenant.plugin_memory_mib {
         let bytes = (mib as usize).saturating_mul(1 << 20);
