@@ -38,7 +38,7 @@ echo "postgres $("$pg_bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$
 
 echo "== the store contract: SQLite and Postgres"
 DECIDE_TEST_POSTGRES_URL="postgres://decide@127.0.0.1:$port/postgres" \
-    cargo test --release -p decide --lib tenancy::store_contract
+    cargo test --release -p decide-tenancy --lib store_contract
 
 echo "== three replicas behind HAProxy"
 cargo build --release -p decide

@@ -21,7 +21,7 @@ use crate::frontends::{batch, classify, fields, openai, systemone};
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
 use crate::tenancy::calibration::{self as tenant_calibration, TenantCalibrations};
-use crate::tenancy::limits::{Defaults, Limiters};
+use crate::tenancy::limits::Limiters;
 use crate::tenancy::usage::Usage;
 use crate::tenancy::Directory;
 
@@ -64,7 +64,7 @@ pub type SharedState = Arc<AppState>;
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>, directory: Arc<Directory>) -> SharedState {
         let limits = Limiters::with_shared(
-            Defaults::from_config(&config),
+            config.tenant_defaults(),
             directory.store().clone().shared_rates(),
         );
         let state = Arc::new(AppState {

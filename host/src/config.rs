@@ -622,6 +622,17 @@ pub struct Config {
 }
 
 impl Config {
+    /// The server-wide defaults of the per-tenant limits (`--tenant-*`).
+    pub fn tenant_defaults(&self) -> crate::tenancy::limits::Defaults {
+        crate::tenancy::limits::Defaults {
+            requests_per_minute: self.tenant_requests_per_minute,
+            decisions_per_minute: self.tenant_decisions_per_minute,
+            input_tokens_per_minute: self.tenant_input_tokens_per_minute,
+            concurrent_requests: self.tenant_concurrent_requests,
+            queued_requests: self.tenant_queued_requests,
+        }
+    }
+
     /// The cache directory for precompiled plugins, resolved against the environment.
     pub fn resolved_cache_dir(&self) -> PathBuf {
         self.cache_dir

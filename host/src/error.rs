@@ -168,6 +168,31 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// What tenancy refuses, as the HTTP error it is (the one place its refusals get statuses).
+impl From<crate::tenancy::Refused> for ApiError {
+    fn from(refused: crate::tenancy::Refused) -> Self {
+        use crate::tenancy::Refused;
+        match refused {
+            Refused::Unauthorized { message } => ApiError::Unauthorized { message },
+            Refused::Forbidden { message } => ApiError::Forbidden { message },
+            Refused::RateLimited {
+                message,
+                retry_after_s,
+                headers,
+            } => ApiError::RateLimited {
+                message,
+                retry_after_s,
+                headers,
+            },
+            Refused::TooLarge { message } => ApiError::TooLarge {
+                loc: vec![],
+                message,
+            },
+            Refused::Internal(message) => ApiError::Internal(message),
+        }
+    }
+}
+
 impl ApiError {
     /// An invalid field, with the conventional error kind.
     pub fn invalid(loc: Loc, message: impl Into<String>) -> Self {

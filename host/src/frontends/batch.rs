@@ -112,14 +112,14 @@ async fn run(
     request.timeout = timeout;
     request.return_prompt = return_prompt;
     request.scope = super::request_scope(&caller);
-    request.cache_salt = caller.cache_salt(None);
+    request.cache_salt = crate::frontends::cache_salt(&caller, None);
     let (ready, slots) = split(items);
     let decided = super::decide_items(state, &caller, engine, request, ready).await?;
     state.metrics.record_item_batch(count);
     // Items refused before the pipeline count as single requests refused for bad input would.
     let usage = state.usage.of(caller.label());
     for error in slots.iter().filter_map(|slot| slot.as_ref().err()) {
-        usage.record_error(error);
+        super::record_failure(&usage, error);
     }
     let (body, timings) = respond(&model, &request_id, &(ids, types), slots, decided);
     let mut response = axum::Json(body).into_response();

@@ -101,7 +101,7 @@ pub async fn run(
         state: parsed.context.clone(),
         questions: parsed.leaves.iter().map(Leaf::question).collect(),
         temperature: parsed.temperature,
-        cache_salt: caller.cache_salt(parsed.cache_salt.as_deref()),
+        cache_salt: crate::frontends::cache_salt(&caller, parsed.cache_salt.as_deref()),
         readout: crate::readout::Options::default(),
         renderer: None,
         min_option_mass: None,

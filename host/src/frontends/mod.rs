@@ -31,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::{
     Decided, DecisionRequest, Engine, Item, Limits, Narrowed, Outcome, RequestScope,
 };
+use crate::tenancy::usage::{Counters, Failure, RequestUse};
 use crate::tenancy::Caller;
 
 /// Reads the body as JSON within `--max-body-bytes` (zstd and, where `multipart`, form-data).
@@ -68,9 +69,13 @@ where
 /// The caller of a request, from its `Authorization: Bearer` key (401 when the key is missing
 /// or not valid, counted as a rejected request).
 pub fn caller_of(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    state.directory.authenticate(headers).inspect_err(|_| {
-        state.metrics.record_rejected();
-    })
+    state
+        .directory
+        .authenticate(headers)
+        .map_err(ApiError::from)
+        .inspect_err(|_| {
+            state.metrics.record_rejected();
+        })
 }
 
 /// Runs `run` for an authenticated caller and counts a failure against its usage: what every
@@ -85,7 +90,7 @@ where
     let result = run(caller).await;
     if let Err(error) = &result {
         state.metrics.record_rejected();
-        usage.record_error(error);
+        record_failure(&usage, error);
     }
     result
 }
@@ -120,6 +125,41 @@ pub fn request_scope(caller: &Caller) -> RequestScope {
             weight: tenant.settings.weight.unwrap_or(1).max(1),
         },
         ..RequestScope::default()
+    }
+}
+
+/// The prefix- and token-cache salt of a caller's request: the tenant id plus an optional
+/// cache key of the client's (`prompt_cache_key`). A tenant's keys share its cache; tenants
+/// never share one.
+pub fn cache_salt(caller: &Caller, cache_key: Option<&str>) -> u64 {
+    crate::prefix_cache::tenant_salt(&[
+        caller.tenant_id().unwrap_or("decide-default-tenant"),
+        cache_key.unwrap_or(""),
+    ])
+}
+
+/// Counts a request (or batch item) that failed as a whole in its caller's usage: a 429 as
+/// rate-limited, anything else as rejected.
+pub fn record_failure(usage: &Counters, error: &ApiError) {
+    usage.record_failure(match error {
+        ApiError::RateLimited { .. } => Failure::RateLimited,
+        _ => Failure::Rejected,
+    });
+}
+
+/// What a decided request used, for its caller's usage.
+fn request_use(decided: &Decided) -> RequestUse {
+    let answers = decided
+        .outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Answer(_)))
+        .count() as u64;
+    RequestUse {
+        answers,
+        refusals: decided.outcomes.len() as u64 - answers,
+        input_tokens: decided.input_tokens as u64,
+        cached_tokens: decided.cached_tokens as u64,
+        model: decided.timings.model,
     }
 }
 
@@ -286,7 +326,7 @@ pub async fn decide_items(
                 .map(|result| {
                     let counted = result.and_then(|decided| counted(state, caller, decided));
                     if let Err(error) = &counted {
-                        usage.record_error(error);
+                        record_failure(&usage, error);
                     }
                     counted
                 })
@@ -442,7 +482,7 @@ async fn off_runtime<R: Send + 'static>(
 /// Counts a decided request (or batch item) in the caller's usage; fails it with the first
 /// failure when every question failed.
 fn counted(state: &AppState, caller: &Caller, decided: Decided) -> Result<Decided, ApiError> {
-    state.usage.of(caller.label()).record_decided(&decided);
+    state.usage.of(caller.label()).record_decided(&request_use(&decided));
     match all_refused(&decided) {
         Some(error) => Err(error),
         None => Ok(decided),

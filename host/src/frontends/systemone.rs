@@ -115,7 +115,7 @@ pub(crate) async fn answer(
         types,
     } = parsed;
     request.scope = super::request_scope(caller);
-    request.cache_salt = caller.cache_salt(None);
+    request.cache_salt = crate::frontends::cache_salt(&caller, None);
     let (decided, _request) = super::decide(state, caller, engine, request).await?;
     let body = respond(&model, request_id, &decided, &ids, &types);
     Ok(Answered { body, decided, ids })

@@ -195,7 +195,7 @@ impl QuestionTypeTool {
         request.timeout = j::timeout_ms(body, "timeout_ms", &root, systemone::TIMEOUT_FIELD)?;
         request.return_prompt = j::flag(body, "return_prompt", &root)?;
         request.scope = crate::frontends::request_scope(caller);
-        request.cache_salt = caller.cache_salt(None);
+        request.cache_salt = crate::frontends::cache_salt(&caller, None);
         let model = crate::frontends::check_model(state, Wire::SystemOne, None)?;
         let (decided, _request) = crate::frontends::decide(state, caller, engine, request).await?;
         // One question, answered (a refused one fails the call in `decide`).

@@ -170,7 +170,7 @@ pub(crate) async fn answer(
             state: parsed.state.clone(),
             questions: leaves.iter().map(Leaf::question).collect(),
             temperature: None,
-            cache_salt: caller.cache_salt(None),
+            cache_salt: crate::frontends::cache_salt(&caller, None),
             readout: crate::readout::Options::default(),
             renderer: None,
             min_option_mass: None,

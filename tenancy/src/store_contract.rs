@@ -10,9 +10,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::postgres::PostgresStore;
-use super::sqlite::SqliteStore;
-use super::store::{KeyRecord, PluginVersion, Store, StoreError, Tenant, TenantLimits};
+use crate::postgres::PostgresStore;
+use crate::sqlite::SqliteStore;
+use crate::store::{KeyRecord, PluginVersion, Store, StoreError, Tenant, TenantLimits};
 
 type Open = dyn Fn() -> Arc<dyn Store>;
 
@@ -151,7 +151,7 @@ fn updates_and_blobs(open: &Open) {
     assert_eq!(other.tenant("tn_b").unwrap().unwrap(), renamed);
     let bytes = vec![7u8; 100_000];
     let sha = store.put_blob(&bytes).unwrap();
-    assert_eq!(sha, crate::plugins::runtime::sha256_hex(&bytes));
+    assert_eq!(sha, decide_plugins::runtime::sha256_hex(&bytes));
     assert_eq!(other.put_blob(&bytes).unwrap(), sha);
     assert_eq!(other.blob(&sha).unwrap().unwrap(), bytes);
     assert!(other.blob(&"0".repeat(64)).unwrap().is_none());
@@ -376,7 +376,7 @@ mod postgres {
     /// Two replicas' takes come out of one bucket: five a minute means five in all.
     #[test]
     fn rate_buckets_are_shared_by_replicas() {
-        use crate::tenancy::shared_rates::Take;
+        use crate::shared_rates::Take;
         let Some(open) = fresh("rates") else {
             return;
         };
@@ -388,7 +388,7 @@ mod postgres {
             .enable_all()
             .build()
             .unwrap();
-        let take = |rates: &std::sync::Arc<dyn crate::tenancy::shared_rates::SharedRates>, n| {
+        let take = |rates: &std::sync::Arc<dyn crate::shared_rates::SharedRates>, n| {
             runtime.block_on(rates.take("tn_a/requests_per_minute/5".into(), n, 5))
         };
         assert_eq!(take(&a, 3).unwrap(), Take::Taken { remaining: 2 });

@@ -230,7 +230,7 @@ pub trait Store: Send + Sync {
     /// keeps every bucket in this process (the embedded store serves one node).
     fn shared_rates(
         self: std::sync::Arc<Self>,
-    ) -> Option<std::sync::Arc<dyn super::shared_rates::SharedRates>> {
+    ) -> Option<std::sync::Arc<dyn crate::shared_rates::SharedRates>> {
         None
     }
 

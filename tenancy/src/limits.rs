@@ -36,9 +36,9 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::shared_rates::{SharedRates, Take};
-use super::{Caller, TenantLimits};
-use crate::error::ApiError;
+use crate::shared_rates::{SharedRates, Take};
+use crate::{Caller, TenantLimits};
+use crate::Refused;
 
 /// Seconds a request refused for concurrency is told to wait: slots free up as requests
 /// finish, typically well within a second.
@@ -52,19 +52,6 @@ pub struct Defaults {
     pub input_tokens_per_minute: u64,
     pub concurrent_requests: u64,
     pub queued_requests: u64,
-}
-
-impl Defaults {
-    /// The defaults the server was started with.
-    pub fn from_config(config: &crate::config::Config) -> Defaults {
-        Defaults {
-            requests_per_minute: config.tenant_requests_per_minute,
-            decisions_per_minute: config.tenant_decisions_per_minute,
-            input_tokens_per_minute: config.tenant_input_tokens_per_minute,
-            concurrent_requests: config.tenant_concurrent_requests,
-            queued_requests: config.tenant_queued_requests,
-        }
-    }
 }
 
 /// One limit as it applies: its value (0: none) and whether the tenant's record set it
@@ -189,7 +176,7 @@ impl Rate {
 
     /// Takes `n` cells, or says why not: 429 to retry later, or 413 when `n` exceeds the
     /// whole minute.
-    fn take(&self, n: usize, limiter: &TenantLimiter) -> Result<(), ApiError> {
+    fn take(&self, n: usize, limiter: &TenantLimiter) -> Result<(), Refused> {
         let Some(cells) = NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX)) else {
             return Ok(());
         };
@@ -214,7 +201,7 @@ impl Rate {
         n: usize,
         limiter: &TenantLimiter,
         shared: &dyn SharedRates,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Refused> {
         let Ok(cells) = u32::try_from(n) else {
             return Err(self.too_large(n, limiter));
         };
@@ -254,7 +241,7 @@ impl Rate {
     }
 
     /// The 429 of a take refused for `wait`.
-    fn refused(&self, n: usize, wait: Duration, limiter: &TenantLimiter) -> ApiError {
+    fn refused(&self, n: usize, wait: Duration, limiter: &TenantLimiter) -> Refused {
         let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
         let mut headers = limiter.headers();
         // The refused bucket: what it lacks, and when this request would fit.
@@ -265,7 +252,7 @@ impl Rate {
             self.remaining().to_string(),
         );
         set_header(&mut headers, "reset", self.kind, duration_text(wait));
-        ApiError::RateLimited {
+        Refused::RateLimited {
             message: format!(
                 "tenant limit {} = {} reached: this request needs {n} {}; retry in {retry_after_s} s ({})",
                 self.kind.setting(),
@@ -279,9 +266,8 @@ impl Rate {
     }
 
     /// The 413 of a take larger than the whole minute.
-    fn too_large(&self, n: usize, limiter: &TenantLimiter) -> ApiError {
-        ApiError::TooLarge {
-            loc: vec![],
+    fn too_large(&self, n: usize, limiter: &TenantLimiter) -> Refused {
+        Refused::TooLarge {
             message: format!(
                 "this request needs {n} {} but tenant limit {} = {} allows at most that many in a whole minute, so it can never pass; send a smaller request ({})",
                 self.kind.unit(),
@@ -389,7 +375,7 @@ impl TenantLimiter {
     /// Takes one request and `questions` decisions from the tenant's rates, before any model
     /// work. A request with more questions than a whole minute allows is refused (413)
     /// before it takes anything.
-    pub fn check_request(&self, questions: usize) -> Result<(), ApiError> {
+    pub fn check_request(&self, questions: usize) -> Result<(), Refused> {
         if let Some(decisions) = &self.decisions {
             if questions > decisions.per_minute as usize {
                 return decisions.take(questions, self);
@@ -410,7 +396,7 @@ impl TenantLimiter {
         &self,
         questions: usize,
         shared: &dyn SharedRates,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Refused> {
         if let Some(decisions) = &self.decisions {
             if questions > decisions.per_minute as usize {
                 return Err(decisions.too_large(questions, self));
@@ -427,7 +413,7 @@ impl TenantLimiter {
 
     /// Takes `tokens` prompt tokens from the tenant's input-token rate (the pipeline calls
     /// it before each read on the model worker).
-    pub fn admit_tokens(&self, tokens: usize) -> Result<(), ApiError> {
+    pub fn admit_tokens(&self, tokens: usize) -> Result<(), Refused> {
         match &self.tokens {
             Some(rate) => rate.take(tokens, self),
             None => Ok(()),
@@ -441,7 +427,7 @@ impl TenantLimiter {
 
     /// Waits for one of the tenant's concurrent slots, or refuses (429) when
     /// `queued_requests` are waiting already. The slot is held until the permit drops.
-    pub async fn enter(&self) -> Result<Option<OwnedSemaphorePermit>, ApiError> {
+    pub async fn enter(&self) -> Result<Option<OwnedSemaphorePermit>, Refused> {
         let Some(slots) = &self.slots else {
             return Ok(None);
         };
@@ -452,7 +438,7 @@ impl TenantLimiter {
         if self.waiting.fetch_add(1, Ordering::SeqCst) >= queued {
             self.waiting.fetch_sub(1, Ordering::SeqCst);
             let (concurrent, queue) = (self.effective.concurrent, self.effective.queued);
-            return Err(ApiError::RateLimited {
+            return Err(Refused::RateLimited {
                 message: format!(
                     "tenant limit concurrent_requests = {} reached and queued_requests = {} are waiting already; retry in {BUSY_RETRY_AFTER_S} s (concurrent_requests: {}; queued_requests: {})",
                     concurrent.value,
@@ -477,7 +463,7 @@ impl TenantLimiter {
             .acquire_owned()
             .await
             .map(Some)
-            .map_err(|_| ApiError::Internal("the tenant's slots were closed".into()))
+            .map_err(|_| Refused::Internal("the tenant's slots were closed".into()))
     }
 
     /// OpenAI's `x-ratelimit-*` headers for every rate the tenant has: limit, what remains
@@ -552,7 +538,7 @@ impl Limiters {
         &self,
         limiter: &TenantLimiter,
         questions: usize,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Refused> {
         match &self.shared {
             Some(shared) => {
                 limiter
@@ -629,7 +615,7 @@ mod tests {
             limiter.check_request(1).expect("within the minute");
         }
         match limiter.check_request(1) {
-            Err(ApiError::RateLimited {
+            Err(Refused::RateLimited {
                 message,
                 retry_after_s,
                 headers,
@@ -663,7 +649,7 @@ mod tests {
         });
         assert!(matches!(
             limiter.check_request(5),
-            Err(ApiError::TooLarge { .. })
+            Err(Refused::TooLarge { .. })
         ));
         assert_eq!(limiter.requests.as_ref().unwrap().remaining(), 5);
         assert!(matches!(
@@ -680,7 +666,7 @@ mod tests {
         });
         let default = limiters.of(&Caller::Default);
         default.check_request(1).unwrap();
-        let Err(ApiError::RateLimited { message, .. }) = default.check_request(1) else {
+        let Err(Refused::RateLimited { message, .. }) = default.check_request(1) else {
             panic!("the default tenant is limited too");
         };
         assert!(
@@ -705,7 +691,7 @@ mod tests {
         while limiter.waiting.load(Ordering::SeqCst) == 0 {
             tokio::task::yield_now().await;
         }
-        let Err(ApiError::RateLimited { message, .. }) = limiter.enter().await else {
+        let Err(Refused::RateLimited { message, .. }) = limiter.enter().await else {
             panic!("the queue is full");
         };
         assert!(message.contains("concurrent_requests = 1"), "{message}");

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::StoreError;
+use crate::StoreError;
 
 /// The answer of one take.
 #[derive(Debug, Clone, Copy, PartialEq)]

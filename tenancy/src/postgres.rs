@@ -29,8 +29,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
-use super::shared_rates::{remaining_cells, wait_for, SharedRates, Take, Taking};
-use super::store::{
+use crate::shared_rates::{remaining_cells, wait_for, SharedRates, Take, Taking};
+use crate::store::{
     json, KeyRecord, PluginVersion, Store, StoreError, Tenant, KEY_COLUMNS, TENANT_COLUMNS,
     VERSION_COLUMNS,
 };
@@ -647,7 +647,7 @@ impl Store for PostgresStore {
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
-        let sha256 = crate::plugins::runtime::sha256_hex(bytes);
+        let sha256 = decide_plugins::runtime::sha256_hex(bytes);
         let (digest, bytes) = (sha256.clone(), bytes.to_vec());
         self.run(|pool| async move {
             let client = pool.get().await.map_err(db)?;

@@ -11,9 +11,6 @@ use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
-use crate::error::ApiError;
-use crate::pipeline::{Decided, Outcome};
-
 /// One tenant's counters since the server started.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -48,24 +45,42 @@ pub struct UsageReport {
     pub rate_limited: u64,
 }
 
+/// What one decided request (or batch item) used, as the server counts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestUse {
+    /// Questions answered.
+    pub answers: u64,
+    /// Questions refused (plugin failure, readout capacity, prompt too long).
+    pub refusals: u64,
+    /// Prompt tokens read, cached ones included.
+    pub input_tokens: u64,
+    /// Of those, tokens whose KV came from a cache.
+    pub cached_tokens: u64,
+    /// Time the request spent on the model worker (waiting included).
+    pub model: std::time::Duration,
+}
+
+/// How a request that failed as a whole is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Refused by a rate, concurrency or queue limit (429).
+    RateLimited,
+    /// Refused for anything else (bad input, limits of size, deadlines).
+    Rejected,
+}
+
 impl Counters {
     /// Records a decided request.
-    pub fn record_decided(&self, decided: &Decided) {
-        let answers = decided
-            .outcomes
-            .iter()
-            .filter(|o| matches!(o, Outcome::Answer(_)))
-            .count() as u64;
-        let refused = decided.outcomes.len() as u64 - answers;
+    pub fn record_decided(&self, used: &RequestUse) {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        self.decisions.fetch_add(answers, Ordering::Relaxed);
-        self.refusals.fetch_add(refused, Ordering::Relaxed);
+        self.decisions.fetch_add(used.answers, Ordering::Relaxed);
+        self.refusals.fetch_add(used.refusals, Ordering::Relaxed);
         self.input_tokens
-            .fetch_add(decided.input_tokens as u64, Ordering::Relaxed);
+            .fetch_add(used.input_tokens, Ordering::Relaxed);
         self.cached_tokens
-            .fetch_add(decided.cached_tokens as u64, Ordering::Relaxed);
+            .fetch_add(used.cached_tokens, Ordering::Relaxed);
         self.model_micros
-            .fetch_add(decided.timings.model.as_micros() as u64, Ordering::Relaxed);
+            .fetch_add(used.model.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Records prompt tokens read for the tenant outside a request (its calibration fit).
@@ -75,10 +90,10 @@ impl Counters {
     }
 
     /// Records a request that failed as a whole.
-    pub fn record_error(&self, error: &ApiError) {
-        let counter = match error {
-            ApiError::RateLimited { .. } => &self.rate_limited,
-            _ => &self.rejected,
+    pub fn record_failure(&self, failure: Failure) {
+        let counter = match failure {
+            Failure::RateLimited => &self.rate_limited,
+            Failure::Rejected => &self.rejected,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::store::{
+use crate::store::{
     json, KeyRecord, PluginVersion, Store, StoreError, Tenant, KEY_COLUMNS, TENANT_COLUMNS,
     VERSION_COLUMNS,
 };
@@ -416,7 +416,7 @@ impl Store for SqliteStore {
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
-        let sha256 = crate::plugins::runtime::sha256_hex(bytes);
+        let sha256 = decide_plugins::runtime::sha256_hex(bytes);
         let path = self.blob_path(&sha256)?;
         if fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
             return Ok(sha256);

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap};
 
-use super::keys;
-use super::store::{Store, StoreError, Tenant};
-use crate::error::ApiError;
+use crate::keys;
+use crate::store::{Store, StoreError, Tenant};
+use crate::Refused;
 
 /// How often a request may check whether the store changed.
 pub const RECHECK: Duration = Duration::from_millis(500);
@@ -49,8 +49,8 @@ impl Caller {
 
     /// The tenant, or a 403 for the default tenant: `what` (e.g. "uploading plugins") needs
     /// a tenant's key; `instead` says what the operator does for the server itself.
-    pub fn require_tenant(&self, what: &str, instead: &str) -> Result<Arc<Tenant>, ApiError> {
-        self.tenant().cloned().ok_or_else(|| ApiError::Forbidden {
+    pub fn require_tenant(&self, what: &str, instead: &str) -> Result<Arc<Tenant>, Refused> {
+        self.tenant().cloned().ok_or_else(|| Refused::Forbidden {
             message: format!(
                 "{what} needs a tenant's API key: create a tenant and a key with the admin API (/admin/v1/tenants); {instead}"
             ),
@@ -63,15 +63,6 @@ impl Caller {
         self.tenant_id().unwrap_or("default")
     }
 
-    /// The prefix- and token-cache salt of a request: the tenant id plus an optional cache
-    /// key of the client's (`prompt_cache_key`). A tenant's keys share its cache; tenants
-    /// never share one.
-    pub fn cache_salt(&self, cache_key: Option<&str>) -> u64 {
-        crate::prefix_cache::tenant_salt(&[
-            self.tenant_id().unwrap_or("decide-default-tenant"),
-            cache_key.unwrap_or(""),
-        ])
-    }
 }
 
 /// A consistent picture of tenants and keys.
@@ -263,7 +254,7 @@ impl Directory {
     ///
     /// A refusal never shows any part of the presented token: a secret sent to the wrong
     /// server (an admin key, another service's key) must not come back in a response.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, Refused> {
         self.refresh();
         let snapshot = self.current();
         let presented = presented_key(headers);
@@ -281,22 +272,22 @@ impl Directory {
                     {
                         tracing::warn!("every tenant of this server was deleted and it has no --api-key: requests are refused (401) instead of served without a key; set --api-key, create a tenant, or start it with --allow-anonymous");
                     }
-                    Err(ApiError::Unauthorized {
+                    Err(Refused::Unauthorized {
                         message: "this server had tenants and has none left, so it serves no request without a key: the operator sets --api-key / DECIDE_API_KEY (or creates a tenant, or starts it with --allow-anonymous / DECIDE_ALLOW_ANONYMOUS to serve without keys)".into(),
                     })
                 }
                 (None, _) => Ok(Caller::Default),
                 (Some(_), Some(key)) if operator_key(&keys::hash(key)) => Ok(Caller::Default),
-                (Some(_), Some(_)) => Err(ApiError::Unauthorized {
+                (Some(_), Some(_)) => Err(Refused::Unauthorized {
                     message: "the API key is not valid for this server".into(),
                 }),
-                (Some(_), None) => Err(ApiError::Unauthorized {
+                (Some(_), None) => Err(Refused::Unauthorized {
                     message: "missing `Authorization: Bearer <key>` header (this server is started with --api-key)".into(),
                 }),
             };
         }
         let Some(key) = presented else {
-            return Err(ApiError::Unauthorized {
+            return Err(Refused::Unauthorized {
                 message: "missing `Authorization: Bearer <key>` header: this server serves several tenants, and each request needs its tenant's API key".into(),
             });
         };
@@ -318,7 +309,7 @@ impl Directory {
                 tenant: tenant.clone(),
                 key_id: key_id.clone(),
             }),
-            None => Err(ApiError::Unauthorized {
+            None => Err(Refused::Unauthorized {
                 message: "the API key is not valid: it is unknown or was revoked".into(),
             }),
         }
