@@ -45,4 +45,3 @@ fn write_tuned_seeds(dir: &Path, out_dir: &Path) {
     generated.push_str("];\n");
     fs::write(out_dir.join("tuned_seeds.rs"), generated).expect("write tuned_seeds.rs");
 }
-

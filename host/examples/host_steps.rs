@@ -153,7 +153,7 @@ fn main() -> anyhow::Result<()> {
     };
     let metrics = std::sync::Arc::new(decide::metrics::Metrics::default());
     let progress = decide::progress::Reporter::cli(config.progress_every_s);
-    let (mut engine, served) = decide::server::load_engine(&config, metrics, &progress, &|_| {})?;
+    let (engine, served) = decide::server::load_engine(&config, metrics, &progress, &|_| {})?;
     // As a calibrated server: the calibration's parameters are known, no per-request call.
     let calibration = engine.plugins().calibration("temperature").unwrap();
     engine.set_calibration(CalibrationState {

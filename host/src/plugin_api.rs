@@ -63,10 +63,10 @@ fn internal(what: &str, error: impl std::fmt::Display) -> ApiError {
 
 /// The caller's tenant; the default tenant may read but not change plugins.
 fn tenant_of(caller: &Caller) -> Result<Arc<Tenant>, ApiError> {
-    caller.require_tenant(
+    Ok(caller.require_tenant(
         "uploading or changing plugins",
         "the server's own plugins are the files of the plugins directory (setting --plugins)",
-    )
+    )?)
 }
 
 /// A plugin name: 1 to 64 of `a-z 0-9 - _ .`, starting with a letter or digit.
@@ -368,7 +368,8 @@ fn install_upload(
     let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
     check_count(state, registry, tenant, name)?;
     check_storage(state, tenant, name, bytes)?;
-    let (plugin, report) = registry.check_for_tenant(&tenant.id, &tenant.limits.plugins(), name, bytes, cap);
+    let (plugin, report) =
+        registry.check_for_tenant(&tenant.id, &tenant.limits.plugins(), name, bytes, cap);
     let Some(plugin) = plugin else {
         tracing::info!(tenant = %tenant.id, plugin = name, reasons = %report.reasons(), "tenant plugin upload refused");
         return Err(ApiError::Invalid {
@@ -607,7 +608,8 @@ fn rollback_to(
         MAX_COMPONENT_BYTES,
         "the server's largest plugin component".into(),
     );
-    let (plugin, report) = registry.check_for_tenant(&tenant.id, &tenant.limits.plugins(), name, &bytes, cap);
+    let (plugin, report) =
+        registry.check_for_tenant(&tenant.id, &tenant.limits.plugins(), name, &bytes, cap);
     let Some(plugin) = plugin else {
         return Err(ApiError::Invalid {
             loc: loc!["version"],

@@ -160,7 +160,8 @@ fn sync_one(
         return false;
     };
     let cap = crate::plugin_api::size_cap(state, &tenant);
-    let (plugin, report) = registry.check_for_tenant(tenant_id, &tenant.limits.plugins(), name, &bytes, cap);
+    let (plugin, report) =
+        registry.check_for_tenant(tenant_id, &tenant.limits.plugins(), name, &bytes, cap);
     match plugin {
         Some(plugin) => {
             registry.install_for_tenant(tenant_id, name, plugin, record.version);

@@ -1,4 +1,4 @@
-//! Plugin tests through wasmtime with the real built components (`host/build.rs` builds them).
+//! Plugin tests through wasmtime with the real built components (`plugins/build.rs` builds them).
 //!
 //! Run: `cargo test --release -p decide plugins -- --nocapture` (the timing tests print figures).
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use axum::http::{header, HeaderMap};
+use http::{header, HeaderMap};
 
 use crate::keys;
 use crate::store::{Store, StoreError, Tenant};
@@ -62,7 +62,6 @@ impl Caller {
     pub fn label(&self) -> &str {
         self.tenant_id().unwrap_or("default")
     }
-
 }
 
 /// A consistent picture of tenants and keys.

@@ -37,8 +37,8 @@ use governor::{Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::shared_rates::{SharedRates, Take};
-use crate::{Caller, TenantLimits};
 use crate::Refused;
+use crate::{Caller, TenantLimits};
 
 /// Seconds a request refused for concurrency is told to wait: slots free up as requests
 /// finish, typically well within a second.

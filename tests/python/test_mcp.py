@@ -80,7 +80,7 @@ def tenant_server():
     running = Server("--admin-key", ADMIN)
     running.key = tenant_key(running, "mcp-team")
     running.limited_key = tenant_key(running, "mcp-limited", {"requests_per_minute": 2})
-    # The team's own question type (guests/examples/sentiment-scale, built by host/build.rs).
+    # The team's own question type (guests/examples/sentiment-scale, built by plugins/build.rs).
     wasm = ROOT / "target" / "guests" / "wasm32-wasip2" / "release" / "openai_sentiment.wasm"
     upload = urllib.request.Request(
         f"{running.base}/v1/plugins/openai-sentiment", method="PUT", data=wasm.read_bytes(),

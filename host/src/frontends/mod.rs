@@ -454,9 +454,11 @@ async fn admit(
     state.limits.check_request(&limiter, questions).await?;
     if limiter.limits_tokens() {
         let limiter = limiter.clone();
-        scope.admit_tokens = Some(Arc::new(move |tokens| limiter.admit_tokens(tokens)));
+        scope.admit_tokens = Some(Arc::new(move |tokens| {
+            limiter.admit_tokens(tokens).map_err(ApiError::from)
+        }));
     }
-    limiter.enter().await
+    Ok(limiter.enter().await?)
 }
 
 /// Runs `work` (the pipeline, which blocks) on a blocking thread at nice value `nice`
@@ -482,7 +484,10 @@ async fn off_runtime<R: Send + 'static>(
 /// Counts a decided request (or batch item) in the caller's usage; fails it with the first
 /// failure when every question failed.
 fn counted(state: &AppState, caller: &Caller, decided: Decided) -> Result<Decided, ApiError> {
-    state.usage.of(caller.label()).record_decided(&request_use(&decided));
+    state
+        .usage
+        .of(caller.label())
+        .record_decided(&request_use(&decided));
     match all_refused(&decided) {
         Some(error) => Err(error),
         None => Ok(decided),

@@ -83,7 +83,10 @@ async fn run(state: &SharedState, caller: Caller, value: Value) -> Result<Respon
         detail,
     } = parsed;
     request.scope = super::request_scope(&caller);
-    request.cache_salt = crate::frontends::cache_salt(&caller, value.get("prompt_cache_key").and_then(Value::as_str));
+    request.cache_salt = crate::frontends::cache_salt(
+        &caller,
+        value.get("prompt_cache_key").and_then(Value::as_str),
+    );
     let (decided, request) = super::decide(state, &caller, engine, request).await?;
     let mut response =
         axum::Json(respond(&model, &request, &decided, &names, &types, detail)).into_response();

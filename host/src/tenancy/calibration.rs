@@ -392,7 +392,7 @@ fn charge_tokens(
                 usage.record_background_tokens(tokens);
                 return Ok(());
             }
-            Err(ApiError::RateLimited { retry_after_s, .. }) => {
+            Err(crate::tenancy::Refused::RateLimited { retry_after_s, .. }) => {
                 let until = std::time::Instant::now()
                     + std::time::Duration::from_secs(retry_after_s.clamp(1, 60));
                 while std::time::Instant::now() < until {
@@ -402,7 +402,7 @@ fn charge_tokens(
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
             }
-            Err(error) => return Err(error),
+            Err(error) => return Err(error.into()),
         }
     })
 }
