@@ -248,9 +248,7 @@ pub async fn decide(
             // A question refused because the request was cancelled (its deadline passed
             // between the worker's passes) is the deadline's 504, not an engine failure.
             if let Some(cancelled) = request.scope.cancel.error() {
-                if decided.outcomes.iter().any(
-                    |o| matches!(o, Outcome::Refusal(refusal) if refusal.status.is_server_error()),
-                ) {
+                if failed_server_side(&decided) {
                     return Err(cancelled);
                 }
             }
@@ -297,12 +295,14 @@ pub async fn decide_items(
             let results =
                 off_runtime(slot, nice, move || engine.decide_items(&request, items)).await??;
             // Items that failed because the batch was cancelled (its deadline passed between
-            // the worker's passes) make the batch's 504, as when the timer fires first.
+            // the worker's passes, or while its prompts were rendered) make the batch's 504, as
+            // when the timer fires first. Such an item is an error (the worker dropped its
+            // jobs) or an answer whose questions were refused (rendering stopped).
             if let Some(cancelled) = cancel.error() {
-                if results
-                    .iter()
-                    .any(|result| result.as_ref().is_err_and(is_server_side))
-                {
+                if results.iter().any(|result| match result {
+                    Ok(decided) => failed_server_side(decided),
+                    Err(error) => is_server_side(error),
+                }) {
                     return Err(cancelled);
                 }
             }
@@ -339,6 +339,14 @@ pub async fn decide_items(
 /// one that a cancellation can have caused, and that the cancellation's own error replaces.
 fn is_server_side(error: &ApiError) -> bool {
     error.status(Wire::OpenAi).is_server_error() || matches!(error, ApiError::Cancelled { .. })
+}
+
+/// Whether any of a request's questions failed on the server's side (a cancellation can have
+/// caused that, while it cannot cause a question the client got wrong).
+fn failed_server_side(decided: &Decided) -> bool {
+    decided.outcomes.iter().any(
+        |outcome| matches!(outcome, Outcome::Refusal(refusal) if refusal.status.is_server_error()),
+    )
 }
 
 fn is_timeout(error: &ApiError) -> bool {
