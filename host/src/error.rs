@@ -17,69 +17,7 @@ pub enum Wire {
     SystemOne,
 }
 
-/// One location in the request body: field names and array indices.
-pub type Loc = Vec<LocPart>;
-
-/// A segment of a [`Loc`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LocPart {
-    Field(String),
-    Index(usize),
-}
-
-impl From<&str> for LocPart {
-    fn from(field: &str) -> Self {
-        LocPart::Field(field.to_string())
-    }
-}
-impl From<String> for LocPart {
-    fn from(field: String) -> Self {
-        LocPart::Field(field)
-    }
-}
-impl From<usize> for LocPart {
-    fn from(index: usize) -> Self {
-        LocPart::Index(index)
-    }
-}
-
-/// Builds a [`Loc`] from mixed field names and indices: `loc!["questions", 2, "choices"]`.
-#[macro_export]
-macro_rules! loc {
-    ($($part:expr),* $(,)?) => { vec![$($crate::error::LocPart::from($part)),*] };
-}
-
-/// Renders a location as a dotted path with bracketed indices: `questions[2].choices`.
-pub fn dotted(loc: &[LocPart]) -> String {
-    let mut path = String::new();
-    for part in loc {
-        match part {
-            // A name a dot would make ambiguous (empty, or with a dot, bracket, quote or space)
-            // is written in brackets as a JSON string: `questions[0][""]`, `schema["a.b"]`.
-            LocPart::Field(name) if !is_plain_name(name) => {
-                path.push('[');
-                path.push_str(&Value::String(name.clone()).to_string());
-                path.push(']');
-            }
-            LocPart::Field(name) => {
-                if !path.is_empty() {
-                    path.push('.');
-                }
-                path.push_str(name);
-            }
-            LocPart::Index(index) => path.push_str(&format!("[{index}]")),
-        }
-    }
-    path
-}
-
-/// Can a field name stand in a dotted path as it is?
-fn is_plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '$' | '/' | '~' | '@' | ':'))
-}
+pub use decide_engine::error::{dotted, Loc, LocPart};
 
 /// A location as Jev's (FastAPI's) `loc` list: `["body", "questions", "q1", "type"]`.
 pub fn jev_loc(loc: &[LocPart]) -> Value {
@@ -166,6 +104,88 @@ pub enum ApiError {
     /// A bug: never caused by input.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// What the engine fails with, as the HTTP error it is (the statuses are [`ApiError::status`]'s).
+impl From<decide_engine::EngineError> for ApiError {
+    fn from(error: decide_engine::EngineError) -> Self {
+        use decide_engine::EngineError;
+        match error {
+            EngineError::Invalid { loc, message, kind } => ApiError::Invalid { loc, message, kind },
+            EngineError::TooLarge { loc, message } => ApiError::TooLarge { loc, message },
+            EngineError::NotReady {
+                reason,
+                retry_after_s,
+            } => ApiError::NotReady {
+                reason,
+                retry_after_s,
+            },
+            EngineError::Overloaded {
+                message,
+                retry_after_s,
+            } => ApiError::Overloaded {
+                message,
+                retry_after_s,
+            },
+            EngineError::RateLimited {
+                message,
+                retry_after_s,
+                headers,
+            } => ApiError::RateLimited {
+                message,
+                retry_after_s,
+                headers,
+            },
+            EngineError::Timeout { message } => ApiError::Timeout { message },
+            EngineError::Cancelled { message } => ApiError::Cancelled { message },
+            EngineError::Internal(message) => ApiError::Internal(message),
+        }
+    }
+}
+
+/// A tenancy refusal met inside the engine's work (a tenant's token rate, taken as prompt
+/// tokens reach the model worker), as the engine's error; it becomes the same HTTP error as
+/// the refusal would have been outside.
+pub fn refused_in_engine(refused: crate::tenancy::Refused) -> decide_engine::EngineError {
+    use crate::tenancy::Refused;
+    use decide_engine::EngineError;
+    match refused {
+        Refused::RateLimited {
+            message,
+            retry_after_s,
+            headers,
+        } => EngineError::RateLimited {
+            message,
+            retry_after_s,
+            headers,
+        },
+        Refused::TooLarge { message } => EngineError::TooLarge {
+            loc: vec![],
+            message,
+        },
+        // Not met during admission: who is asking was settled before the work began.
+        Refused::Unauthorized { message } | Refused::Forbidden { message } => {
+            EngineError::Internal(message)
+        }
+        Refused::Internal(message) => EngineError::Internal(message),
+    }
+}
+
+/// The status a request gets when every one of its questions was refused with `kind` (and the
+/// status a batch item or a Jev refusal shows).
+pub fn refusal_status(kind: decide_engine::error::RefusalKind) -> StatusCode {
+    use decide_engine::error::RefusalKind;
+    match kind {
+        RefusalKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+        RefusalKind::BadRequest => StatusCode::BAD_REQUEST,
+        RefusalKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        RefusalKind::NotReady | RefusalKind::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+        RefusalKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        RefusalKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        RefusalKind::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::REQUEST_TIMEOUT),
+        RefusalKind::EngineFailed => StatusCode::BAD_GATEWAY,
+        RefusalKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
 }
 
 /// What tenancy refuses, as the HTTP error it is (the one place its refusals get statuses).
@@ -382,24 +402,7 @@ fn error_type(status: StatusCode) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dotted_paths_mix_fields_and_indices() {
-        assert_eq!(
-            dotted(loc!["questions", 2, "choices", 0, "value"].as_slice()),
-            "questions[2].choices[0].value"
-        );
-        assert_eq!(dotted(&[]), "");
-        // Names a dot would make ambiguous, in brackets.
-        assert_eq!(
-            dotted(loc!["", "a.b", 0, "c d"].as_slice()),
-            r#"[""]["a.b"][0]["c d"]"#
-        );
-        assert_eq!(
-            dotted(loc!["schema", "a.b", "type"].as_slice()),
-            r#"schema["a.b"].type"#
-        );
-    }
+    use crate::loc;
 
     #[test]
     fn jev_errors_are_a_detail_list_for_validation_and_an_object_otherwise() {

@@ -4,22 +4,18 @@
 //! language model's next-token distribution over the option labels at the answer position and
 //! returns calibrated probabilities over a closed option set. No answer text is generated.
 //!
-//! Layout (see DESIGN.md): [`frontends`] translate wire formats into one [`pipeline`];
-//! [`plugins`] runs question types, renderers and calibration policies as sandboxed
-//! WebAssembly components; the model lives in the `decide-models` crate and every forward pass
-//! runs on the [`scheduler`]'s worker thread, which batches concurrent requests and keeps the
-//! [`prefix_cache`]. [`tenancy`] says who is asking (tenants, keys, their store). [`cancel`]
-//! is a request's cancellation (client gone, deadline passed), carried from the frontend to
-//! the worker. [`api`] builds the router; [`server`] loads everything and serves; [`mcp`] is the
-//! same decisions as Model Context Protocol tools (stdio and `/mcp`).
-//! [`telemetry`] sets up logs and OTLP traces; [`progress`] reports long work (log, bars,
-//! `/health`).
+//! Layout (see the book's architecture page): this crate is the server and the CLI. The
+//! engine (`decide-engine`: the [`pipeline`], the [`scheduler`]'s model worker and its
+//! [`prefix_cache`], readouts, calibration, tuning, [`cancel`], [`progress`]) is re-exported
+//! under its module names, as are `decide-plugins` ([`plugins`]) and, inside [`tenancy`],
+//! `decide-tenancy`; the model lives in `decide-models`. Here: [`frontends`] translate wire
+//! formats into the one pipeline; [`api`] builds the router; [`server`] loads everything and
+//! serves; [`mcp`] is the same decisions as Model Context Protocol tools (stdio and `/mcp`);
+//! [`error`] maps every failure to HTTP in one place; [`telemetry`] sets up logs and OTLP
+//! traces; [`config`] is every flag.
 
 pub mod api;
-pub mod calibration;
-pub mod cancel;
 pub mod config;
-pub mod cores;
 pub mod doctor;
 pub mod drain;
 pub mod error;
@@ -30,22 +26,17 @@ pub mod frontends;
 pub mod fuzzing;
 pub mod http_serve;
 pub mod mcp;
-pub mod metrics;
 pub mod openapi;
-pub mod pipeline;
 pub mod plugin_api;
 pub mod plugin_check;
+/// The engine's modules, under the names the host's modules use for them.
+pub use decide_engine::{
+    calibration, cancel, cores, loc, metrics, pipeline, prefix_cache, priority, progress, readout,
+    recent_starts, scheduler, selfcheck, tune,
+};
 /// The plugins crate, under the name the host's modules use for it.
 pub use decide_plugins as plugins;
-pub mod prefix_cache;
-pub mod priority;
-pub mod progress;
-pub mod readout;
-pub mod recent_starts;
-pub mod scheduler;
-pub mod selfcheck;
 pub mod server;
 pub mod store_watch;
 pub mod telemetry;
 pub mod tenancy;
-pub mod tune;

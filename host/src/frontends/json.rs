@@ -168,20 +168,6 @@ pub fn required<'a>(
     })
 }
 
-/// At least one question, at most `max` (`--max-questions`).
-pub fn question_count(count: usize, max: usize, loc: &Loc) -> Result<(), ApiError> {
-    if count == 0 {
-        return Err(invalid(loc, "at least one question is required"));
-    }
-    if count > max {
-        return Err(invalid(
-            loc,
-            format!("{count} questions exceed the limit of {max} per request (setting --max-questions / DECIDE_MAX_QUESTIONS)"),
-        ));
-    }
-    Ok(())
-}
-
 /// The input text of a `state`: text as it is, a JSON object or array as compact JSON (keys
 /// in the order sent), anything else refused.
 pub fn state_text(value: &Value, loc: &Loc) -> Result<String, ApiError> {

@@ -249,7 +249,7 @@ pub async fn decide(
             // between the worker's passes) is the deadline's 504, not an engine failure.
             if let Some(cancelled) = request.scope.cancel.error() {
                 if failed_server_side(&decided) {
-                    return Err(cancelled);
+                    return Err(cancelled.into());
                 }
             }
             let decided = counted(state, caller, decided)?;
@@ -294,6 +294,10 @@ pub async fn decide_items(
             let cancel = request.scope.cancel.clone();
             let results =
                 off_runtime(slot, nice, move || engine.decide_items(&request, items)).await??;
+            let results: Vec<Result<Decided, ApiError>> = results
+                .into_iter()
+                .map(|result| result.map_err(ApiError::from))
+                .collect();
             // Items that failed because the batch was cancelled (its deadline passed between
             // the worker's passes, or while its prompts were rendered) make the batch's 504, as
             // when the timer fires first. Such an item is an error (the worker dropped its
@@ -303,7 +307,7 @@ pub async fn decide_items(
                     Ok(decided) => failed_server_side(decided),
                     Err(error) => is_server_side(error),
                 }) {
-                    return Err(cancelled);
+                    return Err(cancelled.into());
                 }
             }
             // The deadline is the batch's: past it, no item's answer is sent, as when the
@@ -345,7 +349,7 @@ fn is_server_side(error: &ApiError) -> bool {
 /// caused that, while it cannot cause a question the client got wrong).
 fn failed_server_side(decided: &Decided) -> bool {
     decided.outcomes.iter().any(
-        |outcome| matches!(outcome, Outcome::Refusal(refusal) if refusal.status.is_server_error()),
+        |outcome| matches!(outcome, Outcome::Refusal(refusal) if refusal.kind.is_server_side()),
     )
 }
 
@@ -393,7 +397,7 @@ impl<'a> Watch<'a> {
                     Ok(result) => result,
                     Err(_) => {
                         self.cancel.expire();
-                        Err(deadline.error())
+                        Err(deadline.error().into())
                     }
                 }
             }
@@ -403,7 +407,9 @@ impl<'a> Watch<'a> {
         // its cancellation's error (504 past the deadline, 503 when the server stops), not
         // whatever the dropped work reported.
         let result = match result {
-            Err(error) if is_server_side(&error) => Err(self.cancel.error().unwrap_or(error)),
+            Err(error) if is_server_side(&error) => {
+                Err(self.cancel.error().map(ApiError::from).unwrap_or(error))
+            }
             result => result,
         };
         self.answered = true;
@@ -463,7 +469,9 @@ async fn admit(
     if limiter.limits_tokens() {
         let limiter = limiter.clone();
         scope.admit_tokens = Some(Arc::new(move |tokens| {
-            limiter.admit_tokens(tokens).map_err(ApiError::from)
+            limiter
+                .admit_tokens(tokens)
+                .map_err(crate::error::refused_in_engine)
         }));
     }
     Ok(limiter.enter().await?)
@@ -513,7 +521,7 @@ fn all_refused(decided: &Decided) -> Option<ApiError> {
     }
     match decided.outcomes.first() {
         Some(Outcome::Refusal(first)) => Some(ApiError::QuestionFailed {
-            status: first.status,
+            status: crate::error::refusal_status(first.kind),
             loc: first.loc.clone(),
             message: first.message.clone(),
             code: first.code,

@@ -146,7 +146,7 @@ pub(crate) fn parse(value: &Value, max_questions: usize) -> Result<Parsed, ApiEr
 
     let questions_loc = loc!["questions"];
     let list = j::array(j::required(body, "questions", &root)?, &questions_loc)?;
-    j::question_count(list.len(), max_questions, &questions_loc)?;
+    crate::pipeline::question_count(list.len(), max_questions, &questions_loc)?;
     let mut questions = Vec::with_capacity(list.len());
     let mut names: Vec<Option<String>> = Vec::with_capacity(list.len());
     let mut types = Vec::with_capacity(list.len());

@@ -178,7 +178,7 @@ pub(super) fn parse_questions(
     max_questions: usize,
 ) -> Result<QuestionSet, ApiError> {
     let map = j::object(value, loc)?;
-    j::question_count(map.len(), max_questions, loc)?;
+    crate::pipeline::question_count(map.len(), max_questions, loc)?;
     let mut set = QuestionSet::default();
     for (id, question) in map {
         let loc = at(loc, id.as_str());
@@ -253,7 +253,7 @@ pub(super) fn answered(decided: &Decided, ids: &[String], types: &[String]) -> M
             Outcome::Refusal(refusal) => {
                 failures.insert(
                     ids[index].clone(),
-                    json!({"status": refusal.status.as_u16(), "code": refusal.code, "message": refusal.message}),
+                    json!({"status": crate::error::refusal_status(refusal.kind).as_u16(), "code": refusal.code, "message": refusal.message}),
                 );
             }
         }

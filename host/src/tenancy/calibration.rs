@@ -402,7 +402,7 @@ fn charge_tokens(
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
             }
-            Err(error) => return Err(error.into()),
+            Err(error) => return Err(crate::error::refused_in_engine(error)),
         }
     })
 }

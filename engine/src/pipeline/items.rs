@@ -20,7 +20,7 @@ use super::{
     Decided, DecisionRequest, Engine, Given, Outcome, Planned, Prompting, Question, Refusal,
     Rendering,
 };
-use crate::error::{ApiError, Loc};
+use crate::error::{EngineError, Loc};
 use crate::plugins::{Calibration, Renderer, Session};
 use crate::readout;
 
@@ -84,7 +84,7 @@ struct Shared<'r> {
     /// Plugin instances for the request's calls (from every item's thread), dropped with it.
     session: Session,
     /// The first token-admission refusal of the batch (see [`Admission`]).
-    stopped: OnceLock<ApiError>,
+    stopped: OnceLock<EngineError>,
 }
 
 impl Shared<'_> {
@@ -130,7 +130,7 @@ impl Engine {
         &self,
         request: &DecisionRequest,
         items: Vec<Item>,
-    ) -> Result<Vec<Result<Decided, ApiError>>, ApiError> {
+    ) -> Result<Vec<Result<Decided, EngineError>>, EngineError> {
         let started = Instant::now();
         if let Some(error) = request.scope.cancel.error() {
             return Err(error);
@@ -164,7 +164,7 @@ impl Engine {
         &self,
         request: &'r DecisionRequest,
         asked: bool,
-    ) -> Result<Shared<'r>, ApiError> {
+    ) -> Result<Shared<'r>, EngineError> {
         let scope = &request.scope;
         let session = scope.cancel.plugin_session();
         let served = self.served();
@@ -250,7 +250,7 @@ impl Engine {
 
     /// Answers one item: its limits, its questions (its own compiled here, or the request's
     /// compiled once), its reads on the model worker, its answers in question order.
-    fn decide_item(&self, shared: &Shared<'_>, item: Item) -> Result<Decided, ApiError> {
+    fn decide_item(&self, shared: &Shared<'_>, item: Item) -> Result<Decided, EngineError> {
         let started = Instant::now();
         // A cancelled request (client gone, deadline passed) starts no more items.
         if let Some(error) = shared.request.scope.cancel.error() {
@@ -308,7 +308,7 @@ impl Engine {
         &self,
         shared: &'s Shared<'_>,
         item: &'s Item,
-    ) -> Result<(&'s [Question], PlannedSet), ApiError> {
+    ) -> Result<(&'s [Question], PlannedSet), EngineError> {
         let scope = &shared.request.scope;
         let limits = self.limits_of(scope);
         match &item.questions {

@@ -1,5 +1,5 @@
 //! Embeds the tuning results the project measured (`calibration/tuned/*.json`) into the
-//! binary. (The guest plugins are built by `plugins/build.rs`.)
+//! binary (`tune::store` reads them). The guest plugins are built by `plugins/build.rs`.
 
 use std::env;
 use std::fmt::Write as _;
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 fn main() {
     let manifest_dir =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
-    let root = manifest_dir.parent().expect("host/ has a parent");
+    let root = manifest_dir.parent().expect("engine/ has a parent");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     write_tuned_seeds(&root.join("calibration").join("tuned"), &out_dir);
 }

@@ -14,14 +14,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use serde_json::{Map, Value};
 
 use decide_models::{Model, ModelError};
 
 use crate::calibration::CalibrationState;
 use crate::cancel::Cancel;
-use crate::error::{dotted, ApiError, Loc, LocPart};
+use crate::error::{dotted, EngineError, Loc, LocPart, RefusalKind};
 use crate::metrics::Metrics;
 use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType, Session};
 use crate::readout;
@@ -62,7 +61,7 @@ pub struct DecisionRequest {
     pub questions: Vec<Question>,
     /// `extra.calibration_temperature` of the request, when given.
     pub temperature: Option<f64>,
-    /// The tenant's prefix-cache salt ([`crate::frontends::cache_salt`]): requests share
+    /// The caller's prefix-cache salt (the server derives it from the tenant): requests share
     /// cached prefixes only with requests of the same salt.
     pub cache_salt: u64,
     /// `extra.backend_options` of the request (readout, shortlist, permutations, labels).
@@ -118,7 +117,7 @@ pub struct RequestScope {
 }
 
 /// See [`RequestScope::admit_tokens`].
-pub type AdmitTokens = Arc<dyn Fn(usize) -> Result<(), ApiError> + Send + Sync>;
+pub type AdmitTokens = Arc<dyn Fn(usize) -> Result<(), EngineError> + Send + Sync>;
 
 impl std::fmt::Debug for RequestScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -240,8 +239,9 @@ pub struct Answer {
 /// A question that failed while others may have succeeded.
 #[derive(Debug, Clone)]
 pub struct Refusal {
-    /// The status the whole request gets if every question fails like this.
-    pub status: StatusCode,
+    /// What kind of refusal it is: the server gives the whole request the status of this
+    /// kind if every question fails like this.
+    pub kind: RefusalKind,
     pub code: &'static str,
     pub message: String,
     pub loc: Loc,
@@ -397,17 +397,17 @@ impl Limits {
     /// Checks a request's question count and input size, before anything is computed (the
     /// frontends call it before taking from the tenant's rates; the pipeline checks both
     /// again, per item of a batch: [`Limits::check_questions`], [`Limits::check_input`]).
-    pub fn check_request(&self, questions: usize, input_bytes: usize) -> Result<(), ApiError> {
+    pub fn check_request(&self, questions: usize, input_bytes: usize) -> Result<(), EngineError> {
         self.check_questions(questions, &crate::loc!["questions"])?;
         self.check_input(input_bytes, &[])
     }
 
     /// Checks a question count: at least one, at most `max_questions`; `loc` is where the
     /// questions sit (`questions`, or a batch item's `items[3].questions`).
-    pub fn check_questions(&self, questions: usize, loc: &Loc) -> Result<(), ApiError> {
+    pub fn check_questions(&self, questions: usize, loc: &Loc) -> Result<(), EngineError> {
         if questions > self.max_questions && self.narrowed.as_ref().is_some_and(|n| n.max_questions)
         {
-            return Err(crate::frontends::json::invalid(
+            return Err(EngineError::invalid_at(
                 loc,
                 format!(
                     "{questions} questions exceed the limit of {} per request ({})",
@@ -416,12 +416,12 @@ impl Limits {
                 ),
             ));
         }
-        crate::frontends::json::question_count(questions, self.max_questions, loc)
+        question_count(questions, self.max_questions, loc)
     }
 
     /// Checks the size of one input text against `max_input_bytes`; `loc` is where it sits
     /// (empty: the request's input, whatever its field, named `input` in the message).
-    pub fn check_input(&self, input_bytes: usize, loc: &[LocPart]) -> Result<(), ApiError> {
+    pub fn check_input(&self, input_bytes: usize, loc: &[LocPart]) -> Result<(), EngineError> {
         if input_bytes <= self.max_input_bytes {
             return Ok(());
         }
@@ -430,7 +430,7 @@ impl Limits {
         } else {
             dotted(loc)
         };
-        Err(ApiError::TooLarge {
+        Err(EngineError::TooLarge {
             loc: loc.to_vec(),
             message: format!(
                 "{name}: {input_bytes} bytes exceed the limit of {} bytes ({})",
@@ -515,13 +515,13 @@ struct Prompting<'a> {
 /// items read before keep their answers.
 struct Admission<'a> {
     /// The batch's first refusal; once set, no read of any of its items is admitted.
-    batch: &'a std::sync::OnceLock<ApiError>,
+    batch: &'a std::sync::OnceLock<EngineError>,
     /// This item's refusal (its own, or the batch's that stopped it): the item fails with it.
-    item: std::sync::Mutex<Option<ApiError>>,
+    item: std::sync::Mutex<Option<EngineError>>,
 }
 
 impl<'a> Admission<'a> {
-    fn new(batch: &'a std::sync::OnceLock<ApiError>) -> Self {
+    fn new(batch: &'a std::sync::OnceLock<EngineError>) -> Self {
         Admission {
             batch,
             item: std::sync::Mutex::new(None),
@@ -554,7 +554,7 @@ impl<'a> Admission<'a> {
 
     /// Stops the item and the batch with `error` (its request was cancelled, the model
     /// worker's queue is full), unless they were stopped already.
-    fn stop(&self, error: ApiError) {
+    fn stop(&self, error: EngineError) {
         let mut item = self.item.lock().unwrap_or_else(|p| p.into_inner());
         if item.is_none() {
             let _ = self.batch.set(error.clone());
@@ -563,7 +563,7 @@ impl<'a> Admission<'a> {
     }
 
     /// The refusal the item fails with, if any of its reads was refused.
-    fn into_refused(self) -> Option<ApiError> {
+    fn into_refused(self) -> Option<EngineError> {
         self.item.into_inner().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -721,7 +721,7 @@ impl Engine {
     /// questions are compiled and its prompts rendered, so an overloaded server refuses it
     /// before any work. A request that passes may still be refused when its prompts, counted
     /// in tokens, do not fit ([`scheduler::Scheduler::reserve`]).
-    pub fn check_queue(&self) -> Result<(), ApiError> {
+    pub fn check_queue(&self) -> Result<(), EngineError> {
         match self.scheduler.overloaded() {
             Some(full) => Err(overloaded(&full)),
             None => Ok(()),
@@ -742,7 +742,7 @@ impl Engine {
         options: &readout::Options,
         scope: &RequestScope,
         session: &Session,
-    ) -> Result<Vec<Result<Planned, Refusal>>, ApiError> {
+    ) -> Result<Vec<Result<Planned, Refusal>>, EngineError> {
         questions
             .iter()
             .enumerate()
@@ -764,14 +764,14 @@ impl Engine {
         options: &readout::Options,
         request_scope: &RequestScope,
         session: &Session,
-    ) -> Result<Result<Planned, Refusal>, ApiError> {
+    ) -> Result<Result<Planned, Refusal>, EngineError> {
         let limits = self.limits_of(request_scope);
         let scope = request_scope.plugins.as_deref();
         let Some(plugin) = self
             .plugins
             .question_type_for(session, scope, &question.plugin)
         else {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 with_field(&question.loc, "type"),
                 format!(
                     "{}: no question-type plugin `{}` is loaded",
@@ -791,7 +791,7 @@ impl Engine {
         };
         let count = compiled.options.len();
         if count > limits.max_options {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 question.loc.clone(),
                 format!(
                     "{}: {count} options exceed the limit of {} per question ({})",
@@ -806,7 +806,7 @@ impl Engine {
             ));
         }
         if count < 2 {
-            return Err(ApiError::invalid(
+            return Err(EngineError::invalid(
                 question.loc.clone(),
                 format!(
                     "{}: a question needs at least 2 options, got {count}",
@@ -822,7 +822,7 @@ impl Engine {
                 plan,
             }),
             Err(message) => Err(Refusal {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
+                kind: RefusalKind::Invalid,
                 code: "readout_capacity",
                 message: format!("{}: {message}", dotted(&question.loc)),
                 loc: question.loc.clone(),
@@ -884,11 +884,11 @@ impl Engine {
     /// Answers every question of the request. Blocking: call from a blocking thread. A
     /// request is a batch of one item, its input asked the request's questions
     /// ([`Engine::decide_items`]), so single requests and batches read alike.
-    pub fn decide(&self, request: &DecisionRequest) -> Result<Decided, ApiError> {
+    pub fn decide(&self, request: &DecisionRequest) -> Result<Decided, EngineError> {
         let item = Item::shared(request.state.clone());
         let mut items = self.decide_items(request, vec![item])?;
         items.pop().unwrap_or_else(|| {
-            Err(ApiError::Internal(
+            Err(EngineError::Internal(
                 "a batch of one item answered no item".into(),
             ))
         })
@@ -950,7 +950,7 @@ impl Engine {
                 match self.compile_one(index, question, &options, scope, &session) {
                     Ok(planned) => planned,
                     Err(error) => Err(Refusal {
-                        status: error.status(crate::error::Wire::SystemOne),
+                        kind: error.refusal_kind(),
                         code: "invalid_question",
                         message: error.to_string(),
                         loc: question.loc.clone(),
@@ -1074,7 +1074,7 @@ impl Engine {
         };
         if prompt.tokens.len() > self.limits.max_prompt_tokens {
             return Err(Refusal {
-                status: StatusCode::BAD_REQUEST,
+                kind: RefusalKind::BadRequest,
                 code: "context_length_exceeded",
                 message: format!(
                     "{}: the prompt is {} tokens, over the limit of {} (setting --max-prompt-tokens / DECIDE_MAX_PROMPT_TOKENS, at most the model's context length); shorten the input",
@@ -1230,7 +1230,7 @@ impl Engine {
             // The reason already names the question (it is the neutral read's refusal).
             Some(Err(reason)) => {
                 return Outcome::Refusal(Refusal {
-                    status: StatusCode::UNPROCESSABLE_ENTITY,
+                    kind: RefusalKind::Invalid,
                     code: "content_free_read_failed",
                     message: reason.clone(),
                     loc: loc.clone(),
@@ -1288,9 +1288,27 @@ struct Given<'a> {
 }
 
 /// The refusal of an answer whose option mass fell below `min_option_mass`.
+/// Checks a request's question count against the server's `--max-questions`: at least one, at
+/// most `max`; `loc` is where the questions sit.
+pub fn question_count(count: usize, max: usize, loc: &Loc) -> Result<(), EngineError> {
+    if count == 0 {
+        return Err(EngineError::invalid_at(
+            loc,
+            "at least one question is required",
+        ));
+    }
+    if count > max {
+        return Err(EngineError::invalid_at(
+            loc,
+            format!("{count} questions exceed the limit of {max} per request (setting --max-questions / DECIDE_MAX_QUESTIONS)"),
+        ));
+    }
+    Ok(())
+}
+
 fn abstention(loc: &Loc, option_mass: f32, min_option_mass: f64) -> Refusal {
     Refusal {
-        status: StatusCode::UNPROCESSABLE_ENTITY,
+        kind: RefusalKind::Invalid,
         code: "low_option_mass",
         message: format!(
             "{}: abstained: the model put {option_mass:.3} of its next-token probability on the option labels, below min_option_mass {min_option_mass} (extra.min_option_mass, tenant setting min_option_mass, or --min-option-mass / DECIDE_MIN_OPTION_MASS): it wanted to say something else, as when text in the input steers it or no option fits",
@@ -1318,18 +1336,18 @@ struct Prepared {
 
 /// The error for a renderer that is not loaded: the request's field or the tenant's setting
 /// when either chose it (a 400 for the caller to fix), else the server's (a 503).
-fn missing_renderer(resolved: &Resolved) -> ApiError {
+fn missing_renderer(resolved: &Resolved) -> EngineError {
     let name = &resolved.renderer;
     match resolved.source {
-        SetupSource::Request => ApiError::invalid(
+        SetupSource::Request => EngineError::invalid(
             crate::loc!["extra", "renderer"],
             format!("extra.renderer: no renderer plugin `{name}` is loaded; see GET /v1/plugins for the renderers"),
         ),
-        SetupSource::Tenant => ApiError::invalid(
+        SetupSource::Tenant => EngineError::invalid(
             vec![],
             format!("the tenant's renderer plugin `{name}` is not loaded (tenant setting `renderer`; upload it or change the setting)"),
         ),
-        _ => ApiError::NotReady {
+        _ => EngineError::NotReady {
             reason: format!("renderer plugin `{name}` is not loaded (setting --renderer)"),
             retry_after_s: None,
         },
@@ -1338,18 +1356,18 @@ fn missing_renderer(resolved: &Resolved) -> ApiError {
 
 /// The error for a renderer or calibration plugin that is not loaded: the tenant's setting
 /// when the tenant chose it (a 400 for the tenant to fix), else the server's (a 503).
-fn missing_plugin(kind: &str, name: &str, scope: &RequestScope, flag: &str) -> ApiError {
+fn missing_plugin(kind: &str, name: &str, scope: &RequestScope, flag: &str) -> EngineError {
     let chosen_by_tenant = match kind {
         "renderer" => scope.renderer.is_some(),
         _ => scope.calibration.is_some(),
     };
     if chosen_by_tenant {
-        ApiError::invalid(
+        EngineError::invalid(
             vec![],
             format!("the tenant's {kind} plugin `{name}` is not loaded (tenant setting `{kind}`; upload it or change the setting)"),
         )
     } else {
-        ApiError::NotReady {
+        EngineError::NotReady {
             reason: format!("{kind} plugin `{name}` is not loaded (setting {flag})"),
             retry_after_s: None,
         }
@@ -1361,7 +1379,7 @@ fn missing_plugin(kind: &str, name: &str, scope: &RequestScope, flag: &str) -> A
 pub const OVERLOADED_RETRY_AFTER_S: u64 = 1;
 
 /// The 503 of a request the model worker's queue has no room for.
-fn overloaded(full: &scheduler::Overloaded) -> ApiError {
+fn overloaded(full: &scheduler::Overloaded) -> EngineError {
     let bound = |max: usize| match max {
         0 => "none".to_string(),
         max => max.to_string(),
@@ -1370,7 +1388,7 @@ fn overloaded(full: &scheduler::Overloaded) -> ApiError {
         0 => String::new(),
         tokens => format!(" (this request's read: {tokens} tokens)"),
     };
-    ApiError::Overloaded {
+    EngineError::Overloaded {
         message: format!(
             "the server is overloaded: {} requests and {} tokens wait for the model{asked}, at the bounds --max-queued-requests {} / --max-queued-tokens {} (DECIDE_MAX_QUEUED_REQUESTS, DECIDE_MAX_QUEUED_TOKENS); retry after {OVERLOADED_RETRY_AFTER_S} s or on another replica",
             full.depth.requests,
@@ -1393,7 +1411,7 @@ fn engine_refusal(loc: &Loc, error: ModelError) -> Refusal {
         | ModelError::TokenOutOfRange { .. }
         | ModelError::EmptyPrompt => model_refusal(loc, error),
         error => Refusal {
-            status: StatusCode::BAD_GATEWAY,
+            kind: RefusalKind::EngineFailed,
             code: "engine_error",
             message: format!(
                 "{}: the model failed to read this question ({error}); only this request's batch failed and the server keeps serving: retry the request",
@@ -1410,7 +1428,7 @@ fn engine_refusal(loc: &Loc, error: ModelError) -> Refusal {
 fn plugin_call_refusal(loc: &Loc, error: PluginCallError) -> Refusal {
     match error {
         PluginCallError::InvalidQuestion(message) => Refusal {
-            status: StatusCode::UNPROCESSABLE_ENTITY,
+            kind: RefusalKind::Invalid,
             code: "invalid_question",
             message: format!("{}: {message}", dotted(loc)),
             loc: loc.clone(),
@@ -1429,7 +1447,7 @@ fn with_field(loc: &Loc, field: &str) -> Loc {
 
 /// A plugin's `invalid-question` message reads `<path within the question>: <what is wrong>`;
 /// the host prefixes the question's own location so the caller sees the full path.
-fn invalid_from_plugin(question_loc: &Loc, message: &str) -> ApiError {
+fn invalid_from_plugin(question_loc: &Loc, message: &str) -> EngineError {
     let (path, reason) = match message.split_once(": ") {
         Some((path, reason)) if !path.is_empty() && !path.contains(' ') => (Some(path), reason),
         _ => (None, message),
@@ -1438,7 +1456,7 @@ fn invalid_from_plugin(question_loc: &Loc, message: &str) -> ApiError {
     if let Some(path) = path {
         loc.extend(parse_path(path));
     }
-    ApiError::invalid(loc.clone(), format!("{}: {reason}", dotted(&loc)))
+    EngineError::invalid(loc.clone(), format!("{}: {reason}", dotted(&loc)))
 }
 
 /// Parses `choices[2].value` into location parts.
@@ -1471,7 +1489,7 @@ fn parse_path(path: &str) -> Vec<LocPart> {
 /// A refusal for a plugin failure; the runtime's message already names the plugin and cause.
 fn plugin_refusal(loc: &Loc, message: &str) -> Refusal {
     Refusal {
-        status: StatusCode::UNPROCESSABLE_ENTITY,
+        kind: RefusalKind::Invalid,
         code: "plugin_failed",
         message: format!("{}: {message}", dotted(loc)),
         loc: loc.clone(),
@@ -1481,13 +1499,13 @@ fn plugin_refusal(loc: &Loc, message: &str) -> Refusal {
 }
 
 fn model_refusal(loc: &Loc, error: ModelError) -> Refusal {
-    let (status, code) = match &error {
-        ModelError::PromptTooLong { .. } => (StatusCode::BAD_REQUEST, "context_length_exceeded"),
-        ModelError::Label { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "label_not_readable"),
-        _ => (StatusCode::UNPROCESSABLE_ENTITY, "model_failed"),
+    let (kind, code) = match &error {
+        ModelError::PromptTooLong { .. } => (RefusalKind::BadRequest, "context_length_exceeded"),
+        ModelError::Label { .. } => (RefusalKind::Invalid, "label_not_readable"),
+        _ => (RefusalKind::Invalid, "model_failed"),
     };
     Refusal {
-        status,
+        kind,
         code,
         message: format!("{}: {error}", dotted(loc)),
         loc: loc.clone(),
@@ -1508,7 +1526,7 @@ mod tests {
             "choices[2].value: must be a string or a boolean",
         );
         match error {
-            ApiError::Invalid { loc, message, .. } => {
+            EngineError::Invalid { loc, message, .. } => {
                 assert_eq!(dotted(&loc), "questions[1].choices[2].value");
                 assert_eq!(
                     message,
@@ -1525,9 +1543,9 @@ mod tests {
         assert_eq!(dotted(error_loc(&error)), "questions.q1");
     }
 
-    fn error_loc(error: &ApiError) -> &Loc {
+    fn error_loc(error: &EngineError) -> &Loc {
         match error {
-            ApiError::Invalid { loc, .. } => loc,
+            EngineError::Invalid { loc, .. } => loc,
             _ => panic!("not invalid"),
         }
     }

@@ -10,7 +10,7 @@
 //! share their request's token.
 //!
 //! Tokens form a small tree: a request's token is a [`Cancel::child`] of the server's stop
-//! token ([`crate::drain::Drain`]), so a server that stops ends every request's work the same
+//! token (the server's drain), so a server that stops ends every request's work the same
 //! way a deadline does, and a request's plugin calls see it through
 //! [`Cancel::plugin_session`].
 //!
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::ApiError;
+use crate::error::EngineError;
 
 /// Not cancelled.
 const LIVE: u8 = 0;
@@ -84,8 +84,8 @@ impl Deadline {
     }
 
     /// The 504 a request past this deadline gets.
-    pub fn error(&self) -> ApiError {
-        ApiError::Timeout {
+    pub fn error(&self) -> EngineError {
+        EngineError::Timeout {
             message: format!(
                 "the request did not finish within its deadline of {} ms ({}); its queued model work was dropped. Retry with a longer timeout, fewer questions or a shorter input, or when the server is less busy",
                 self.after.as_millis(),
@@ -186,15 +186,15 @@ impl Cancel {
     }
 
     /// The error the request's remaining work ends with, once cancelled: the 504 of its
-    /// deadline, or [`ApiError::Cancelled`] when its client is gone (nobody reads that one).
-    pub fn error(&self) -> Option<ApiError> {
+    /// deadline, or [`EngineError::Cancelled`] when its client is gone (nobody reads that one).
+    pub fn error(&self) -> Option<EngineError> {
         Some(match self.reason()? {
             Reason::Deadline(deadline) => deadline.error(),
-            Reason::Disconnected => ApiError::Cancelled {
+            Reason::Disconnected => EngineError::Cancelled {
                 message: "the client closed the connection before the answer; its work was dropped"
                     .into(),
             },
-            Reason::ShuttingDown => ApiError::NotReady {
+            Reason::ShuttingDown => EngineError::NotReady {
                 reason: "the server is shutting down; its work in flight was dropped. Retry on another replica or once it is back".into(),
                 retry_after_s: Some(1),
             },
@@ -269,7 +269,7 @@ mod tests {
         cancel.disconnect();
         assert!(item.is_cancelled());
         assert_eq!(item.reason(), Some(Reason::Disconnected));
-        assert!(matches!(item.error(), Some(ApiError::Cancelled { .. })));
+        assert!(matches!(item.error(), Some(EngineError::Cancelled { .. })));
     }
 
     #[test]
@@ -280,7 +280,7 @@ mod tests {
         assert!(cancel.is_cancelled(), "5 ms after a start 10 ms ago");
         cancel.disconnect();
         match cancel.error() {
-            Some(ApiError::Timeout { message }) => {
+            Some(EngineError::Timeout { message }) => {
                 assert!(message.contains("5 ms"), "{message}");
                 assert!(message.contains("--request-timeout-ms"), "{message}");
             }
@@ -304,7 +304,7 @@ mod tests {
         server.shut_down();
         assert!(other.is_cancelled());
         assert_eq!(other.reason(), Some(Reason::ShuttingDown));
-        assert!(matches!(other.error(), Some(ApiError::NotReady { .. })));
+        assert!(matches!(other.error(), Some(EngineError::NotReady { .. })));
         assert_eq!(
             request.reason(),
             Some(Reason::Disconnected),

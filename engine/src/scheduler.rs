@@ -75,7 +75,7 @@ pub const MAX_PASS_TOKENS: usize = 2048;
 /// passes run the matmuls at a higher rate. With `--max-batch-tokens` at 16384 a saturated
 /// batch of short prompts (~7.3k uncached rows) is then one pass: on an H200 with q15, 4,599
 /// decisions/s at 1,024 clients against 4,391 with 4096 and 8192-token batches
-/// (bench/reports/h200-side-by-side-9/; `crate::server::FUSED_MAX_BATCH_TOKENS`).
+/// (bench/reports/h200-side-by-side-9/; the server's `FUSED_MAX_BATCH_TOKENS`).
 pub const MAX_FUSED_PASS_TOKENS: usize = 8192;
 
 /// A lone prompt is read in a pass of its own, which also yields its KV for the prefix
