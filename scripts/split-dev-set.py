@@ -15,7 +15,7 @@ split is reproducible and no one picks which questions are held out. Re-running 
 files (or calibration/sources/*.jsonl when present, the batches as written) and rewrites them.
 
 Each line: {"id", "group", "domain", "difficulty", "state", "question", "expected"} in the
-calibration file format (see host/src/calibration/questions.rs).
+calibration file format (see engine/src/calibration/questions.rs).
 
 Run: python3 scripts/split-dev-set.py
 """

@@ -178,7 +178,8 @@ pub enum RefusalKind {
 }
 
 impl RefusalKind {
-    /// Did the server fail it (rather than the question, the caller or the moment)?
+    /// Whether the server failed it (not ready, overloaded, past the deadline, the engine or a
+    /// bug: a 5xx over HTTP), rather than the question or the caller.
     pub fn is_server_side(self) -> bool {
         matches!(
             self,

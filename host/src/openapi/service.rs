@@ -114,7 +114,7 @@ pub struct HealthPrefixCache {
     pub misses: u64,
 }
 
-/// One piece of long work in progress (see `host/src/progress.rs`).
+/// One piece of long work in progress.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HealthTask {
