@@ -15,9 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source /tmp/cuda-build/env.sh
-rustup target add wasm32-wasip2  # the host build compiles the built-in plugins (guests/)
-CUDA_COMPUTE_CAP=90 cargo build --release --features decide/cuda,decide-models/cuda \
-  --target-dir target-cuda -p decide -p decide-models -p decide-loadgen --bins --examples
+rustup target add wasm32-wasip2  # the plugins build compiles the built-in plugins (guests/)
+CUDA_COMPUTE_CAP=90 cargo build --release --features decide/cuda,decide-server/cuda,decide-models/cuda \
+  --target-dir target-cuda -p decide -p decide-server -p decide-models -p decide-loadgen --bins --examples
 pack=$(mktemp -d)
 strip -o "$pack/kc" target-cuda/release/examples/kernel_check
 strip -o "$pack/fb" target-cuda/release/examples/forward_bench

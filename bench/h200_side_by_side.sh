@@ -16,7 +16,7 @@
 #           the machine for SETTINGS=auto below).
 #   decide: first, when they were landed, the kernel and model probes: /tmp/gpu/bin/kc
 #           (models/examples/kernel_check: kernel-check.txt/json), /tmp/gpu/bin/hs
-#           (host/examples/host_steps: the 28k read's prepare, host-steps.txt) and /tmp/gpu/bin/fb
+#           (server/examples/host_steps: the 28k read's prepare, host-steps.txt) and /tmp/gpu/bin/fb
 #           (models/examples/forward_bench: with FB_COMPARE=1 forward.json with `compare`;
 #           `long`, the 28k prefill alone, forward-long.json, then forward-long-*.json
 #           with settings turned off (probes() below says which), and from
@@ -199,7 +199,7 @@ probes() {
     echo "kernel_check rc=$? ($(grep -c ' ok$' "$OUT/kernel-check.txt") checks ok)"
   fi
   if [ -x /tmp/gpu/bin/hs ]; then
-    # The 28k read's prepare on this machine's cores (host/examples/host_steps): its template
+    # The 28k read's prepare on this machine's cores (server/examples/host_steps): its template
     # and tokens under a new tenant salt each time (the token cache cold, as in a first
     # read), the same through tokenizers' pipeline (DECIDE_TOKENIZE_DIRECT=0, as before
     # models/src/byte_level.rs), and the same text tokenized in one call on one thread.

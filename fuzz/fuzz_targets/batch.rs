@@ -8,7 +8,7 @@
 //! has questions of its own or the batch has shared ones.
 #![no_main]
 
-use decide::fuzzing::{self, Wire};
+use decide_server::fuzzing::{self, Wire};
 use decide_fuzz::{check_error, check_questions, check_state, json, limits};
 use libfuzzer_sys::fuzz_target;
 

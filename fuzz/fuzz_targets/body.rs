@@ -12,7 +12,7 @@
 //! 413.
 #![no_main]
 
-use decide::fuzzing::{read_body, ApiError, Wire};
+use decide_server::fuzzing::{read_body, ApiError, Wire};
 use decide_fuzz::check_error;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;

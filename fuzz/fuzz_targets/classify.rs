@@ -10,7 +10,7 @@
 //! distinct values and labels, every assembled answer admitted by the schema).
 #![no_main]
 
-use decide::fuzzing::{self, ClassifyLimits, SchemaLimits, Wire};
+use decide_server::fuzzing::{self, ClassifyLimits, SchemaLimits, Wire};
 use decide_fuzz::{check_compiled, check_error, check_questions, check_state, hash, json, limits};
 use libfuzzer_sys::fuzz_target;
 

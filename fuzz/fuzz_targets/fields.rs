@@ -6,7 +6,7 @@
 //! field, and a context of at most `--schema-max-input-chars` characters that is the one sent.
 #![no_main]
 
-use decide::fuzzing::{self, Wire};
+use decide_server::fuzzing::{self, Wire};
 use decide_fuzz::{check_error, check_fields, json, limits};
 use libfuzzer_sys::fuzz_target;
 

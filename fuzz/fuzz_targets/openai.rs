@@ -10,7 +10,7 @@
 //! the whole body) is also rendered on its own.
 #![no_main]
 
-use decide::fuzzing::{self, Wire};
+use decide_server::fuzzing::{self, Wire};
 use decide_fuzz::{check_error, check_questions, json, limits};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;

@@ -8,7 +8,7 @@
 //! labels per leaf, every answer its leaves can assemble admitted by the schema's validator).
 #![no_main]
 
-use decide::fuzzing::{compile, SchemaLimits};
+use decide_server::fuzzing::{compile, SchemaLimits};
 use decide_fuzz::{check_compiled, hash, json, limits};
 use libfuzzer_sys::fuzz_target;
 
@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
                     "the refusal's pointer {pointer:?} is not in the schema: {error:?}"
                 );
                 assert!(!error.message.is_empty());
-                if names_listed_value(&decide::fuzzing::segments(pointer)) {
+                if names_listed_value(&decide_server::fuzzing::segments(pointer)) {
                     let named = schema
                         .pointer(pointer)
                         .unwrap_or_else(|| panic!("pointer {pointer:?} names no value"));

@@ -7,7 +7,7 @@
 //! object or array sent.
 #![no_main]
 
-use decide::fuzzing::{self, LocPart, Wire};
+use decide_server::fuzzing::{self, LocPart, Wire};
 use decide_fuzz::{check_error, check_questions, check_state, json, limits};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;

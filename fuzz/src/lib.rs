@@ -4,7 +4,7 @@
 //! Every check panics with what broke and the values involved, so that libFuzzer reports
 //! the input as a crash.
 
-use decide::fuzzing::{dotted, jev_loc, ApiError, LocPart, Question, Wire};
+use decide_server::fuzzing::{dotted, jev_loc, ApiError, LocPart, Question, Wire};
 use serde_json::Value;
 
 /// Limits the frontend targets parse under: small, so that the limit paths are reached by
@@ -58,7 +58,7 @@ pub fn check_error(error: ApiError, wire: Wire, body: &Value) {
     }
     let message = error.to_string();
     assert!(!message.is_empty(), "an error without a message: {error:?}");
-    let (rendered, json) = decide::fuzzing::error_response(error, wire);
+    let (rendered, json) = decide_server::fuzzing::error_response(error, wire);
     assert_eq!(
         rendered,
         status.as_u16(),
@@ -139,11 +139,11 @@ pub fn json(data: &[u8]) -> Option<Value> {
 /// (tried for the first, the last and an input-chosen value of each leaf).
 pub fn check_compiled(
     schema: &Value,
-    compiled: &decide::fuzzing::Compiled,
-    limits: &decide::fuzzing::SchemaLimits,
+    compiled: &decide_server::fuzzing::Compiled,
+    limits: &decide_server::fuzzing::SchemaLimits,
     pick: u64,
 ) {
-    use decide::fuzzing::{labels, Values};
+    use decide_server::fuzzing::{labels, Values};
     assert!(
         compiled.leaves.len() <= limits.max_fields,
         "{} leaves over the limit of {}",
@@ -203,7 +203,7 @@ pub fn check_compiled(
                 "fixed value at {pointer:?}"
             );
         }
-        match decide::fuzzing::schema_admits(schema, &value) {
+        match decide_server::fuzzing::schema_admits(schema, &value) {
             Ok(true) => {}
             Ok(false) => panic!("the schema refuses an answer its compiled leaves allow: {value}"),
             // Not a valid schema (a keyword of the wrong type the compiler ignores, such as a
@@ -222,7 +222,7 @@ pub fn hash(data: &[u8]) -> u64 {
 }
 
 /// Checks a parsed field-schema body (see the `fields` target).
-pub fn check_fields(parsed: &decide::fuzzing::Fields, body: &Value) {
+pub fn check_fields(parsed: &decide_server::fuzzing::Fields, body: &Value) {
     let schema = body["schema"].as_object().expect("schema parsed");
     assert!((1..=limits::SCHEMA_MAX_FIELDS).contains(&schema.len()));
     let names: Vec<&String> = schema.keys().collect();

@@ -1,6 +1,6 @@
 //! Plugin tests through wasmtime with the real built components (`plugins/build.rs` builds them).
 //!
-//! Run: `cargo test --release -p decide plugins -- --nocapture` (the timing tests print figures).
+//! Run: `cargo test --release -p decide-plugins -- --nocapture` (the timing tests print figures).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use decide::tenancy::TenantLimits;
+use decide_tenancy::TenantLimits;
 use serde_json::{json, Value};
 
 use crate::server::{scratch_dir, test_guest, Reply, Server};

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use decide::tenancy::TenantLimits;
+use decide_tenancy::TenantLimits;
 
 use crate::server::{scratch_dir, Server};
 use crate::tenant_fixture::seed_tenant;

@@ -37,7 +37,7 @@ fn tenant_b_never_hits_tenant_as_cache_but_as_keys_share_it() {
     let a = seed_tenant(&data, "alpha", Default::default());
     let b = seed_tenant(&data, "beta", Default::default());
     let a2 = {
-        let store = decide::tenancy::sqlite::SqliteStore::open(&data).unwrap();
+        let store = decide_tenancy::sqlite::SqliteStore::open(&data).unwrap();
         add_key(&store, &a.id)
     };
     // Two questions share the input: their shared prefix is prefilled once and stored, so

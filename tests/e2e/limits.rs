@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use decide::tenancy::TenantLimits;
+use decide_tenancy::TenantLimits;
 
 use crate::server::{scratch_dir, Reply, Server};
 use crate::tenant_fixture::{seed_tenant, Seeded};

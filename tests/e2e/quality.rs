@@ -342,7 +342,7 @@ fn a_tenants_min_option_mass_and_renderer_apply_to_its_requests_only() {
         &data,
         "strict",
         Default::default(),
-        decide::tenancy::TenantSettings {
+        decide_tenancy::TenantSettings {
             min_option_mass: Some(0.999),
             renderer: Some("plain-letter".into()),
             ..Default::default()

@@ -51,8 +51,7 @@ pub fn option_mass_range(body: &Value) -> (f64, f64) {
 
 /// Directory holding the test-only guest plugins built by plugins/build.rs.
 pub fn test_guest(name: &str) -> PathBuf {
-    let path =
-        PathBuf::from(decide::plugins::builtin::TEST_GUESTS_DIR).join(format!("{name}.wasm"));
+    let path = PathBuf::from(decide_plugins::builtin::TEST_GUESTS_DIR).join(format!("{name}.wasm"));
     assert!(path.exists(), "test guest {} was not built", path.display());
     path
 }

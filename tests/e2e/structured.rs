@@ -481,7 +481,10 @@ fn field_schema_decisions_answer_on_both_paths_as_systemone_does() {
         r["scores_are_calibrated"], false,
         "no calibration was measured: {r}"
     );
-    assert_eq!(r["cache_block_tokens"], decide::prefix_cache::BLOCK_TOKENS);
+    assert_eq!(
+        r["cache_block_tokens"],
+        decide_engine::prefix_cache::BLOCK_TOKENS
+    );
     assert!(r["max_prompt_tokens"].as_u64().unwrap() > 0);
     assert!(r["elapsed_ms"].as_f64().unwrap() > 0.0);
     for name in ["refund", "team"] {

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use decide::tenancy::keys;
-use decide::tenancy::sqlite::SqliteStore;
-use decide::tenancy::{KeyRecord, Store, Tenant, TenantLimits, TenantSettings};
+use decide_tenancy::keys;
+use decide_tenancy::sqlite::SqliteStore;
+use decide_tenancy::{KeyRecord, Store, Tenant, TenantLimits, TenantSettings};
 
 /// A tenant created in the store of `data_dir`, with one key.
 pub struct Seeded {
@@ -34,7 +34,7 @@ pub fn seed_tenant_with(
             name: name.to_string(),
             limits,
             settings,
-            created_at: decide::tenancy::now_s(),
+            created_at: decide_tenancy::now_s(),
         })
         .expect("create the tenant");
     let key = add_key(&store, &id);
@@ -50,7 +50,7 @@ pub fn add_key(store: &SqliteStore, id: &str) -> String {
             tenant_id: id.to_string(),
             prefix: keys::shown_prefix(&key),
             hash: hex::encode(keys::hash(&key)),
-            created_at: decide::tenancy::now_s(),
+            created_at: decide_tenancy::now_s(),
             revoked_at: None,
         })
         .expect("add the key");

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use decide::tenancy::TenantLimits;
+use decide_tenancy::TenantLimits;
 use serde_json::{json, Value};
 
 use crate::server::{scratch_dir, test_guest, Reply, Server};
@@ -24,7 +24,7 @@ fn guest_bytes(name: &str) -> Vec<u8> {
 }
 
 fn sha256(bytes: &[u8]) -> String {
-    decide::plugins::runtime::sha256_hex(bytes)
+    decide_plugins::runtime::sha256_hex(bytes)
 }
 
 /// Starts a server on `data_dir` (with an operator key, so the default tenant can be tested).

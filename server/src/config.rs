@@ -4,57 +4,7 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-
-/// `decide`: typed decisions from a language model's next-token probabilities.
-#[derive(Debug, Parser)]
-#[command(name = "decide", version, about)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// What the binary does.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Serve the HTTP API (`/v1/decisions`, `/v1/systemone`, `/v1/systemone/batch`, `/v1/classify`,
-    /// `/v1/fields`, `/v1/models`, `/health`, `/metrics`).
-    Serve(Box<Config>),
-    /// Run startup calibration offline: read the question file through the model, fit, print
-    /// the report and save the result where `serve` reuses it.
-    Calibrate(Box<CalibrateArgs>),
-    /// Measure which prompt setup (renderer x label scheme x readout) answers a labelled
-    /// question set best on this model, keep it only by a clear accuracy gain over the
-    /// default, and save it where `serve` reuses it; with --heldout, score every setup x
-    /// calibration policy on a held-out file too.
-    Tune(Box<TuneArgs>),
-    /// Check a model without serving: load it, report the template's answer slot, the
-    /// readouts' capacities and the self-check; exit non-zero with the reason when the model
-    /// cannot serve decisions.
-    Doctor(Box<Config>),
-    /// Measure readouts on a labelled question file: accuracy per readout, agreement between
-    /// readouts, and (with --permute K) how often the top answer changes under K option orders.
-    Eval(Box<EvalArgs>),
-    /// Manage tenants and their API keys in the store of `--data-dir`, without HTTP (the same
-    /// operations as the admin API; safe while a server runs on that directory). Prints JSON.
-    Tenants(Box<TenantsArgs>),
-    /// Serve the Model Context Protocol on stdin/stdout for a local agent: the tools `decide`,
-    /// `classify` and one per question type, answered by a model loaded in this process with
-    /// `serve`'s flags, as the caller of `--key`.
-    Mcp(Box<McpArgs>),
-    /// Plugin developer tools: `decide plugin check FILE.wasm`.
-    #[command(subcommand)]
-    Plugin(PluginCommand),
-}
-
-/// `decide plugin ...`.
-#[derive(Debug, Subcommand)]
-pub enum PluginCommand {
-    /// Run the checks and self-test an upload runs (size cap, kind, contract version,
-    /// precompile, self-test) and print what the plugin is and each problem with its reason;
-    /// exit 1 on problems.
-    Check(PluginCheckArgs),
-}
+use clap::{Args, Subcommand};
 
 /// `decide plugin check FILE.wasm`.
 #[derive(Debug, Clone, Args)]

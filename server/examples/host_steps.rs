@@ -1,7 +1,7 @@
 //! Where the host's time per question goes: plugin calls, prompt preparation (renderer, chat
 //! template, tokenization, label ids) and whole requests through the pipeline.
 //!
-//!     cargo run --release -p decide --example host_steps -- .models/smol.gguf [--reps 30] [--decide [--multi-reps 3]] [--long-words 3000]
+//!     cargo run --release -p decide-server --example host_steps -- .models/smol.gguf [--reps 30] [--decide [--multi-reps 3]] [--long-words 3000]
 //!
 //! Prints medians over `--reps` repetitions (µs unless marked ms). The states and questions are
 //! those of bench/bench.py: `single` asks one question over a short state, `multi` 64 questions
@@ -26,11 +26,11 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use decide::calibration::CalibrationState;
-use decide::config::{Cli, Command};
-use decide::pipeline::{DecisionRequest, Question, StepTimes, TemperatureSource};
-use decide::plugins::{CompiledQuestion, Session};
-use decide::readout;
+use decide_server::calibration::CalibrationState;
+use decide_server::config::Config;
+use decide_server::pipeline::{DecisionRequest, Question, StepTimes, TemperatureSource};
+use decide_server::plugins::{CompiledQuestion, Session};
+use decide_server::readout;
 
 const TOPICS: [&str; 8] = [
     "billing",
@@ -140,20 +140,18 @@ fn main() -> anyhow::Result<()> {
         .map_or(if run_decide { "auto" } else { "quantized" }, |w| {
             w.as_str()
         });
-    let cli = Cli::parse_from([
-        "decide",
-        "serve",
-        "--model",
-        &model_path,
-        "--weights",
-        weights,
-    ]);
-    let Command::Serve(config) = cli.command else {
-        unreachable!()
-    };
-    let metrics = std::sync::Arc::new(decide::metrics::Metrics::default());
-    let progress = decide::progress::Reporter::cli(config.progress_every_s);
-    let (engine, served) = decide::server::load_engine(&config, metrics, &progress, &|_| {})?;
+    /// `decide serve`'s flags, parsed as the binary parses them (every default included).
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        config: Config,
+    }
+    let Serve { config } =
+        Serve::parse_from(["decide", "--model", &model_path, "--weights", weights]);
+    let metrics = std::sync::Arc::new(decide_server::metrics::Metrics::default());
+    let progress = decide_server::progress::Reporter::cli(config.progress_every_s);
+    let (engine, served) =
+        decide_server::server::load_engine(&config, metrics, &progress, &|_| {})?;
     // As a calibrated server: the calibration's parameters are known, no per-request call.
     let calibration = engine.plugins().calibration("temperature").unwrap();
     engine.set_calibration(CalibrationState {
@@ -374,7 +372,7 @@ fn main() -> anyhow::Result<()> {
                 .map(|i| {
                     let (plugin, json) = question(i);
                     Question {
-                        loc: decide::loc!["questions", i],
+                        loc: decide_server::loc!["questions", i],
                         plugin,
                         json,
                     }
@@ -426,6 +424,6 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server's allocator (host/src/main.rs), so these figures are the server's.
+/// The server's allocator (cli/src/main.rs), so these figures are the server's.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

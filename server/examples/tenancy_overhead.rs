@@ -1,13 +1,13 @@
 //! What tenancy costs a decision request, in process: the key lookup and the limit checks.
 //!
-//!     cargo run --release -p decide --example tenancy_overhead -- [--tenants 1000] [--reps 200000] [--report FILE.json]
+//!     cargo run --release -p decide-server --example tenancy_overhead -- [--tenants 1000] [--reps 200000] [--report FILE.json]
 //!
 //! Seeds `--tenants` tenants with one key each into a scratch SQLite store, opens the
 //! [`Directory`] over it and measures, per request (mean over `--reps`, µs):
 //!
 //! - `key lookup`: `Directory::authenticate` of a random tenant's `Authorization` header
 //!   (SHA-256 of the key, snapshot map lookup, constant-time compare);
-//! - `limit checks`: what [`decide::frontends`] does per request with every limit set:
+//! - `limit checks`: what [`decide_server::frontends`] does per request with every limit set:
 //!   `Limiters::of` (the tenant's limiter), `check_request` (requests and decisions buckets),
 //!   `admit_tokens`, a concurrent slot (`enter`, then release) and the `x-ratelimit-*` headers;
 //! - `limits off`: the same calls for a tenant without limits (what a server without
@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::http::{header, HeaderMap, HeaderValue};
-use decide::tenancy::limits::{Defaults, Limiters};
-use decide::tenancy::sqlite::SqliteStore;
-use decide::tenancy::{keys, Caller, Directory, KeyRecord, Store, Tenant, TenantLimits};
+use decide_server::tenancy::limits::{Defaults, Limiters};
+use decide_server::tenancy::sqlite::SqliteStore;
+use decide_server::tenancy::{keys, Caller, Directory, KeyRecord, Store, Tenant, TenantLimits};
 
 struct Args {
     tenants: usize,
@@ -91,7 +91,7 @@ fn main() {
                     TenantLimits::default()
                 },
                 settings: Default::default(),
-                created_at: decide::tenancy::now_s(),
+                created_at: decide_server::tenancy::now_s(),
             })
             .unwrap();
         let key = keys::new_key();
@@ -101,7 +101,7 @@ fn main() {
                 tenant_id: id,
                 prefix: keys::shown_prefix(&key),
                 hash: hex::encode(keys::hash(&key)),
-                created_at: decide::tenancy::now_s(),
+                created_at: decide_server::tenancy::now_s(),
                 revoked_at: None,
             })
             .unwrap();
