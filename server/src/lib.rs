@@ -4,20 +4,22 @@
 //! language model's next-token distribution over the option labels at the answer position and
 //! returns calibrated probabilities over a closed option set. No answer text is generated.
 //!
-//! Layout (see the book's architecture page): this crate is the server and the offline
-//! commands the `decide` binary (crate `decide`, `cli/`) runs. The engine (`decide-engine`:
-//! the [`pipeline`], the [`scheduler`]'s model worker and its [`prefix_cache`], readouts,
-//! calibration, tuning, [`cancel`], [`progress`]) is re-exported under its module names, as
-//! are `decide-plugins` ([`plugins`]) and, inside [`tenancy`], `decide-tenancy`; the model
-//! lives in `decide-models`. Here: [`frontends`] translate wire formats into the one pipeline;
-//! [`api`] builds the router; [`server`] loads everything and serves; [`mcp`] is the same
-//! decisions as Model Context Protocol tools (stdio and `/mcp`); [`error`] maps every failure
-//! to HTTP in one place; [`telemetry`] sets up logs and OTLP traces; [`config`] is every flag.
+//! Layout (see the book's architecture page): this crate is the server and the offline commands the
+//! `decide` binary (crate `decide`, `cli/`) runs. The engine (`decide-engine`: the [`pipeline`],
+//! the [`scheduler`]'s model worker and its [`prefix_cache`], readouts, calibration, tuning,
+//! [`cancel`], [`progress`]) is re-exported under its module names, as are `decide-plugins`
+//! ([`plugins`]) and, inside [`tenancy`], `decide-tenancy`; the model lives in `decide-models`.
+//! Here: [`frontends`] translate wire formats into the one pipeline; [`api`] builds the router,
+//! [`state`] is what its handlers share, [`endpoints`] the small ones; [`server`] loads everything
+//! and serves; [`mcp`] is the same decisions as Model Context Protocol tools (stdio and `/mcp`);
+//! [`error`] maps every failure to HTTP in one place; [`telemetry`] sets up logs and OTLP traces;
+//! [`config`] is every flag.
 
 pub mod api;
 pub mod config;
 pub mod doctor;
 pub mod drain;
+pub mod endpoints;
 pub mod error;
 pub mod eval;
 pub mod frontends;
@@ -37,6 +39,7 @@ pub use decide_engine::{
 /// The plugins crate, under the name the host's modules use for it.
 pub use decide_plugins as plugins;
 pub mod server;
+pub mod state;
 pub mod store_watch;
 pub mod telemetry;
 pub mod tenancy;

@@ -31,11 +31,11 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::Value;
 
-use crate::api::{AppState, SharedState};
 use crate::error::{ApiError, Wire};
 use crate::loc;
 use crate::openapi::service::InstalledPlugin;
 use crate::plugins::{Plugin, PluginRegistry, MAX_COMPONENT_BYTES};
+use crate::state::{AppState, SharedState};
 use crate::tenancy::{now_s, Caller, PluginVersion, Store, StoreError, Tenant};
 
 /// Longest plugin name.

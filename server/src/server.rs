@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use decide_models::{Device, Kernels, LoadOptions, Matmuls, Model, WeightFormat};
 
-use crate::api::{self, AppState, SharedState};
+use crate::api;
 use crate::calibration;
 use crate::config::Config;
 use crate::cores::WorkerCore;
@@ -19,6 +19,7 @@ use crate::plugins::{PluginRegistry, RuntimeConfig};
 use crate::progress::Reporter;
 use crate::scheduler::SchedulerConfig;
 use crate::selfcheck;
+use crate::state::{AppState, Pending, SharedState};
 use crate::tenancy::{Components, Directory};
 use crate::tune;
 
@@ -136,29 +137,6 @@ pub(crate) fn load(state: &SharedState) {
         }
     }
     state.drain.startup_done();
-}
-
-/// What startup still has to measure once the server answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pending {
-    /// Startup tuning found no saved result: it measures the candidates.
-    pub tuning: bool,
-    /// Startup calibration found no saved result (and tuning's correction does not apply).
-    pub calibration: bool,
-}
-
-impl Pending {
-    /// The steps left, as `/health` lists them.
-    pub fn names(&self) -> Vec<&'static str> {
-        let mut names = Vec::new();
-        if self.tuning {
-            names.push("tuning");
-        }
-        if self.calibration {
-            names.push("calibration");
-        }
-        names
-    }
 }
 
 fn build_engine(state: &SharedState) -> anyhow::Result<(Engine, String, Pending)> {

@@ -18,8 +18,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::api::AppState;
 use crate::plugins::{stored_component, PluginRegistry};
+use crate::state::AppState;
 use crate::tenancy::{Components, PluginVersion, Store};
 
 /// Starts the thread that follows the store of `state`'s directory; it ends once the state

@@ -23,11 +23,11 @@ use serde_json::{json, Map, Value};
 
 use super::json::{self as j, at};
 use super::systemone::{self, QuestionSet};
-use crate::api::SharedState;
 use crate::config::Config;
 use crate::error::{jev_loc, ApiError, Wire};
 use crate::loc;
 use crate::pipeline::{Decided, Item, StepTimes};
+use crate::state::SharedState;
 use crate::tenancy::Caller;
 
 /// What bounds a batch before anything is computed.

@@ -18,10 +18,10 @@ use serde_json::{json, Map, Value};
 
 use super::json::{self as j, at};
 use super::leaf::{self, Leaf, Values};
-use crate::api::SharedState;
 use crate::error::{ApiError, Wire};
 use crate::loc;
 use crate::pipeline::{Decided, DecisionRequest, Outcome, TemperatureSource};
+use crate::state::SharedState;
 use crate::tenancy::Caller;
 
 /// The strategies a request may name. The engine always does the same: the context is

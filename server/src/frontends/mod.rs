@@ -24,13 +24,13 @@ use axum::http::HeaderMap;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::api::AppState;
 use crate::cancel::{Cancel, Deadline, Requested};
 use crate::error::{ApiError, Wire};
 use crate::metrics::Metrics;
 use crate::pipeline::{
     Decided, DecisionRequest, Engine, Item, Limits, Narrowed, Outcome, RequestScope,
 };
+use crate::state::AppState;
 use crate::tenancy::usage::{Counters, Failure, RequestUse};
 use crate::tenancy::Caller;
 

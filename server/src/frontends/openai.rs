@@ -14,11 +14,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
 use super::json::{self as j, at};
-use crate::api::SharedState;
 use crate::error::{ApiError, Loc, Wire};
 use crate::loc;
 use crate::pipeline::{Decided, DecisionRequest, Outcome, Question};
 use crate::readout;
+use crate::state::SharedState;
 use crate::tenancy::Caller;
 
 /// How much of the answer's `extra` block to return.

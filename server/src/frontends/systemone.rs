@@ -14,10 +14,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
 use super::json::{self as j, at};
-use crate::api::SharedState;
 use crate::error::{ApiError, Loc, Wire};
 use crate::loc;
 use crate::pipeline::{Decided, DecisionRequest, Outcome, Question};
+use crate::state::SharedState;
 use crate::tenancy::Caller;
 
 /// Response header the SDK reads as the request id.

@@ -24,8 +24,8 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::DecideMcp;
-use crate::api::SharedState;
 use crate::error::Wire;
+use crate::state::SharedState;
 
 /// The path of the MCP endpoint.
 pub const PATH: &str = "/mcp";

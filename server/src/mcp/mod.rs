@@ -32,8 +32,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
-use crate::api::SharedState;
 use crate::error::{ApiError, Wire};
+use crate::state::SharedState;
 use crate::tenancy::Caller;
 
 /// Who a session's calls are made as.

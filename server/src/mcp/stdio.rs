@@ -17,9 +17,9 @@ use anyhow::Context;
 use rmcp::ServiceExt;
 
 use super::DecideMcp;
-use crate::api::AppState;
 use crate::config::McpArgs;
 use crate::metrics::Metrics;
+use crate::state::AppState;
 
 /// Runs `decide mcp` until the client closes stdin.
 pub fn run(args: McpArgs) -> anyhow::Result<()> {

@@ -12,15 +12,15 @@
 
 use std::sync::{Arc, OnceLock};
 
-use rmcp::model::{Tool, ToolAnnotations};
+use rmcp::model::Tool;
 use serde_json::{json, Map, Value};
 
 use super::{schemas, typed};
-use crate::api::SharedState;
 use crate::error::ApiError;
 use crate::frontends::{audit, classify, systemone};
 use crate::loc;
 use crate::pipeline::{Engine, Outcome};
+use crate::state::SharedState;
 use crate::tenancy::Caller;
 
 /// The tool asking typed questions about a state (`/v1/systemone`'s body).
@@ -69,24 +69,14 @@ fn body_schemas(state: &SharedState) -> &'static BodySchemas {
     })
 }
 
-/// Hints for clients: every tool only reads (nothing it does changes anything), and only
-/// this server.
-pub fn annotations(title: &str) -> ToolAnnotations {
-    ToolAnnotations::with_title(title)
-        .read_only(true)
-        .destructive(false)
-        .idempotent(true)
-        .open_world(false)
-}
-
 /// Every tool `caller` may call, `decide` and `classify` first.
 pub fn catalogue(state: &SharedState, engine: &Engine, caller: &Caller) -> Vec<Tool> {
     let BodySchemas { decide, classify } = body_schemas(state);
     let mut tools = vec![
         Tool::new(DECIDE, DECIDE_DESCRIPTION, decide.clone())
-            .annotate(annotations("Typed decisions about a state")),
+            .annotate(typed::annotations("Typed decisions about a state")),
         Tool::new(CLASSIFY, CLASSIFY_DESCRIPTION, classify.clone())
-            .annotate(annotations("JSON-Schema classification")),
+            .annotate(typed::annotations("JSON-Schema classification")),
     ];
     tools.extend(typed::tools(engine, caller, decide));
     tools

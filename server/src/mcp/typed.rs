@@ -14,16 +14,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::Tool;
+use rmcp::model::{Tool, ToolAnnotations};
 use serde_json::{json, Map, Value};
 
-use crate::api::SharedState;
 use crate::error::{ApiError, Wire};
 use crate::frontends::json::{self as j, at};
 use crate::frontends::{audit, systemone};
 use crate::loc;
 use crate::pipeline::{Engine, Outcome, Question};
 use crate::plugins::{PluginKind, PluginSummary};
+use crate::state::SharedState;
 use crate::tenancy::Caller;
 
 /// The wire-format prefixes a question type's name starts with.
@@ -58,6 +58,16 @@ fn kind_of(name: &str) -> Option<&str> {
         .iter()
         .find_map(|prefix| name.strip_prefix(prefix))
         .filter(|kind| !kind.is_empty())
+}
+
+/// Hints for clients: every tool only reads (nothing it does changes anything), and only
+/// this server.
+pub fn annotations(title: &str) -> ToolAnnotations {
+    ToolAnnotations::with_title(title)
+        .read_only(true)
+        .destructive(false)
+        .idempotent(true)
+        .open_world(false)
 }
 
 /// A tool for every question type `caller` sees, by name. `body` is the `decide` tool's
@@ -147,9 +157,8 @@ fn tool(
     if let Some(defs) = body.get("$defs") {
         schema.insert("$defs".into(), defs.clone());
     }
-    Tool::new(plugin.name.clone(), description, Arc::new(schema)).annotate(
-        super::tools::annotations(&format!("Ask a `{kind}` question")),
-    )
+    Tool::new(plugin.name.clone(), description, Arc::new(schema))
+        .annotate(annotations(&format!("Ask a `{kind}` question")))
 }
 
 impl QuestionTypeTool {

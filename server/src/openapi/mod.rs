@@ -155,7 +155,7 @@ impl PartialSchema for AnyJson {
 }
 impl ToSchema for AnyJson {}
 
-/// The document: every route of [`crate::api::router`], their bodies and statuses.
+/// The document: every route of the router (`api.rs`), their bodies and statuses.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -170,18 +170,18 @@ impl ToSchema for AnyJson {}
         crate::frontends::batch::handle,
         crate::frontends::classify::handle,
         crate::frontends::classify::capabilities,
-        crate::api::models,
-        crate::api::health,
-        crate::api::metrics,
+        crate::endpoints::models,
+        crate::endpoints::health,
+        crate::endpoints::metrics,
         openapi_json,
         crate::plugin_api::list,
         crate::plugin_api::upload,
         crate::plugin_api::remove,
         crate::plugin_api::versions,
         crate::plugin_api::rollback,
-        crate::tenancy::calibration::status,
-        crate::tenancy::calibration::upload,
-        crate::tenancy::calibration::remove,
+        crate::tenancy::calibration_http::status,
+        crate::tenancy::calibration_http::upload,
+        crate::tenancy::calibration_http::remove,
         crate::tenancy::admin_http::create_tenant,
         crate::tenancy::admin_http::list_tenants,
         crate::tenancy::admin_http::get_tenant,
@@ -331,7 +331,7 @@ pub fn document_for(config: &crate::config::Config) -> serde_json::Value {
     responses((status = 200, description = "The OpenAPI 3.1 document of this server.", body = AnyJson)),
 )]
 pub async fn openapi_json(
-    axum::extract::State(state): axum::extract::State<crate::api::SharedState>,
+    axum::extract::State(state): axum::extract::State<crate::state::SharedState>,
 ) -> Response {
     static SERVED: OnceLock<serde_json::Value> = OnceLock::new();
     axum::Json(SERVED.get_or_init(|| document_for(&state.config))).into_response()

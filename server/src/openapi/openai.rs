@@ -9,7 +9,7 @@ use utoipa::{IntoResponses, ToSchema};
 
 use super::jev::{JevError, JevValidationError};
 use super::prompt::QuestionPrompt;
-use super::structured::{FieldsRequest, FieldsResponse};
+use super::structured::{CodedMessage, FieldsRequest, FieldsResponse};
 use super::{AnyJson, NonBlank, NonEmptyText};
 
 /// OpenAI's error body: `{"error": {message, type, param, code}}`.
@@ -736,16 +736,6 @@ pub struct RefusalExtra {
     #[serde(default)]
     #[schema(required = false)]
     pub prompt: Option<QuestionPrompt>,
-}
-
-/// `{code, message}` of a failed question or field.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CodedMessage {
-    /// `invalid_question`, `plugin_failed`, `readout_capacity`, `context_length_exceeded`,
-    /// `low_option_mass`, `model_failed`, ...
-    pub code: String,
-    pub message: String,
 }
 
 /// An abstention's option mass and the threshold it fell below.

@@ -15,7 +15,6 @@ use utoipa::{IntoResponses, ToSchema};
 use super::jev::{
     JevAnswered, JevError, JevState, JevUsage, JevValidationError, LocPart, QuestionMap,
 };
-use super::openai::CodedMessage;
 use super::prompt::QuestionPrompt;
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::openapi::RefOr;
@@ -558,4 +557,14 @@ pub enum CapabilitiesResponses {
     /// Modes, supported constructs and limits.
     #[response(status = 200)]
     Ok(Capabilities),
+}
+
+/// `{code, message}` of a failed question or field.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodedMessage {
+    /// `invalid_question`, `plugin_failed`, `readout_capacity`, `context_length_exceeded`,
+    /// `low_option_mass`, `model_failed`, ...
+    pub code: String,
+    pub message: String,
 }

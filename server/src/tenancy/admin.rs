@@ -17,7 +17,6 @@ use serde_json::{Map, Value};
 
 use super::keys;
 use super::store::{KeyRecord, Store, StoreError, Tenant, TenantLimits, TenantSettings};
-use crate::api::AppState;
 use crate::error::{ApiError, Loc};
 use crate::frontends::json::{at, invalid, object, only_fields, required, type_name};
 use crate::loc;
@@ -258,18 +257,6 @@ pub fn delete_tenant(store: &dyn Store, id: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(no_tenant(id))
-    }
-}
-
-/// What a running server drops when a tenant is deleted through it: the tenant's usage
-/// counters (so its id leaves `/metrics`), its limiters, its calibration in use and its
-/// plugins.
-pub fn on_tenant_deleted(state: &AppState, id: &str) {
-    state.usage.forget(id);
-    state.limits.forget(id);
-    state.calibrations.remove_tenant(id);
-    if let Ok(engine) = state.engine() {
-        engine.plugins().remove_tenant(id);
     }
 }
 

@@ -23,11 +23,11 @@ use super::admin;
 use super::directory::presented_key;
 use super::keys;
 use super::store::Store;
-use crate::api::SharedState;
 use crate::error::{ApiError, Wire};
 use crate::frontends::json::only_fields;
+use crate::state::SharedState;
 
-/// The routes, guarded; merged into [`crate::api::router`].
+/// The routes, guarded; the router (`api.rs`) merges them.
 pub fn routes(state: SharedState) -> Router<SharedState> {
     Router::new()
         .route("/admin/v1/tenants", post(create_tenant).get(list_tenants))
@@ -167,7 +167,7 @@ async fn delete_tenant(State(state): State<SharedState>, Path(id): Path<String>)
             let deleted = id.clone();
             on_store(&state, move |store| admin::delete_tenant(store, &deleted)).await?;
             written(&state);
-            admin::on_tenant_deleted(&state, &id);
+            state.forget_tenant(&id);
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         .await,

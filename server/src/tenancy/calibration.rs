@@ -4,7 +4,8 @@
 //! cross-validation and keep rule as startup calibration ([`crate::calibration`]), and from
 //! then on the tenant's answers use that fit and report the temperature source `tenant`.
 //!
-//! `PUT /v1/calibration` (the file as the body) starts a fit and answers 202;
+//! Its HTTP handlers are in `calibration_http.rs`: `PUT /v1/calibration` (the file as the
+//! body) starts a fit and answers 202;
 //! `GET /v1/calibration` shows its progress and the stored result; `DELETE /v1/calibration`
 //! cancels a running fit and drops the result. One fit per tenant runs at a time. Results
 //! live in the tenant store, so they survive restarts; a result is used only with the model
@@ -20,18 +21,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::limits::TenantLimiter;
 use super::store::Store;
 use super::usage::Counters;
 use super::{now_s, Caller};
-use crate::api::SharedState;
 use crate::calibration::{self, cv, ece::Interval, questions::QuestionSet, CalibrationState};
 use crate::cancel::Cancel;
 use crate::error::{ApiError, Wire};
@@ -145,7 +140,7 @@ impl TenantCalibrations {
         loaded
     }
 
-    fn forget(&self, tenant_id: &str) {
+    pub(crate) fn forget(&self, tenant_id: &str) {
         self.in_use
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -172,7 +167,7 @@ impl TenantCalibrations {
     /// Cancels the tenant's running fit, if any; whether there was one. Under the jobs lock,
     /// so a fit that finishes meanwhile either saved its result before (and `DELETE` then
     /// removes it) or sees the cancellation and saves nothing.
-    fn cancel(&self, tenant_id: &str) -> bool {
+    pub(crate) fn cancel(&self, tenant_id: &str) -> bool {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         match jobs.get_mut(tenant_id) {
             Some(job) if job.progress.status == "running" => {
@@ -186,7 +181,7 @@ impl TenantCalibrations {
     }
 
     /// The progress of the tenant's running or last fit.
-    fn progress(&self, tenant_id: &str) -> Option<Progress> {
+    pub(crate) fn progress(&self, tenant_id: &str) -> Option<Progress> {
         self.jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -207,7 +202,7 @@ impl TenantCalibrations {
     }
 
     /// Starts fitting `set` for the tenant in the background; 409 while one runs.
-    fn start(
+    pub(crate) fn start(
         self: &Arc<Self>,
         engine: Arc<Engine>,
         store: Arc<dyn Store>,
@@ -381,7 +376,7 @@ fn fit(
 /// the tenant's own rate instead of failing), and counted in the tenant's usage. A read
 /// larger than the whole minute fails (that question is skipped, naming the limit); the wait
 /// ends when the fit is cancelled.
-fn charge_tokens(
+pub(crate) fn charge_tokens(
     limiter: Arc<TenantLimiter>,
     usage: Arc<Counters>,
     cancel: Cancel,
@@ -405,176 +400,4 @@ fn charge_tokens(
             Err(error) => return Err(crate::error::refused_in_engine(error)),
         }
     })
-}
-
-/// The tenant of a calibration request: a configured tenant, never the default one.
-fn tenant_caller(state: &SharedState, headers: &HeaderMap) -> Result<(Caller, String), ApiError> {
-    let caller = state.directory.authenticate(headers)?;
-    let tenant = caller.require_tenant(
-        "a tenant calibration",
-        "the server's own calibration is set by the operator (decide calibrate, --calibration-questions)",
-    )?;
-    Ok((caller, tenant.id.clone()))
-}
-
-/// `PUT /v1/calibration`: starts fitting the uploaded labelled questions.
-#[utoipa::path(put, path = "/v1/calibration", operation_id = "start_calibration", tag = "calibration",
-    request_body(content = String, content_type = "application/x-ndjson",
-        description = "Labelled questions, one JSON object a line (`{state, question, expected, group?, id?}`, the format of calibration/default.jsonl), at least 50."),
-    responses(crate::openapi::service::CalibrationUploadResponses))]
-pub async fn upload(State(state): State<SharedState>, headers: HeaderMap, body: Body) -> Response {
-    match start_upload(&state, &headers, body).await {
-        Ok(progress) => (
-            StatusCode::ACCEPTED,
-            Json(crate::openapi::service::CalibrationStarted {
-                status: progress.status,
-                progress,
-                poll: "/v1/calibration",
-            }),
-        )
-            .into_response(),
-        Err(error) => error.into_response_for(Wire::OpenAi),
-    }
-}
-
-async fn start_upload(
-    state: &SharedState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Progress, ApiError> {
-    let (caller, tenant_id) = tenant_caller(state, headers)?;
-    let engine = state.engine()?;
-    let limit = state.config.max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::TooLarge {
-            loc: vec![],
-            message: format!(
-                "the question file is over the limit of {limit} bytes (setting --max-body-bytes / DECIDE_MAX_BODY_BYTES)"
-            ),
-        })?;
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| ApiError::invalid(vec![], "the question file is not UTF-8 text"))?;
-    let set = QuestionSet::parse("the uploaded question file", text)
-        .map_err(|message| ApiError::invalid(vec![], message))?;
-    if set.questions.len() < calibration::MIN_ANSWERED {
-        return Err(ApiError::invalid(
-            vec![],
-            format!(
-                "the question file has {} questions; a fit needs at least {} (JSONL lines like calibration/default.jsonl)",
-                set.questions.len(),
-                calibration::MIN_ANSWERED
-            ),
-        ));
-    }
-    let (max, own) = match caller
-        .tenant()
-        .and_then(|t| t.limits.max_calibration_questions)
-    {
-        Some(max) => (max, true),
-        None => (state.config.tenant_max_calibration_questions, false),
-    };
-    if set.questions.len() > max {
-        let how = if own {
-            format!("the tenant's own limit; the operator changes it with PATCH /admin/v1/tenants/{tenant_id}")
-        } else {
-            format!("the server-wide default, setting --tenant-max-calibration-questions / DECIDE_TENANT_MAX_CALIBRATION_QUESTIONS; the operator sets the tenant's own with PATCH /admin/v1/tenants/{tenant_id}")
-        };
-        return Err(ApiError::TooLarge {
-            loc: vec![],
-            message: format!(
-                "the question file has {} questions, over tenant limit max_calibration_questions = {max} ({how}); upload at most {max}",
-                set.questions.len()
-            ),
-        });
-    }
-    let mut scope = crate::frontends::request_scope(&caller);
-    scope.calibrated = None;
-    // Set by DELETE /v1/calibration and by deleting the tenant; a child of the server's
-    // background token, so a stopping server ends the fit too.
-    scope.cancel = state.drain.background_token().child(None);
-    // The fit reads through the tenant's plugins and renderer, and is the tenant's work: its
-    // prompt tokens come out of the tenant's token rate (waiting for the bucket, as a
-    // background job may) and count in its usage.
-    scope.admit_tokens = Some(charge_tokens(
-        state.limits.of(&caller),
-        state.usage.of(&tenant_id),
-        scope.cancel.clone(),
-    ));
-    state.calibrations.start(
-        engine,
-        state.directory.store().clone(),
-        tenant_id,
-        scope,
-        set,
-        state.reporter(),
-    )
-}
-
-/// `GET /v1/calibration`: the running or last fit, and the stored result.
-#[utoipa::path(
-    get,
-    path = "/v1/calibration",
-    operation_id = "calibration_status",
-    tag = "calibration",
-    responses(crate::openapi::service::CalibrationStatusResponses)
-)]
-pub async fn status(State(state): State<SharedState>, headers: HeaderMap) -> Response {
-    let result = (|| {
-        let (_, tenant_id) = tenant_caller(&state, &headers)?;
-        let progress = state.calibrations.progress(&tenant_id);
-        let stored = state
-            .directory
-            .store()
-            .calibration(&tenant_id)
-            .map_err(|e| ApiError::Internal(e.to_string()))?
-            .and_then(|json| serde_json::from_str::<Fitted>(&json).ok());
-        let status = match (&progress, &stored) {
-            (Some(p), _) => p.status,
-            (None, Some(_)) => "done",
-            (None, None) => "none",
-        };
-        Ok::<_, ApiError>(crate::openapi::service::CalibrationStatus {
-            status,
-            progress,
-            result: stored,
-        })
-    })();
-    match result {
-        Ok(body) => Json(body).into_response(),
-        Err(error) => error.into_response_for(Wire::OpenAi),
-    }
-}
-
-/// `DELETE /v1/calibration`: a running fit is cancelled (its queued reads are dropped), and
-/// the tenant's answers go back to the server's calibration.
-#[utoipa::path(
-    delete,
-    path = "/v1/calibration",
-    operation_id = "remove_calibration",
-    tag = "calibration",
-    responses(crate::openapi::service::CalibrationRemoveResponses)
-)]
-pub async fn remove(State(state): State<SharedState>, headers: HeaderMap) -> Response {
-    let result = (|| {
-        let (_, tenant_id) = tenant_caller(&state, &headers)?;
-        let cancelled = state.calibrations.cancel(&tenant_id);
-        let removed = state
-            .directory
-            .store()
-            .delete_calibration(&tenant_id)
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        state.calibrations.forget(&tenant_id);
-        if cancelled || removed {
-            Ok(())
-        } else {
-            Err(ApiError::NotFound {
-                message: "this tenant has no calibration of its own and no fit running".into(),
-            })
-        }
-    })();
-    match result {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(error) => error.into_response_for(Wire::OpenAi),
-    }
 }

@@ -3,13 +3,15 @@
 //! server's own tenant operations on top of it:
 //!
 //! - [`calibration`]: a tenant's own calibration, fitted in the background on the labelled
-//!   questions it uploads (it reads through the engine, so it lives with the server).
+//!   questions it uploads (it reads through the engine, so it lives with the server), and
+//!   its HTTP handlers ([`calibration_http`]).
 //! - [`admin`]: the operations of tenant administration (tenants, keys, limits, settings),
 //!   behind both the HTTP admin API ([`admin_http`]) and the `decide tenants` CLI ([`cli`]).
 
 pub mod admin;
 pub mod admin_http;
 pub mod calibration;
+pub mod calibration_http;
 pub mod cli;
 
 pub use decide_tenancy::*;

@@ -21,10 +21,10 @@ use serde_json::{json, Map, Value};
 
 use super::json as j;
 use super::leaf::{self, Leaf};
-use crate::api::SharedState;
 use crate::error::{ApiError, Loc, LocPart, Wire};
 use crate::loc;
 use crate::pipeline::{Decided, DecisionRequest, Outcome};
+use crate::state::SharedState;
 use crate::tenancy::Caller;
 use compile::{Compiled, SchemaLimits};
 
