@@ -4,7 +4,6 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::pipeline::{Decided, Outcome};
 use crate::prefix_cache::CacheStats;
 use decide_models::TokenCacheStats;
 
@@ -56,28 +55,28 @@ pub struct Metrics {
     model_calls: AtomicU64,
 }
 
+/// What a decided request adds to the counters, summed over its decided items (the pipeline
+/// counts them, so that these counters need none of its types).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecidedCounts {
+    pub answers: u64,
+    pub refusals: u64,
+    pub input_tokens: u64,
+    pub forward_passes: u64,
+}
+
 impl Metrics {
     /// Records a request that reached the pipeline and was decided: the outcomes, tokens and
-    /// passes of its decided items (one for a single request, each answered item of a batch),
-    /// and its time.
-    pub fn record_request<'a>(
-        &self,
-        items: impl IntoIterator<Item = &'a Decided>,
-        elapsed: Duration,
-    ) {
+    /// passes of its decided items (one for a single request, each answered item of a batch,
+    /// summed by the pipeline), and its time.
+    pub fn record_request(&self, decided: DecidedCounts, elapsed: Duration) {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        for decided in items {
-            for outcome in &decided.outcomes {
-                match outcome {
-                    Outcome::Answer(_) => self.answers.fetch_add(1, Ordering::Relaxed),
-                    Outcome::Refusal(_) => self.refusals.fetch_add(1, Ordering::Relaxed),
-                };
-            }
-            self.input_tokens
-                .fetch_add(decided.input_tokens as u64, Ordering::Relaxed);
-            self.forward_passes
-                .fetch_add(decided.forward_passes as u64, Ordering::Relaxed);
-        }
+        self.answers.fetch_add(decided.answers, Ordering::Relaxed);
+        self.refusals.fetch_add(decided.refusals, Ordering::Relaxed);
+        self.input_tokens
+            .fetch_add(decided.input_tokens, Ordering::Relaxed);
+        self.forward_passes
+            .fetch_add(decided.forward_passes, Ordering::Relaxed);
         self.decide_micros
             .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }

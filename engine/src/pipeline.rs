@@ -18,10 +18,11 @@ use serde_json::{Map, Value};
 
 use decide_models::{Model, ModelError};
 
-use crate::calibration::CalibrationState;
+pub use crate::calibration::state::TemperatureSource;
+use crate::calibration::state::{CalibrationState, AUTO, AUTO_FALLBACK};
 use crate::cancel::Cancel;
 use crate::error::{dotted, EngineError, Loc, LocPart, RefusalKind};
-use crate::metrics::Metrics;
+use crate::metrics::{DecidedCounts, Metrics};
 use crate::plugins::{CompiledQuestion, PluginCallError, PluginRegistry, QuestionType, Session};
 use crate::readout;
 use crate::scheduler::{self, Scheduler, SchedulerConfig};
@@ -29,6 +30,7 @@ use crate::scheduler::{self, Scheduler, SchedulerConfig};
 mod items;
 mod prompts;
 mod rounds;
+mod self_check;
 pub mod setup;
 pub use items::Item;
 pub use prompts::{QuestionPrompts, ReadPrompt};
@@ -130,33 +132,6 @@ impl std::fmt::Debug for RequestScope {
             .field("cancel", &self.cancel)
             .field("sheddable", &self.sheddable)
             .finish_non_exhaustive()
-    }
-}
-
-/// Where an answer's temperature came from, highest priority first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TemperatureSource {
-    /// `extra.calibration_temperature` of the request.
-    Request,
-    /// The tenant's own calibration, fitted on the labelled questions it uploaded.
-    Tenant,
-    /// `--temperature` of the operator.
-    Operator,
-    /// Measured by startup calibration (fitted and kept, or measured and no correction needed).
-    Calibrated,
-    /// Nothing measured or set: T = 1.0.
-    Default,
-}
-
-impl TemperatureSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TemperatureSource::Request => "request",
-            TemperatureSource::Tenant => "tenant",
-            TemperatureSource::Operator => "operator",
-            TemperatureSource::Calibrated => "calibrated",
-            TemperatureSource::Default => "default",
-        }
     }
 }
 
@@ -311,6 +286,22 @@ pub struct Decided {
 }
 
 impl Decided {
+    /// The metrics' counts of these decided items: answers, refusals, input tokens, passes.
+    pub fn counts<'a>(items: impl IntoIterator<Item = &'a Decided>) -> DecidedCounts {
+        let mut counts = DecidedCounts::default();
+        for decided in items {
+            for outcome in &decided.outcomes {
+                match outcome {
+                    Outcome::Answer(_) => counts.answers += 1,
+                    Outcome::Refusal(_) => counts.refusals += 1,
+                }
+            }
+            counts.input_tokens += decided.input_tokens as u64;
+            counts.forward_passes += decided.forward_passes as u64;
+        }
+        counts
+    }
+
     fn new() -> Self {
         Decided {
             outcomes: Vec::new(),
@@ -597,8 +588,8 @@ impl Engine {
         } = settings;
         let label_sets = readout::LabelSets::measure(&model);
         let model = Arc::new(model);
-        let served_policy = if calibration == crate::calibration::AUTO {
-            crate::calibration::AUTO_FALLBACK.to_string()
+        let served_policy = if calibration == AUTO {
+            AUTO_FALLBACK.to_string()
         } else {
             calibration.clone()
         };

@@ -12,8 +12,9 @@
 //! suffix after the generation prompt, and the first that passes is kept. If none passes, the
 //! model is refused: the server stays up, every decision request gets 503 with the reason, and
 //! `/health` reports it.
-
-use crate::pipeline::{Engine, Question};
+//!
+//! This module is what the check asks and what it found ([`Report`]); the engine runs it
+//! ([`crate::pipeline::Engine::run_self_check`]).
 
 /// The built-in easy question's input.
 pub const STATE: &str = "The sky is blue.";
@@ -106,59 +107,4 @@ impl Report {
         };
         format!("answer-slot self-check {verdict} [{}]", tried.join("; "))
     }
-}
-
-/// Measures the option mass of the built-in question with the engine's current answer suffix.
-fn measure(engine: &Engine) -> Result<f32, String> {
-    let question = Question {
-        loc: crate::loc!["self_check"],
-        plugin: "openai-choice".into(),
-        json: QUESTION.into(),
-    };
-    let mut reads = engine.read_raw(STATE, std::slice::from_ref(&question));
-    reads
-        .pop()
-        .expect("one read per question")
-        .map(|read| read.option_mass)
-}
-
-/// Runs the self-check, leaving the engine with the answer suffix that passed (or none).
-pub fn run(engine: &mut Engine, min_mass: f64, progress: &crate::progress::Reporter) -> Report {
-    let mut report = Report {
-        min_mass,
-        attempts: Vec::new(),
-        kept: None,
-        skipped: Vec::new(),
-    };
-    let original = engine.model().answer_suffix();
-    let mut candidates = vec![original.clone()];
-    for (suffix, tokens) in FALLBACKS {
-        if tokens.iter().all(|t| engine.model().is_added_token(t)) {
-            candidates.push(suffix.to_string());
-        } else {
-            report.skipped.push(format!("{suffix:?}"));
-        }
-    }
-    // A read of the built-in question per answer suffix tried, until one passes.
-    let task = progress.start("answer-slot self-check", "checks", candidates.len() as u64);
-    for suffix in candidates {
-        task.set_detail(format!("answer suffix {suffix:?}"));
-        if engine.model().answer_suffix() != suffix {
-            engine.set_answer_suffix(&suffix);
-        }
-        let mass = measure(engine);
-        let passed = matches!(&mass, Ok(m) if f64::from(*m) >= min_mass);
-        tracing::info!(suffix = ?suffix, mass = ?mass, min_mass, passed, "answer-slot self-check");
-        report.attempts.push(Attempt {
-            suffix: suffix.clone(),
-            mass,
-        });
-        task.advance(1);
-        if passed {
-            report.kept = Some(suffix);
-            return report;
-        }
-    }
-    engine.set_answer_suffix(&original);
-    report
 }

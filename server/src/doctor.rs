@@ -12,7 +12,6 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Engine;
 use crate::readout;
-use crate::selfcheck;
 use crate::server;
 
 /// Characters of the rendered prompt's end shown as the template ending.
@@ -38,7 +37,7 @@ pub fn run(config: &Config) -> i32 {
         Ok(ending) => println!("template ending: {ending}"),
         Err(why) => return verdict(Err(why)),
     }
-    let report = selfcheck::run(&mut engine, config.self_check_min_mass, &progress);
+    let report = engine.run_self_check(config.self_check_min_mass, &progress);
     if !engine.model().answer_suffix().is_empty() {
         println!(
             "template ending with the self-check's answer suffix: {}",

@@ -18,7 +18,6 @@ use crate::pipeline::{Engine, EngineSettings, Limits, Setup};
 use crate::plugins::{PluginRegistry, RuntimeConfig};
 use crate::progress::Reporter;
 use crate::scheduler::SchedulerConfig;
-use crate::selfcheck;
 use crate::state::{AppState, Pending, SharedState};
 use crate::tenancy::{Components, Directory};
 use crate::tune;
@@ -317,7 +316,7 @@ pub fn check_answer_slot(
     config: &Config,
     progress: &Reporter,
 ) -> anyhow::Result<()> {
-    let report = selfcheck::run(engine, config.self_check_min_mass, progress);
+    let report = engine.run_self_check(config.self_check_min_mass, progress);
     let summary = report.summary();
     if !report.passed() {
         anyhow::bail!("{summary}");

@@ -21,17 +21,19 @@ pub mod budget;
 pub mod cv;
 pub mod ece;
 pub mod questions;
+pub mod state;
 pub mod store;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::pipeline::{render_version, Engine, Question, RequestScope, TemperatureSource};
+use crate::pipeline::{render_version, Engine, Question, RequestScope};
 use crate::plugins::Calibration;
 use crate::progress::{Reporter, Task};
 use cv::{PolicyReport, Sample};
 use questions::QuestionSet;
+pub use state::{CalibrationState, TemperatureSource, AUTO, AUTO_FALLBACK};
 use store::{Key, QuestionCounts, Saved};
 
 /// Fewest answered questions a fit is made on.
@@ -39,40 +41,6 @@ pub const MIN_ANSWERED: usize = 50;
 
 /// Value of `--calibration-questions` that skips startup calibration.
 pub const SKIP: &str = "none";
-
-/// Value of `--calibration` that lets startup calibration choose the policy.
-pub const AUTO: &str = "auto";
-
-/// The policy `auto` serves before (or without) calibration, and when no policy is kept.
-pub const AUTO_FALLBACK: &str = "temperature";
-
-/// The calibration answers get when neither the request nor the operator sets a temperature.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CalibrationState {
-    /// The policy plugin the parameters belong to.
-    pub policy: String,
-    /// The sha256 of the policy component that fitted them (empty for the default).
-    pub plugin_sha256: String,
-    /// Parameters for the policy's `apply`.
-    pub params: Vec<f64>,
-    /// The temperature they stand for (`params[0]`).
-    pub temperature: f64,
-    /// `Calibrated` or `Default`.
-    pub source: TemperatureSource,
-}
-
-impl CalibrationState {
-    /// T = 1.0, nothing measured.
-    pub fn default_for(policy: &str) -> CalibrationState {
-        CalibrationState {
-            policy: policy.to_string(),
-            plugin_sha256: String::new(),
-            params: vec![1.0],
-            temperature: 1.0,
-            source: TemperatureSource::Default,
-        }
-    }
-}
 
 /// Where the questions come from (startup calibration's and tuning's).
 #[derive(Debug, Clone)]

@@ -152,7 +152,8 @@ impl Engine {
             .record_token_cache(&self.model.token_cache_stats());
         if results.iter().any(Result::is_ok) {
             let decided = results.iter().filter_map(|result| result.as_ref().ok());
-            self.metrics.record_request(decided, started.elapsed());
+            self.metrics
+                .record_request(Decided::counts(decided), started.elapsed());
         }
         Ok(results)
     }
