@@ -26,10 +26,10 @@ use serde::{Deserialize, Serialize};
 use super::limits::TenantLimiter;
 use super::store::Store;
 use super::usage::Counters;
-use super::{now_s, Caller};
+use super::now_s;
 use crate::calibration::{self, cv, ece::Interval, questions::QuestionSet, CalibrationState};
 use crate::cancel::Cancel;
-use crate::error::{ApiError, Wire};
+use crate::error::ApiError;
 use crate::pipeline::{Engine, RequestScope, TemperatureSource};
 
 /// A tenant's fitted calibration, as stored (JSON).
