@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::limits::TenantLimiter;
+use super::now_s;
 use super::store::Store;
 use super::usage::Counters;
-use super::now_s;
 use crate::calibration::{self, cv, ece::Interval, questions::QuestionSet, CalibrationState};
 use crate::cancel::Cancel;
 use crate::error::ApiError;
