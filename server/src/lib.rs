@@ -31,12 +31,12 @@ pub mod mcp;
 pub mod openapi;
 pub mod plugin_api;
 pub mod plugin_check;
-/// The engine's modules, under the names the host's modules use for them.
+/// The engine's modules, under the names the server's modules use for them.
 pub use decide_engine::{
     calibration, cancel, cores, loc, metrics, pipeline, prefix_cache, priority, progress, readout,
     recent_starts, scheduler, selfcheck, tune,
 };
-/// The plugins crate, under the name the host's modules use for it.
+/// The plugins crate, under the name the server's modules use for it.
 pub use decide_plugins as plugins;
 pub mod server;
 pub mod state;
