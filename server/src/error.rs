@@ -1,4 +1,5 @@
-//! The server's error type and its one mapping to HTTP: its own failures, the engine's (`EngineError`, a question's `RefusalKind`) and tenancy's (`Refused`).
+//! The server's error type and its one mapping to HTTP: its own failures, the engine's
+//! (`EngineError`, a question's `RefusalKind`) and tenancy's (`Refused`).
 //!
 //! Every failure a caller can cause is a 4xx whose message names the field, the limit and the
 //! setting to change. Each wire format wants its own error body (OpenAI: `{"error": {...}}`,
