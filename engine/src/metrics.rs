@@ -36,7 +36,11 @@ pub struct Metrics {
     cache_misses: AtomicU64,
     cache_hit_tokens: AtomicU64,
     cache_evictions: AtomicU64,
+    cache_block_hits: AtomicU64,
+    cache_block_misses: AtomicU64,
+    cache_inserts: AtomicU64,
     cache_entries: AtomicU64,
+    cache_blocks: AtomicU64,
     cache_bytes: AtomicU64,
     /// The model's token cache counters, copied after every request's prompts are prepared.
     token_cache_hits: AtomicU64,
@@ -103,7 +107,11 @@ impl Metrics {
             (&self.cache_misses, cache.misses),
             (&self.cache_hit_tokens, cache.hit_tokens),
             (&self.cache_evictions, cache.evictions),
+            (&self.cache_block_hits, cache.block_hits),
+            (&self.cache_block_misses, cache.block_misses),
+            (&self.cache_inserts, cache.inserts),
             (&self.cache_entries, cache.entries as u64),
+            (&self.cache_blocks, cache.blocks as u64),
             (&self.cache_bytes, cache.bytes as u64),
         ] {
             counter.store(value, Ordering::Relaxed);
@@ -125,14 +133,21 @@ impl Metrics {
             .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// The prefix cache as last recorded: (entries, KV bytes, hits, misses), for `/health`.
-    pub fn prefix_cache_use(&self) -> (u64, u64, u64, u64) {
-        (
-            self.cache_entries.load(Ordering::Relaxed),
-            self.cache_bytes.load(Ordering::Relaxed),
-            self.cache_hits.load(Ordering::Relaxed),
-            self.cache_misses.load(Ordering::Relaxed),
-        )
+    /// The prefix cache as last recorded, for `/health` (the counters [`CacheStats`] has).
+    pub fn prefix_cache_use(&self) -> CacheStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CacheStats {
+            hits: load(&self.cache_hits),
+            misses: load(&self.cache_misses),
+            hit_tokens: load(&self.cache_hit_tokens),
+            block_hits: load(&self.cache_block_hits),
+            block_misses: load(&self.cache_block_misses),
+            inserts: load(&self.cache_inserts),
+            evictions: load(&self.cache_evictions),
+            entries: load(&self.cache_entries) as usize,
+            blocks: load(&self.cache_blocks) as usize,
+            bytes: load(&self.cache_bytes) as usize,
+        }
     }
 
     /// Records the token cache's state (its counters are the model's own, so they are copied).
@@ -264,8 +279,23 @@ impl Metrics {
             ),
             (
                 "decide_prefix_cache_evictions_total",
-                "Prefixes evicted to stay within --prefix-cache-mib.",
+                "Runs of blocks evicted to stay within --prefix-cache-mib.",
                 &self.cache_evictions,
+            ),
+            (
+                "decide_prefix_cache_block_hits_total",
+                "Full blocks (16 tokens) of looked-up prompts found in the prefix cache.",
+                &self.cache_block_hits,
+            ),
+            (
+                "decide_prefix_cache_block_misses_total",
+                "Full blocks (16 tokens) of looked-up prompts not found in the prefix cache.",
+                &self.cache_block_misses,
+            ),
+            (
+                "decide_prefix_cache_inserts_total",
+                "Runs of new blocks stored in the prefix cache.",
+                &self.cache_inserts,
             ),
             (
                 "decide_token_cache_hits_total",
@@ -324,8 +354,13 @@ impl Metrics {
         for (name, help, value) in [
             (
                 "decide_prefix_cache_entries",
-                "Prefixes held in the prefix cache.",
+                "Runs of blocks held in the prefix cache (nodes of its tree).",
                 &self.cache_entries,
+            ),
+            (
+                "decide_prefix_cache_blocks",
+                "Blocks (16 tokens each) held in the prefix cache.",
+                &self.cache_blocks,
             ),
             (
                 "decide_prefix_cache_bytes",

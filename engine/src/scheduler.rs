@@ -558,6 +558,20 @@ struct Worker<'a> {
     faults: &'a Faults,
     max_pass_tokens: usize,
     answers: &'a Sender<Answered>,
+    /// Whether packed passes keep each prompt's keys and values for the prefix cache
+    /// ([`keeps_rows`]).
+    keep_rows: bool,
+}
+
+/// Whether the packed passes of `model` keep every prompt's keys and values, so that the
+/// prefix cache holds each prompt's full blocks (the question's own tokens too, not only
+/// what a job's prompts share): on candle's ops, where cutting a prompt's rows out is a few
+/// copies beside a pass that costs about its rows. Not on decide's fused CUDA kernels: there
+/// each prompt's rows cost ~2 copies per layer, launches that would outnumber the pass's own
+/// at saturation (a pool the attention reads by block table is the way there, not done);
+/// there a job's shared prefix and a lone long prompt's blocks are stored, as before.
+fn keeps_rows(model: &Model, cache_bytes: usize) -> bool {
+    cache_bytes > 0 && !model.transformer().is_fused()
 }
 
 /// A read batch and its results, on their way to the answer thread.
@@ -613,6 +627,7 @@ fn supervise(
         faults: &faults,
         max_pass_tokens: config.max_pass_tokens,
         answers,
+        keep_rows: keeps_rows(model, config.prefix_cache_bytes),
     };
     loop {
         match std::panic::catch_unwind(AssertUnwindSafe(|| work(&worker, config, queue))) {
@@ -953,6 +968,13 @@ fn read_batch(
         .iter()
         .map(|job| (0..job.prompts.len()).map(|_| None).collect())
         .collect();
+    // Per prompt of a job of several, a stored prefix of its own longer than what the job's
+    // prompts share (the same question asked again): looked up before the job's shared
+    // prefix is made and stored, so the counters say what earlier reads left.
+    let mut own: Vec<Vec<Option<KvCache>>> = batch
+        .iter()
+        .map(|job| vec![None; job.prompts.len()])
+        .collect();
     // A cancelled job's prompts not read yet end as cancelled, and it takes no more passes.
     let cancel = |j: usize, results: &mut [JobResult], reads: &mut [Vec<Option<PromptRead>>]| {
         results[j].cancelled = true;
@@ -966,7 +988,14 @@ fn read_batch(
             prefixes.push(None);
             continue;
         }
-        let prefix = match job_prefix(worker, cache, job, &mut results[j], rows, &mut step) {
+        let every_own = own_prefixes(cache, job, &mut own[j]);
+        let made = if every_own {
+            // Nothing the prompts share needs making: each continues a longer stored prefix.
+            Ok(Prefixed::Prefix(JobPrefix::cached(None, 0)))
+        } else {
+            job_prefix(worker, cache, job, &mut results[j], rows, &mut step)
+        };
+        let prefix = match made {
             Ok(Prefixed::Prefix(prefix)) => Some(prefix),
             Ok(Prefixed::Read(read, cached)) => {
                 reads[j][0] = Some(Ok((read, cached)));
@@ -1018,17 +1047,34 @@ fn read_batch(
             rows: bounds.rows.min(cap),
             ..bounds
         };
-        let pass = passes(&rest, batch, &prefixes, bounds)
+        let start = |j: usize, p: usize| -> Start<'_> {
+            match &own[j][p] {
+                Some(cache) => Start {
+                    cache: Some(cache),
+                    len: cache.len(),
+                    own: true,
+                },
+                None => {
+                    let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
+                    Start {
+                        cache: prefix.cache.as_ref(),
+                        len: prefix.len,
+                        own: false,
+                    }
+                }
+            }
+        };
+        let pass = passes(&rest, batch, &start, bounds)
             .into_iter()
             .next()
             .expect("items left make a pass");
         let segments: Vec<Segment<'_>> = pass
             .iter()
             .map(|&(j, p)| {
-                let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
+                let start = start(j, p);
                 Segment {
-                    prefix: prefix.cache.as_ref(),
-                    tokens: &batch[j].prompts[p].tokens[prefix.len..],
+                    prefix: start.cache,
+                    tokens: &batch[j].prompts[p].tokens[start.len..],
                 }
             })
             .collect();
@@ -1036,19 +1082,36 @@ fn read_batch(
             .iter()
             .map(|&(j, p)| batch[j].prompts[p].label_ids.as_slice())
             .collect();
-        let outcome = worker.call(|model| model.read_packed(&segments, &labels));
+        let outcome = if worker.keep_rows {
+            worker
+                .call(|model| model.read_packed_keeping(&segments, &labels))
+                .map(|(reads, kept)| (reads, Some(kept)))
+        } else {
+            worker
+                .call(|model| model.read_packed(&segments, &labels))
+                .map(|reads| (reads, None))
+        };
         let mut joined: Vec<usize> = pass.iter().map(|&(j, _)| j).collect();
         joined.dedup();
         for j in joined {
             results[j].forward_passes += 1;
         }
         match outcome {
-            Ok(pass_reads) => {
+            Ok((pass_reads, kept)) => {
                 for (&(j, p), read) in pass.iter().zip(pass_reads) {
                     let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
-                    // The first prompt paid for the job's shared prefix; the others reused it.
-                    let cached = if p == 0 { prefix.hit } else { prefix.len };
+                    // A prompt over its own stored prefix reused all of it; otherwise the
+                    // first prompt paid for the job's shared prefix and the others reused it.
+                    let cached = match &own[j][p] {
+                        Some(cache) => cache.len(),
+                        None if p == 0 => prefix.hit,
+                        None => prefix.len,
+                    };
                     reads[j][p] = Some(Ok((read, cached)));
+                }
+                // Every prompt's full blocks, stored once the batch is answered.
+                for (&(j, p), kept) in pass.iter().zip(kept.into_iter().flatten()) {
+                    cache.insert_later(batch[j].salt, &batch[j].prompts[p].tokens, kept);
                 }
             }
             Err(error) => {
@@ -1088,7 +1151,12 @@ fn job_prefix(
 ) -> Result<Prefixed, Stop> {
     let shared = shared_prefix_len(&job.prompts);
     let tokens = &job.prompts[0].tokens;
-    let found = cache.lookup(job.salt, &tokens[..shared]);
+    // A job of several prompts had each prompt's lookup counted ([`own_prefixes`]).
+    let found = if job.prompts.len() > 1 {
+        cache.peek(job.salt, &tokens[..shared])
+    } else {
+        cache.lookup(job.salt, &tokens[..shared])
+    };
     let hit = found.as_ref().map_or(0, KvCache::len);
     if job.prompts.len() == 1 {
         // A lone prompt with a long uncached stretch: read it in a pass of its own that also
@@ -1100,8 +1168,9 @@ fn job_prefix(
         // chunks below instead.
         if shared - hit < STORE_MIN_TOKENS {
             // Only short prompts: a common start after a long cached input would store
-            // another copy of that whole input's KV.
-            if shared < STORE_MIN_TOKENS {
+            // another copy of that whole input's KV. Where the packed pass keeps every
+            // prompt's blocks, it stores that start anyway.
+            if shared < STORE_MIN_TOKENS && !worker.keep_rows {
                 return shared_start(worker, cache, job, result, found, hit, shared, step);
             }
             return Ok(Prefixed::Prefix(JobPrefix::cached(found, hit)));
@@ -1135,11 +1204,9 @@ fn job_prefix(
             model.read_and_cache(&tokens[at..], filled.as_ref(), &prompt.label_ids)
         })?;
         result.forward_passes += passes;
-        // Stored once the batch is answered (`work`, `serve`): the reply does not wait.
-        let store = shared / BLOCK_TOKENS * BLOCK_TOKENS;
-        if store > hit {
-            cache.insert_later(job.salt, &tokens[..store], filled);
-        }
+        // Its full blocks, stored once the batch is answered (`work`, `serve`): the reply
+        // does not wait.
+        cache.insert_later(job.salt, tokens, filled);
         return Ok(Prefixed::Read(read, hit));
     }
     // Several prompts: everything they share is prefilled once.
@@ -1177,9 +1244,8 @@ fn shared_start(
     }
     let filled = worker.call(|model| model.prefill(&tokens[hit..store], found.as_ref()))?;
     result.forward_passes += 1;
-    // `prefix` copies only the piece its cut falls in (a long stretch extends `found` by a
-    // piece of its own: KvCache); the whole pieces before it are shared with `filled`.
-    cache.insert(job.salt, &tokens[..store], filled.prefix(store)?);
+    // Only the blocks not stored yet are copied out of `filled` (`KvCache::range`).
+    cache.insert(job.salt, &tokens[..store], filled.clone());
     Ok(Prefixed::Prefix(JobPrefix {
         cache: Some(filled),
         len: store,
@@ -1234,10 +1300,8 @@ fn chunked_prefix(
         at = end;
     }
     let filled = filled.expect("at least one chunk: shared > hit");
-    let store = shared / BLOCK_TOKENS * BLOCK_TOKENS;
-    if store > hit {
-        cache.insert(job.salt, &tokens[..store], filled.prefix(store)?);
-    }
+    // Its full blocks not stored yet (`PrefixCache::insert` cuts to whole blocks).
+    cache.insert(job.salt, &tokens[..shared], filled.clone());
     Ok(Prefixed::Prefix(JobPrefix {
         cache: Some(filled),
         len: shared,
@@ -1245,13 +1309,37 @@ fn chunked_prefix(
     }))
 }
 
+/// What a prompt continues in its packed pass: its job's prefix, or a longer stored prefix
+/// of its own.
+#[derive(Clone, Copy)]
+struct Start<'a> {
+    cache: Option<&'a KvCache>,
+    len: usize,
+    own: bool,
+}
+
+/// For a job of several prompts, each prompt's stored prefix where it is longer than what
+/// the job's prompts share (`own`); whether every prompt has one (then the shared prefix
+/// need not be made). Reads up to each prompt's last token, which the pass computes.
+fn own_prefixes(cache: &mut PrefixCache, job: &Job, own: &mut [Option<KvCache>]) -> bool {
+    if job.prompts.len() < 2 {
+        return false;
+    }
+    let shared = shared_prefix_len(&job.prompts);
+    for (slot, prompt) in own.iter_mut().zip(&job.prompts) {
+        let found = cache.lookup(job.salt, &prompt.tokens[..prompt.tokens.len() - 1]);
+        *slot = found.filter(|found| found.len() > shared);
+    }
+    own.iter().all(Option::is_some)
+}
+
 /// Groups `items` into passes of at most `max_rows` rows whose attention scores (rows x key
 /// columns x `heads`) stay within the prefill budget (`heads` 0: no score limit); a single
 /// larger item gets a pass of its own.
-fn passes(
+fn passes<'a>(
     items: &[(usize, usize)],
     batch: &[Job],
-    prefixes: &[Option<JobPrefix>],
+    start: &dyn Fn(usize, usize) -> Start<'a>,
     bounds: PassBounds,
 ) -> Vec<Vec<(usize, usize)>> {
     let PassBounds {
@@ -1263,11 +1351,12 @@ fn passes(
     let mut current: Vec<(usize, usize)> = Vec::new();
     let (mut rows, mut prefix_cols) = (0, 0);
     for &(j, p) in items {
-        let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
+        let prefix = start(j, p);
         let own = batch[j].prompts[p].tokens.len() - prefix.len;
-        // A job's prefix adds key columns once per pass, with its first prompt there.
+        // A job's prefix adds key columns once per pass, with its first prompt there; a
+        // prompt's own prefix adds its columns.
         let adds_prefix = |current: &[(usize, usize)]| {
-            if current.last().is_none_or(|&(last, _)| last != j) {
+            if prefix.own || current.last().is_none_or(|&(last, _)| last != j) {
                 prefix.len
             } else {
                 0

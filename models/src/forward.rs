@@ -349,6 +349,14 @@ fn own_copy(t: &Tensor) -> candle_core::Result<Tensor> {
     }
 }
 
+/// Positions held by per-layer keys and values `(1, kv heads, len, head dim)`.
+fn layers_len(layers: &[(Tensor, Tensor)]) -> Result<usize> {
+    match layers.first() {
+        Some((k, _)) => Ok(k.dim(2)?),
+        None => Err(ModelError::Cache("a pass kept no keys and values".into())),
+    }
+}
+
 /// One piece of a [`KvCache`]: per layer, K and V of `len` positions.
 #[derive(Clone, Debug)]
 struct KvPiece {
@@ -359,13 +367,18 @@ struct KvPiece {
 impl KvPiece {
     /// Its first `len` positions, in memory of their own.
     fn first(&self, len: usize) -> candle_core::Result<KvPiece> {
+        self.part(0, len)
+    }
+
+    /// `len` positions from `start`, in memory of their own.
+    fn part(&self, start: usize, len: usize) -> candle_core::Result<KvPiece> {
         let layers = self
             .layers
             .iter()
             .map(|(k, v)| {
                 Ok((
-                    own_copy(&k.narrow(2, 0, len)?)?,
-                    own_copy(&v.narrow(2, 0, len)?)?,
+                    own_copy(&k.narrow(2, start, len)?)?,
+                    own_copy(&v.narrow(2, start, len)?)?,
                 ))
             })
             .collect::<candle_core::Result<_>>()?;
@@ -492,6 +505,55 @@ impl KvCache {
             at += take;
         }
         Ok(KvCache { pieces, len })
+    }
+
+    /// Positions `from..to` of this cache as a cache of their own (they keep their positions:
+    /// it continues a cache of `from` positions). A piece wholly inside the range is shared;
+    /// the parts of pieces the range cuts are copied. How the prefix cache keeps each run of
+    /// blocks once, whatever prompts share it.
+    pub fn range(&self, from: usize, to: usize) -> Result<KvCache> {
+        if from >= to || to > self.len {
+            return Err(ModelError::Cache(format!(
+                "positions {from}..{to} asked from a cache of {}",
+                self.len
+            )));
+        }
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        for piece in &self.pieces {
+            let (start, end) = (at, at + piece.len);
+            at = end;
+            let (lo, hi) = (from.max(start), to.min(end));
+            if lo >= hi {
+                continue;
+            }
+            pieces.push(if lo == start && hi == end {
+                piece.clone()
+            } else {
+                piece.part(lo - start, hi - lo)?
+            });
+        }
+        Ok(KvCache {
+            pieces,
+            len: to - from,
+        })
+    }
+
+    /// The cache of `parts` one after another (each continuing the ones before it): their
+    /// pieces side by side, copied into one piece when they would be more than
+    /// [`KvCache::MAX_PIECES`]. `None` for no parts.
+    pub fn chain(parts: &[KvCache]) -> Result<Option<KvCache>> {
+        let pieces: Vec<KvPiece> = parts.iter().flat_map(|c| c.pieces.clone()).collect();
+        if pieces.is_empty() {
+            return Ok(None);
+        }
+        let len = parts.iter().map(KvCache::len).sum();
+        let cache = KvCache { pieces, len };
+        Ok(Some(if cache.pieces.len() > Self::MAX_PIECES {
+            KvCache::new(cache.joined()?, len)
+        } else {
+            cache
+        }))
     }
 
     /// This cache in one piece: a clone when it is, else its pieces copied together.
@@ -957,12 +1019,44 @@ impl Transformer {
     /// all of them at once). On CPU the keys are laid out so that each segment's result is
     /// bit-for-bit what [`Transformer::forward`] gives for it alone (see [`PackedLayout`]).
     pub fn forward_packed(&self, segments: &[Segment<'_>]) -> Result<Tensor> {
+        Ok(self.packed(segments, false)?.0)
+    }
+
+    /// [`Transformer::forward_packed`], and also each segment's cache: its prefix followed by
+    /// the keys and values of its own rows (one more piece; [`KvCache::chain`]). What a prefix
+    /// cache keeps of a prompt read in a packed pass, so that a later prompt that starts
+    /// alike, the same question over the same input included, reads only what is new.
+    pub fn forward_packed_keeping(
+        &self,
+        segments: &[Segment<'_>],
+    ) -> Result<(Tensor, Vec<KvCache>)> {
+        let (x, layers) = self.packed(segments, true)?;
+        let mut row = 0;
+        let caches = segments
+            .iter()
+            .map(|s| {
+                let n = s.tokens.len();
+                let own = KvCache::new(layers.clone(), layers_len(&layers)?).range(row, row + n)?;
+                row += n;
+                let parts: Vec<KvCache> =
+                    s.prefix.iter().map(|&c| c.clone()).chain([own]).collect();
+                Ok(KvCache::chain(&parts)?.expect("a segment's own rows"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((x, caches))
+    }
+
+    /// The packed pass; with `keep`, also every layer's keys and values of all its rows.
+    fn packed(
+        &self,
+        segments: &[Segment<'_>],
+        keep: bool,
+    ) -> Result<(Tensor, Vec<(Tensor, Tensor)>)> {
         if segments.is_empty() {
-            return Ok(Tensor::zeros(
-                (0, self.dims.hidden),
-                DType::F32,
-                &self.device,
-            )?);
+            return Ok((
+                Tensor::zeros((0, self.dims.hidden), DType::F32, &self.device)?,
+                Vec::new(),
+            ));
         }
         if segments.iter().any(|s| s.tokens.is_empty()) {
             return Err(ModelError::EmptyPrompt);
@@ -1032,16 +1126,15 @@ impl Transformer {
             let flat: Vec<u32> = (0..m)
                 .flat_map(|r| bounds.iter().map(move |b| b[r]))
                 .collect();
-            let (x, _) = self.fused_pass(
+            return self.fused_pass(
                 &self.fused,
                 &tokens,
                 &positions,
                 &flat,
                 &last_rows,
                 &keys,
-                false,
-            )?;
-            return Ok(x);
+                keep,
+            );
         }
         // On the CPU each segment attends on its own, as in its lone pass (`Keys::Segments`);
         // elsewhere all rows at once over the packed layout, under a band mask.
@@ -1083,6 +1176,7 @@ impl Transformer {
             .iter()
             .map(|c| c.whole())
             .collect::<Result<Vec<_>>>()?;
+        let mut kept = Vec::with_capacity(if keep { self.layers.len() } else { 0 });
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_prefixes: Vec<&(Tensor, Tensor)> =
                 prefix_layers.iter().map(|l| &l[i]).collect();
@@ -1102,10 +1196,14 @@ impl Transformer {
                     prefixes: &layer_prefixes,
                 }
             };
-            x = self.block(layer, &x, &ropes, keys, mask.as_ref(), true)?.0;
+            let (next, kv) = self.block(layer, &x, &ropes, keys, mask.as_ref(), true)?;
+            if keep {
+                kept.push(kv);
+            }
+            x = next;
         }
         let idx = Tensor::new(last_rows.as_slice(), &self.device)?;
-        Ok(x.squeeze(0)?.index_select(&idx, 0)?)
+        Ok((x.squeeze(0)?.index_select(&idx, 0)?, kept))
     }
 
     /// One decoder block over the residual stream `x` `(1, n, hidden)`: the family's norms,

@@ -493,6 +493,25 @@ impl Model {
         readout::read_labels_rows(&logits, label_ids)
     }
 
+    /// [`Model::read_packed`], and also each segment's cache (its prefix and its own rows,
+    /// [`Transformer::forward_packed_keeping`]): the reads are the same.
+    pub fn read_packed_keeping(
+        &self,
+        segments: &[Segment<'_>],
+        label_ids: &[&[u32]],
+    ) -> Result<(Vec<Readout>, Vec<KvCache>)> {
+        if segments.len() != label_ids.len() {
+            return Err(ModelError::Compute(format!(
+                "{} segments but {} label sets",
+                segments.len(),
+                label_ids.len()
+            )));
+        }
+        let (hidden, caches) = self.transformer.forward_packed_keeping(segments)?;
+        let logits = self.transformer.head(&hidden)?;
+        Ok((readout::read_labels_rows(&logits, label_ids)?, caches))
+    }
+
     /// Reads `tokens` after `cache` (or from position 0) like [`Model::read`], and also returns
     /// the KV of everything read, so the caller can keep the prompt's prefix for later
     /// requests. One forward pass when the prompt fits one prefill chunk; longer prompts run

@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use decide_models::{
-    chunk_lengths, ChatMessage, LoadOptions, Model, ModelError, Numerics, Prompter, Segment,
-    WeightFormat,
+    chunk_lengths, ChatMessage, KvCache, LoadOptions, Model, ModelError, Numerics, Prompter,
+    Segment, WeightFormat,
 };
 
 fn model_path(key: &str) -> Option<PathBuf> {
@@ -786,6 +786,74 @@ fn aligned_chunk_cuts_read_like_one_pass_smol() {
 #[test]
 fn aligned_chunk_cuts_read_like_one_pass_qwen() {
     check_aligned_chunks("q05");
+}
+
+/// The caches a packed pass keeps ([`Model::read_packed_keeping`]) continue like the prompt
+/// read alone: a prompt's first part read in a pass beside another segment, kept, cut into
+/// block runs and chained back together ([`KvCache::range`], [`KvCache::chain`], what the
+/// prefix cache does), then continued by the prompt's rest, reads exactly like the whole
+/// prompt alone on CPU; and the keeping pass reads what the plain packed pass reads.
+fn check_kept_caches(key: &'static str) {
+    let Some(m) = load(key) else { return };
+    let texts = [
+        "The parcel was sent on Monday and arrived damaged on Friday. Was it damaged? A yes B no.",
+        "Our invoice total was wrong twice this month and nobody answered my emails. Angry? A yes B no.",
+    ];
+    let prompts: Vec<_> = texts.iter().map(|t| m.render(&user(t)).unwrap()).collect();
+    let (ids, singles) = ab_reads_alone(m, &prompts);
+    let head = m.prefill(&prompts[0].tokens[..16], None).unwrap();
+    let cut = |p: &decide_models::Prompt| p.tokens.len() - 5;
+    let segments = [
+        Segment {
+            prefix: Some(&head),
+            tokens: &prompts[0].tokens[16..cut(&prompts[0])],
+        },
+        Segment {
+            prefix: None,
+            tokens: &prompts[1].tokens[..cut(&prompts[1])],
+        },
+    ];
+    let labels = [ids[0].as_slice(), ids[1].as_slice()];
+    let (reads, kept) = m.read_packed_keeping(&segments, &labels).unwrap();
+    assert_eq!(reads, m.read_packed(&segments, &labels).unwrap());
+    for (i, cache) in kept.iter().enumerate() {
+        let n = cut(&prompts[i]);
+        assert_eq!(
+            cache.len(),
+            n,
+            "{key}: segment {i} keeps its prefix and rows"
+        );
+        // Cut into runs as a prefix cache holds them, then chained back.
+        let runs = [(0, 5), (5, 16), (16, 32), (32, n)];
+        let parts: Vec<_> = runs
+            .iter()
+            .map(|&(a, b)| cache.range(a, b).unwrap())
+            .collect();
+        let chained = KvCache::chain(&parts).unwrap().unwrap();
+        assert_eq!(chained.len(), n);
+        for c in [cache, &chained] {
+            let rest = Segment {
+                prefix: Some(c),
+                tokens: &prompts[i].tokens[n..],
+            };
+            let read = m.read_packed(&[rest], &[ids[i].as_slice()]).unwrap();
+            if m.device().is_cpu() {
+                assert_eq!(read[0], singles[i], "{key}: prompt {i} over its kept cache");
+            }
+        }
+    }
+    assert!(KvCache::chain(&[]).unwrap().is_none());
+    assert!(kept[0].range(3, 3).is_err() && kept[0].range(0, 10_000).is_err());
+}
+
+#[test]
+fn kept_caches_continue_like_alone_smol() {
+    check_kept_caches("smol");
+}
+
+#[test]
+fn kept_caches_continue_like_alone_qwen() {
+    check_kept_caches("q05");
 }
 
 #[test]

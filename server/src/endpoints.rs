@@ -94,13 +94,14 @@ pub(crate) async fn health(State(state): State<SharedState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// The prefix cache's use: entries, KV bytes against the budget (`--prefix-cache-mib`), and
-/// lookups that hit and missed since the start.
+/// The prefix cache's use: runs and blocks held, KV bytes against the budget
+/// (`--prefix-cache-mib`), and lookups and blocks that hit and missed since the start.
 fn prefix_cache_use(state: &AppState) -> serde_json::Value {
-    let (entries, bytes, hits, misses) = state.metrics.prefix_cache_use();
-    json!({"entries": entries, "bytes": bytes,
+    let c = state.metrics.prefix_cache_use();
+    json!({"entries": c.entries, "blocks": c.blocks, "bytes": c.bytes,
            "budget_bytes": state.config.prefix_cache_mib.saturating_mul(1 << 20),
-           "hits": hits, "misses": misses})
+           "hits": c.hits, "misses": c.misses,
+           "block_hits": c.block_hits, "block_misses": c.block_misses})
 }
 
 /// `GET /v1/models` in the shapes both SDKs read: OpenAI's `data` list and Jev's `models` list.

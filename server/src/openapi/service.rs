@@ -102,16 +102,20 @@ pub struct Health {
     pub progress: Vec<HealthTask>,
 }
 
-/// The prefix cache now: entries, KV bytes held against `budget_bytes` (`--prefix-cache-mib`),
-/// and lookups that hit or missed since the server started.
+/// The prefix cache now: runs of blocks (`entries`) and blocks of 16 tokens held, KV bytes
+/// held against `budget_bytes` (`--prefix-cache-mib`), and since the server started, lookups
+/// that found something or nothing and the looked-up prompts' full blocks found or not.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HealthPrefixCache {
     pub entries: u64,
+    pub blocks: u64,
     pub bytes: u64,
     pub budget_bytes: u64,
     pub hits: u64,
     pub misses: u64,
+    pub block_hits: u64,
+    pub block_misses: u64,
 }
 
 /// One piece of long work in progress.
