@@ -971,7 +971,7 @@ fn read_batch(
     // Per prompt of a job of several, a stored prefix of its own longer than what the job's
     // prompts share (the same question asked again): looked up before the job's shared
     // prefix is made and stored, so the counters say what earlier reads left.
-    let mut own: Vec<Vec<Option<KvCache>>> = batch
+    let mut own: Vec<Vec<Option<Own>>> = batch
         .iter()
         .map(|job| vec![None; job.prompts.len()])
         .collect();
@@ -1015,6 +1015,19 @@ fn read_batch(
         prefixes.push(prefix);
     }
 
+    if worker.keep_rows {
+        let rows = PassBounds::of(worker.model, worker.max_pass_tokens).rows;
+        read_stems(
+            worker,
+            cache,
+            batch,
+            &prefixes,
+            &mut own,
+            &mut results,
+            rows,
+            &mut step,
+        );
+    }
     // Every prompt of every job whose prefix is ready, as (job, prompt) in order.
     let mut rest: Vec<(usize, usize)> = batch
         .iter()
@@ -1049,9 +1062,9 @@ fn read_batch(
         };
         let start = |j: usize, p: usize| -> Start<'_> {
             match &own[j][p] {
-                Some(cache) => Start {
-                    cache: Some(cache),
-                    len: cache.len(),
+                Some(own) => Start {
+                    cache: Some(&own.cache),
+                    len: own.cache.len(),
                     own: true,
                 },
                 None => {
@@ -1103,7 +1116,7 @@ fn read_batch(
                     // A prompt over its own stored prefix reused all of it; otherwise the
                     // first prompt paid for the job's shared prefix and the others reused it.
                     let cached = match &own[j][p] {
-                        Some(cache) => cache.len(),
+                        Some(own) => own.cached,
                         None if p == 0 => prefix.hit,
                         None => prefix.len,
                     };
@@ -1321,16 +1334,128 @@ struct Start<'a> {
 /// For a job of several prompts, each prompt's stored prefix where it is longer than what
 /// the job's prompts share (`own`); whether every prompt has one (then the shared prefix
 /// need not be made). Reads up to each prompt's last token, which the pass computes.
-fn own_prefixes(cache: &mut PrefixCache, job: &Job, own: &mut [Option<KvCache>]) -> bool {
+fn own_prefixes(cache: &mut PrefixCache, job: &Job, own: &mut [Option<Own>]) -> bool {
     if job.prompts.len() < 2 {
         return false;
     }
     let shared = shared_prefix_len(&job.prompts);
     for (slot, prompt) in own.iter_mut().zip(&job.prompts) {
         let found = cache.lookup(job.salt, &prompt.tokens[..prompt.tokens.len() - 1]);
-        *slot = found.filter(|found| found.len() > shared);
+        *slot = found.filter(|found| found.len() > shared).map(|cache| Own {
+            cached: cache.len(),
+            cache,
+        });
     }
     own.iter().all(Option::is_some)
+}
+
+/// A prefix a prompt continues instead of its job's: a longer stored one, or the stem it
+/// shares with its neighbours ([`read_stems`]).
+#[derive(Clone)]
+struct Own {
+    cache: KvCache,
+    /// Of its positions, how many count as cached for this prompt (all of a stored prefix;
+    /// of a stem, what its first prompt did not pay for).
+    cached: usize,
+}
+
+/// Fewest tokens beyond its job's prefix a stem must have to be read on its own.
+const MIN_STEM_TOKENS: usize = 4;
+
+/// Reads that share more: in a job, consecutive prompts that share more than the job's
+/// prefix (a question's permutation orders share its input, its question and the options'
+/// heading; they part where the options' order does) have that stem read once, all stems of
+/// the batch in one packed pass that keeps their keys and values, and continue from it.
+/// Without this each order computed its stem anew. Stems beyond `rows` rows wait for
+/// nothing: their prompts read whole, as before.
+#[allow(clippy::too_many_arguments)]
+fn read_stems(
+    worker: &Worker<'_>,
+    cache: &mut PrefixCache,
+    batch: &[Job],
+    prefixes: &[Option<JobPrefix>],
+    own: &mut [Vec<Option<Own>>],
+    results: &mut [JobResult],
+    rows: usize,
+    step: &mut dyn FnMut(&mut PrefixCache) -> usize,
+) {
+    // (job, its prompts sharing the stem, the stem's end)
+    let mut stems: Vec<(usize, Vec<usize>, usize)> = Vec::new();
+    let mut total = 0;
+    for (j, job) in batch.iter().enumerate() {
+        let Some(prefix) = &prefixes[j] else { continue };
+        let tokens = |p: usize| job.prompts[p].tokens.as_slice();
+        let mut p = 0;
+        while p < job.prompts.len() {
+            let mut members = vec![p];
+            let mut end = tokens(p).len() - 1;
+            let mut q = p + 1;
+            while own[j][p].is_none() && q < job.prompts.len() && own[j][q].is_none() {
+                let common = tokens(p)
+                    .iter()
+                    .zip(tokens(q))
+                    .take_while(|(a, b)| a == b)
+                    .count()
+                    .min(tokens(q).len() - 1);
+                if common.min(end) < prefix.len + MIN_STEM_TOKENS {
+                    break;
+                }
+                end = end.min(common);
+                members.push(q);
+                q += 1;
+            }
+            if members.len() > 1 {
+                stems.push((j, members, end));
+            }
+            p = q.max(p + 1);
+        }
+    }
+    if stems.is_empty() {
+        return;
+    }
+    let rows = rows.min(step(cache));
+    stems.retain(|(j, _, end)| {
+        total += end - prefixes[*j].as_ref().map_or(0, |p| p.len);
+        total <= rows
+    });
+    if stems.is_empty() {
+        return;
+    }
+    let segments: Vec<Segment<'_>> = stems
+        .iter()
+        .map(|(j, members, end)| {
+            let prefix = prefixes[*j].as_ref().expect("only jobs with a prefix");
+            Segment {
+                prefix: prefix.cache.as_ref(),
+                tokens: &batch[*j].prompts[members[0]].tokens[prefix.len..*end],
+            }
+        })
+        .collect();
+    let kept = match worker.call(|model| model.transformer().forward_packed_keeping(&segments)) {
+        Ok((_, kept)) => kept,
+        // Their prompts are read whole instead (and fail there if the model does).
+        Err(_) => return,
+    };
+    let mut joined: Vec<usize> = stems.iter().map(|(j, _, _)| *j).collect();
+    joined.dedup();
+    for j in joined {
+        results[j].forward_passes += 1;
+    }
+    for ((j, members, end), cache) in stems.into_iter().zip(kept) {
+        let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
+        for (i, p) in members.into_iter().enumerate() {
+            // The first prompt paid for the stem (and, as prompt 0, for the job's prefix).
+            let cached = match (i, p) {
+                (0, 0) => prefix.hit,
+                (0, _) => prefix.len,
+                _ => end,
+            };
+            own[j][p] = Some(Own {
+                cache: cache.clone(),
+                cached,
+            });
+        }
+    }
 }
 
 /// Groups `items` into passes of at most `max_rows` rows whose attention scores (rows x key
@@ -1502,6 +1627,20 @@ impl Job {
 mod tests {
     use super::*;
 
+    /// Every prompt continues its job's prefix.
+    fn job_starts<'a>(
+        prefixes: &'a [Option<JobPrefix>],
+    ) -> impl Fn(usize, usize) -> Start<'a> + 'a {
+        move |j, _| {
+            let prefix = prefixes[j].as_ref().expect("a prefix");
+            Start {
+                cache: prefix.cache.as_ref(),
+                len: prefix.len,
+                own: false,
+            }
+        }
+    }
+
     fn prompt(tokens: &[u32]) -> Prompt {
         Prompt {
             tokens: tokens.to_vec(),
@@ -1540,7 +1679,7 @@ mod tests {
             heads: 4,
             key_columns: 500,
         };
-        let grouped = passes(&items, &batch, &prefixes, bounds);
+        let grouped = passes(&items, &batch, &job_starts(&prefixes), bounds);
         // 3 jobs: 300 prefix columns + 180 rows = 480 <= 500; a fourth would be 640.
         assert_eq!(
             grouped.iter().map(Vec::len).collect::<Vec<_>>(),
@@ -1562,7 +1701,10 @@ mod tests {
             Flow::default(),
         )];
         let items: Vec<(usize, usize)> = (0..10).map(|p| (0, p)).collect();
-        assert_eq!(passes(&items, &one, &prefixes[..1], bounds).len(), 1);
+        assert_eq!(
+            passes(&items, &one, &job_starts(&prefixes[..1]), bounds).len(),
+            1
+        );
     }
 
     #[test]
@@ -1590,7 +1732,7 @@ mod tests {
             heads: 4,
             key_columns: usize::MAX,
         };
-        let grouped = passes(&items, &batch, &prefixes, bounds);
+        let grouped = passes(&items, &batch, &job_starts(&prefixes), bounds);
         assert_eq!(
             grouped,
             [vec![(0, 0)], vec![(0, 1)], vec![(0, 2), (1, 0)]],
