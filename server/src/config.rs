@@ -381,6 +381,14 @@ pub struct Config {
     #[arg(long, env = "DECIDE_TUNE_BUDGET_S", default_value_t = 600.0)]
     pub tune_budget_s: f64,
 
+    /// Latency-aware setup: after startup the server times one question over a new input
+    /// read once and permuted on this device, and serves the most accurate tuned candidate
+    /// (clear of the default) whose question takes at most this many milliseconds; when none
+    /// does, the most accurate one that reads a question once. `/health` shows the choice
+    /// (`setup.serving`). 0 serves what tuning chose on accuracy alone.
+    #[arg(long, env = "DECIDE_LATENCY_TARGET_MS", default_value_t = 1000.0)]
+    pub latency_target_ms: f64,
+
     /// Answers whose true next-token mass on the option labels is below this become
     /// refusals (`low_option_mass`) naming the mass: the model wanted to say something else.
     /// 0 turns abstention off. A tenant setting and `extra.min_option_mass` override it.

@@ -44,6 +44,16 @@ pub(crate) async fn health(State(state): State<SharedState>) -> Response {
                     "gain": chosen.and_then(|c| c.gain),
                 })
             });
+            let serving = state
+                .serving
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .map(|s| {
+                    json!({"setup": s.setup, "as_tuned": s.as_tuned, "reason": s.reason,
+                                "forward": s.timing.forward, "single_ms": s.timing.single_ms,
+                                "permuted_ms": s.timing.permuted_ms, "target_ms": s.target_ms})
+                });
             let calibrated = engine.calibration();
             let (depth, bounds) = engine.queue();
             (
@@ -56,7 +66,7 @@ pub(crate) async fn health(State(state): State<SharedState>) -> Response {
                     "self_check": self_check,
                     "setup": {"renderer": setup.renderer, "labels": setup.labels.as_str(),
                               "readout": setup.readout.as_str(), "source": setup.source.as_str(),
-                              "tuning": tuning,
+                              "tuning": tuning, "serving": serving,
                               // Startup steps still measuring in the background (answers
                               // meanwhile get this setup and correction; see "progress").
                               "pending": state.pending.read().unwrap_or_else(|p| p.into_inner()).names()},

@@ -205,7 +205,10 @@ fn apply_saved_setup(engine: &Engine, state: &AppState) -> Pending {
         tracing::info!("startup tuning not run: --renderer pins `{renderer}` (letters, auto)");
     } else {
         match tune::saved(engine, &tune_settings(config, Default::default())) {
-            Ok(Some(saved)) => corrected = install_tuned(engine, state, saved),
+            Ok(Some(saved)) => {
+                corrected = install_tuned(engine, state, saved);
+                pending.latency = latency_wanted(config);
+            }
             Ok(None) => {
                 pending.tuning = !matches!(
                     tune::Questions::from_flag(config.tune_questions.as_deref()),
@@ -249,6 +252,44 @@ fn install_tuned(engine: &Engine, state: &AppState, saved: tune::store::Saved) -
     corrected
 }
 
+/// Whether the served setup is weighed by its latency on this device (`--latency-target-ms`
+/// above 0, no `--renderer` pinned).
+fn latency_wanted(config: &Config) -> bool {
+    config.latency_target_ms > 0.0 && config.renderer.is_none()
+}
+
+/// Times a question on this device and serves the setup [`tune::latency::choose`] picks
+/// among the installed tuning result's candidates; whether that changed the setup.
+fn serve_by_latency(state: &AppState, engine: &Engine) -> bool {
+    let Some(saved) = state
+        .tuned
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+    else {
+        return false;
+    };
+    let task = state.reporter().start("latency", "reads", 2);
+    let timing = match tune::latency::measure(engine, &saved.setup()) {
+        Ok(timing) => timing,
+        Err(cause) => {
+            tracing::warn!(
+                "the latency-aware setup was not measured: {cause}; the tuned setup is served"
+            );
+            return false;
+        }
+    };
+    task.finish();
+    let serving = tune::latency::choose(&saved, &timing, state.config.latency_target_ms);
+    tracing::info!(setup = %serving.setup, as_tuned = serving.as_tuned, "latency-aware setup: {}", serving.reason);
+    let changed = !serving.as_tuned;
+    if changed {
+        engine.set_setup(serving.setup(&saved));
+    }
+    state.set_serving(serving);
+    changed
+}
+
 /// Startup's measurements after the server answers: tuning, then calibration, each read on
 /// the model worker only while no request waits ([`crate::scheduler::Flow::BACKGROUND`]),
 /// within `--tune-budget-s`, stopped by SIGTERM; each result is swapped in when it is kept
@@ -271,11 +312,26 @@ fn settle_setup(state: &SharedState, engine: &Engine, pending: Pending) {
             return;
         }
         match saved {
-            Some(saved) => corrected = install_tuned(engine, state, saved),
+            Some(saved) => {
+                corrected = install_tuned(engine, state, saved);
+                left.latency = latency_wanted(config);
+            }
             None => engine.set_setup(setup),
         }
         left.tuning = false;
         left.calibration = pending.calibration && calibration_wanted(config, corrected);
+        state.set_pending(left);
+    }
+    if left.latency {
+        if serve_by_latency(state, engine) {
+            // Another setup than the tuned one: its correction must be measured for it.
+            left.calibration = calibration_wanted(config, false);
+        }
+        if stopped() {
+            tracing::info!("the latency-aware setup was not settled: the server is stopping");
+            return;
+        }
+        left.latency = false;
         state.set_pending(left);
     }
     if left.calibration {

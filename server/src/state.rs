@@ -40,6 +40,8 @@ pub struct AppState {
     pub(crate) phase: RwLock<Phase>,
     /// What startup tuning measured (none: pinned, skipped or failed), for `/health`.
     pub(crate) tuned: RwLock<Option<Arc<crate::tune::store::Saved>>>,
+    /// The latency-aware choice among the tuned candidates, once measured.
+    pub(crate) serving: RwLock<Option<Arc<crate::tune::latency::Serving>>>,
     /// What startup still measures in the background while the server answers, for `/health`.
     pub(crate) pending: RwLock<Pending>,
     /// Requests in flight, and whether a stop signal asked the server to drain.
@@ -66,6 +68,7 @@ impl AppState {
             limits,
             phase: RwLock::new(Phase::Loading("starting".into())),
             tuned: RwLock::new(None),
+            serving: RwLock::new(None),
             pending: RwLock::default(),
             drain: Arc::default(),
             progress: Arc::default(),
@@ -111,6 +114,11 @@ impl AppState {
     /// Records what startup tuning measured.
     pub fn set_tuned(&self, saved: Option<crate::tune::store::Saved>) {
         *self.tuned.write().unwrap_or_else(|p| p.into_inner()) = saved.map(Arc::new);
+    }
+
+    /// Records which setup this device serves and why (latency-aware, `tune::latency`).
+    pub fn set_serving(&self, serving: crate::tune::latency::Serving) {
+        *self.serving.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(serving));
     }
 
     /// Records what startup still measures in the background.
@@ -171,6 +179,9 @@ pub struct Pending {
     pub tuning: bool,
     /// Startup calibration found no saved result (and tuning's correction does not apply).
     pub calibration: bool,
+    /// A tuning result is installed: the setup this device serves is weighed by what a
+    /// question costs here (`tune::latency`).
+    pub latency: bool,
 }
 
 impl Pending {
@@ -179,6 +190,9 @@ impl Pending {
         let mut names = Vec::new();
         if self.tuning {
             names.push("tuning");
+        }
+        if self.latency {
+            names.push("latency");
         }
         if self.calibration {
             names.push("calibration");

@@ -22,6 +22,7 @@
 //! `bench/reports/quality/` reports; nothing of the held-out file reaches the selection.
 
 pub mod heldout;
+pub mod latency;
 pub mod store;
 
 use std::path::{Path, PathBuf};
