@@ -68,6 +68,7 @@ use std::time::Instant;
 pub use candle_core::Device;
 pub use candle_core::Tensor;
 
+pub mod amx;
 pub mod arch;
 pub mod attention_plan;
 mod byte_level;
