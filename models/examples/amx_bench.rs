@@ -25,8 +25,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("no AMX on this machine");
         return Ok(());
     }
-    let rows: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let rows = if rows.is_empty() { vec![16, 100, 300] } else { rows };
+    let rows: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let rows = if rows.is_empty() {
+        vec![16, 100, 300]
+    } else {
+        rows
+    };
     // (name, out, in): q, k/v, o, gate/up, down of Qwen2.5-1.5B.
     let shapes = [
         ("q", 1536, 1536),
@@ -36,10 +43,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     for &m in &rows {
         for &(name, n, k) in &shapes {
-            let w: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-4).collect();
-            let x: Vec<f32> = (0..m * k).map(|i| ((i * 104729 % 997) as f32 - 498.0) * 1e-3).collect();
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-4)
+                .collect();
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 104729 % 997) as f32 - 498.0) * 1e-3)
+                .collect();
             let packed = AmxWeight::pack(&w, n, k).expect("fits");
-            let wt = Tensor::from_vec(w, (n, k), &Device::Cpu)?.t()?.contiguous()?;
+            let wt = Tensor::from_vec(w, (n, k), &Device::Cpu)?
+                .t()?
+                .contiguous()?;
             let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu)?;
             let amx_ms = median_ms(|| drop(packed.matmul(&x, m)), 9);
             let f32_ms = median_ms(|| drop(xt.matmul(&wt).unwrap()), 9);

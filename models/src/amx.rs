@@ -52,8 +52,13 @@ fn detect() -> bool {
     const XFEATURE_XTILEDATA: libc::c_long = 18;
     // SAFETY: a syscall with integer arguments; it changes only which xsave states this
     // process may use. It fails (non-zero) where the kernel does not support AMX.
-    let granted =
-        unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) };
+    let granted = unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        )
+    };
     if granted != 0 {
         tracing::info!("AMX present but not granted by the kernel: f32 matmuls on CPU");
         return false;
