@@ -34,12 +34,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         rows
     };
-    // (name, out, in): q, k/v, o, gate/up, down of Qwen2.5-1.5B.
+    // (name, out, in): q/o, k/v, gate/up, down of Qwen2.5-1.5B, then of Qwen2.5-0.5B.
     let shapes = [
         ("q", 1536, 1536),
         ("kv", 256, 1536),
         ("gate", 8960, 1536),
         ("down", 1536, 8960),
+        ("q05q", 896, 896),
+        ("q05kv", 128, 896),
+        ("q05gt", 4864, 896),
+        ("q05dn", 896, 4864),
     ];
     for &m in &rows {
         for &(name, n, k) in &shapes {

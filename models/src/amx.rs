@@ -79,12 +79,15 @@ pub fn fits(n: usize, k: usize) -> bool {
 /// f32 to bf16 bits, rounding to nearest even (NaN stays a quiet NaN).
 #[inline(always)]
 pub fn bf16_bits(x: f32) -> u16 {
+    // Branch-free (a select), so that the loops over rows vectorise.
     let u = x.to_bits();
-    if x.is_nan() {
-        return ((u >> 16) | 0x40) as u16;
-    }
-    let rounding = 0x7fff + ((u >> 16) & 1);
-    (u.wrapping_add(rounding) >> 16) as u16
+    let rounded = u.wrapping_add(0x7fff + ((u >> 16) & 1)) >> 16;
+    let quiet_nan = (u >> 16) | 0x40;
+    (if u & 0x7fff_ffff > 0x7f80_0000 {
+        quiet_nan
+    } else {
+        rounded
+    }) as u16
 }
 
 /// bf16 bits to f32 (exact).
@@ -166,7 +169,8 @@ impl AmxWeight {
                     *d = bf16_bits(s);
                 }
             });
-        let mut y = vec![0f32; mp * n];
+        // Every element is written by a tile store (padding rows included) before it is read.
+        let mut y: Vec<f32> = Vec::with_capacity(mp * n);
         let col_blocks = n / TILE_N;
         // Work units of two column blocks (the last may hold one), each over every row tile.
         let units = col_blocks.div_ceil(2);
@@ -179,7 +183,9 @@ impl AmxWeight {
             // only its own columns of `y`, `(mp, n)`, which no other unit touches.
             unsafe { self.unit(a, row_tiles, blocks, &out) };
         });
-        y.truncate(m * n);
+        // SAFETY: the units stored all `mp * n` elements (every row tile of every column
+        // block); the padding rows past `m` are dropped.
+        unsafe { y.set_len(m * n) };
         y
     }
 
