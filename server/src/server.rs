@@ -689,7 +689,7 @@ pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
 }
 
 /// `auto`, `quantized`, `f32`, `amx`, `f16` or `bf16`; `auto` is AMX bf16 on a CPU with AMX
-/// (several times f32's prefill on a 2-core Xeon, see `decide_models::amx`), f32 on other CPUs
+/// (~2-3x f32's prefill on a 2-core Xeon, see `decide_models::WeightFormat::AmxBf16`), f32 on other CPUs
 /// (measured ~5x faster prefill than the quantized kernels on a 2-core x86 machine) and bf16
 /// on CUDA (1.7x faster than the quantized kernels on an H200).
 pub fn parse_weights(name: &str, device: &Device) -> anyhow::Result<WeightFormat> {
