@@ -2,7 +2,7 @@
 //! by measurement (issue #3) and to check that batched reads agree with lone reads there.
 //!
 //! Run: `forward_bench MODEL.gguf DEVICE WEIGHTS [tf32] [compare] [long|short] [tuned]`, DEVICE
-//! `cpu` or `cuda`, WEIGHTS `quantized|f32|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights
+//! `cpu` or `cuda`, WEIGHTS `quantized|f32|amx|f16|bf16|bf16-candle` (`bf16-candle`: bf16 weights
 //! with candle's ops instead of the fused CUDA kernels), `tf32` to let f32 matmuls (attention)
 //! use TF32 on CUDA, `tuned` for the fused projections with algorithms timed at load instead
 //! of cuBLAS's defaults (`Matmuls`), `compare` to also load the model with candle's ops and
@@ -256,6 +256,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (weights, kernels) = match weights.as_str() {
         "quantized" => (WeightFormat::Quantized, Kernels::Auto),
         "f32" => (WeightFormat::F32, Kernels::Auto),
+        "amx" => (WeightFormat::AmxBf16, Kernels::Auto),
         "f16" => (WeightFormat::F16, Kernels::Auto),
         "bf16" => (WeightFormat::BF16, Kernels::Auto),
         "bf16-candle" => (WeightFormat::BF16, Kernels::Candle),

@@ -1,7 +1,7 @@
 //! Measures model load time and `read()` latency for a ~150-token prompt.
 //!
 //! Run: `cargo run --release -p decide-models --example read_latency -- .models/smol.gguf [REPS] [WEIGHTS]`
-//! (WEIGHTS: quantized (default), f32, f16, bf16; see `WeightFormat`)
+//! (WEIGHTS: quantized (default), f32, amx, f16, bf16; see `WeightFormat`)
 //!
 //! Prints load seconds, prompt length, and min / median / max of REPS reads (default 10),
 //! plus a prefix-cache figure: the same prompt split as a cached prefix and a short suffix.
@@ -44,6 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let weights = match args.next().as_deref() {
         None | Some("quantized") => WeightFormat::Quantized,
         Some("f32") => WeightFormat::F32,
+        Some("amx") => WeightFormat::AmxBf16,
         Some("f16") => WeightFormat::F16,
         Some("bf16") => WeightFormat::BF16,
         Some(other) => return Err(format!("unknown weight format {other:?}").into()),

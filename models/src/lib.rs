@@ -68,6 +68,7 @@ use std::time::Instant;
 pub use candle_core::Device;
 pub use candle_core::Tensor;
 
+pub mod amx;
 pub mod arch;
 pub mod attention_plan;
 mod byte_level;
@@ -158,7 +159,7 @@ pub struct ModelInfo {
     pub vocab_size: usize,
     /// Longest prompt (in tokens) a read accepts.
     pub context_length: usize,
-    /// How the forward computes, e.g. `cuda bf16 fused` or `cpu f32`: reads differ by
+    /// How the forward computes, e.g. `cuda bf16 fused`, `cpu f32` or `cpu amx bf16`: reads differ by
     /// rounding between these, so results fitted on scores (calibration) name it.
     pub forward: String,
 }
@@ -281,9 +282,9 @@ impl Model {
             vocab_size: dims.vocab_size,
             context_length: dims.context_length,
             forward: format!(
-                "{} {:?}{}{candle_why}",
+                "{} {}{}{candle_why}",
                 if device.is_cpu() { "cpu" } else { "cuda" },
-                options.weights,
+                options.weights.label(),
                 if transformer.is_fused() { " fused" } else { "" }
             )
             .to_lowercase(),

@@ -31,17 +31,38 @@ fn model_path(key: &str) -> Option<PathBuf> {
     }
 }
 
+/// The model of `key`: `smol` or `q05` with its stored (quantized) weights, or `smol-amx` /
+/// `q05-amx` with AMX bf16 weights (`WeightFormat::AmxBf16`; None, with a note, on a CPU
+/// without AMX).
 fn load(key: &'static str) -> Option<&'static Model> {
     static SMOL: OnceLock<Option<Model>> = OnceLock::new();
     static Q05: OnceLock<Option<Model>> = OnceLock::new();
+    static SMOL_AMX: OnceLock<Option<Model>> = OnceLock::new();
+    static Q05_AMX: OnceLock<Option<Model>> = OnceLock::new();
     let cell = match key {
         "smol" => &SMOL,
         "q05" => &Q05,
+        "smol-amx" => &SMOL_AMX,
+        "q05-amx" => &Q05_AMX,
         _ => unreachable!(),
     };
     cell.get_or_init(|| {
-        let path = model_path(key)?;
-        Some(Model::load(&path, &Device::Cpu).expect("model loads"))
+        let (file, weights) = match key.strip_suffix("-amx") {
+            Some(file) => {
+                if !decide_models::amx::available() {
+                    eprintln!("skipping: no AMX bf16 on this CPU");
+                    return None;
+                }
+                (file, WeightFormat::AmxBf16)
+            }
+            None => (key, WeightFormat::Quantized),
+        };
+        let path = model_path(file)?;
+        let options = LoadOptions {
+            weights,
+            ..Default::default()
+        };
+        Some(Model::load_with(&path, &Device::Cpu, &options).expect("model loads"))
     })
     .as_ref()
 }
@@ -856,6 +877,24 @@ fn kept_caches_continue_like_alone_qwen() {
     check_kept_caches("q05");
 }
 
+/// AMX bf16 weights keep the CPU's split invariance: cached, batched, packed and chunked
+/// reads equal lone reads bit for bit (skipped without AMX).
+#[test]
+fn amx_weights_read_split_invariantly_smol() {
+    check_cache_split("smol-amx");
+    check_batched_suffixes("smol-amx");
+    check_packed_prefixes("smol-amx");
+    check_aligned_chunks("smol-amx");
+    check_long_prefix_splits("smol-amx");
+}
+
+#[test]
+fn amx_weights_read_split_invariantly_qwen() {
+    check_cache_split("q05-amx");
+    check_batched_suffixes("q05-amx");
+    check_packed_prefixes("q05-amx");
+}
+
 #[test]
 fn packed_prefixes_match_single_reads_smol() {
     check_packed_prefixes("smol");
@@ -937,6 +976,39 @@ fn dequantized_weights_read_consistently() {
     let d = max_abs_diff(&a, &b);
     eprintln!("smol f32 weights: max abs logit difference SplitInvariant vs Reference: {d:e}");
     assert!(d < 1e-3, "{d}");
+}
+
+/// AMX bf16 weights read label probabilities within bf16 rounding of f32 weights', and say
+/// so in the forward's description (skipped without AMX).
+#[test]
+fn amx_weights_read_close_to_f32() {
+    let Some(a) = load("smol-amx") else { return };
+    let Some(path) = model_path("smol") else {
+        return;
+    };
+    let f = Model::load_with(
+        &path,
+        &Device::Cpu,
+        &LoadOptions {
+            weights: WeightFormat::F32,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(a.info().forward, "cpu amx bf16");
+    assert_eq!(f.info().forward, "cpu f32");
+    let mut worst = 0f32;
+    for prompt in PROMPTS {
+        let p = f.render(&user(prompt)).unwrap();
+        let labels = f.label_ids(&p, &strings(&["A", "B", "C"])).unwrap();
+        let rf = f.read(&p.tokens, &labels).unwrap();
+        let ra = a.read(&p.tokens, &labels).unwrap();
+        for (x, y) in rf.logprobs.iter().zip(&ra.logprobs) {
+            worst = worst.max((x.exp() - y.exp()).abs());
+        }
+    }
+    eprintln!("smol: AMX bf16 vs f32 weights: max probability difference {worst}");
+    assert!(worst < 0.02, "{worst}");
 }
 
 #[test]

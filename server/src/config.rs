@@ -195,10 +195,12 @@ pub struct Config {
     #[arg(long, env = "DECIDE_DEVICE", default_value = "cpu")]
     pub device: String,
 
-    /// How weight matrices are held: `auto` (f32 on CPU, where dense matmuls prefill ~5x faster
-    /// than candle's quantized kernels; bf16 on CUDA, which reads 1.7x faster than the quantized
-    /// kernels), `quantized` (as stored in the GGUF, least memory), `f32`, `f16` or `bf16`
-    /// (dequantized once at load).
+    /// How weight matrices are held: `auto` (on CPU `amx` where the CPU has AMX bf16, else f32,
+    /// where dense matmuls prefill ~5x faster than candle's quantized kernels; bf16 on CUDA,
+    /// which reads 1.7x faster than the quantized kernels), `quantized` (as stored in the GGUF,
+    /// least memory), `f32`, `f16` or `bf16` (dequantized once at load), or `amx` (CPU only:
+    /// bf16 in AMX tiles, f32 accumulation and output head; reads differ from f32 by bf16
+    /// rounding).
     #[arg(long, env = "DECIDE_WEIGHTS", default_value = "auto")]
     pub weights: String,
 

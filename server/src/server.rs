@@ -744,21 +744,28 @@ pub fn calibrate(args: crate::config::CalibrateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `auto`, `quantized`, `f32`, `f16` or `bf16`; `auto` is f32 on CPU (measured ~5x faster
-/// prefill than the quantized kernels on a 2-core x86 machine) and bf16 on CUDA (1.7x faster
-/// than the quantized kernels on an H200).
+/// `auto`, `quantized`, `f32`, `amx`, `f16` or `bf16`; `auto` is AMX bf16 on a CPU with AMX
+/// (~2-3x f32's prefill on a 2-core Xeon, see `decide_models::WeightFormat::AmxBf16`), f32 on other CPUs
+/// (measured ~5x faster prefill than the quantized kernels on a 2-core x86 machine) and bf16
+/// on CUDA (1.7x faster than the quantized kernels on an H200).
 pub fn parse_weights(name: &str, device: &Device) -> anyhow::Result<WeightFormat> {
     Ok(match name {
         // Chosen by measurement (h200-q15-run2/forward.jsonl, in git history before c4f6a3a): on CPU candle
         // has no SIMD kernels for several quantized formats (f32 reads ~5x faster); on an
-        // H200, bf16 weights read q15 1.7x faster than the quantized kernels.
+        // H200, bf16 weights read q15 1.7x faster than the quantized kernels. AMX: issue #56.
+        "auto" if device.is_cpu() && decide_models::amx::available() => WeightFormat::AmxBf16,
         "auto" if device.is_cpu() => WeightFormat::F32,
         "auto" => WeightFormat::BF16,
         "quantized" => WeightFormat::Quantized,
         "f32" => WeightFormat::F32,
+        "amx" if !device.is_cpu() => anyhow::bail!("--weights amx is for the CPU device"),
+        "amx" if !decide_models::amx::available() => anyhow::bail!(
+            "--weights amx: this CPU has no AMX bf16 (or the kernel did not grant the tile state); use f32"
+        ),
+        "amx" => WeightFormat::AmxBf16,
         "f16" => WeightFormat::F16,
         "bf16" => WeightFormat::BF16,
-        other => anyhow::bail!("unknown weight format `{other}` (setting --weights): use auto, quantized, f32, f16 or bf16"),
+        other => anyhow::bail!("unknown weight format `{other}` (setting --weights): use auto, quantized, f32, amx, f16 or bf16"),
     })
 }
 
