@@ -471,8 +471,9 @@ pub struct Config {
     #[arg(long, env = "DECIDE_MAX_PROMPT_TOKENS", default_value_t = 0)]
     pub max_prompt_tokens: usize,
 
-    /// Memory budget of the cross-request prefix cache (KV of prompt prefixes, per tenant,
-    /// least recently used evicted first), in MiB; 0 turns it off.
+    /// Memory budget of the cross-request prefix cache (the KV of every full 16-token block of
+    /// a tenant's prompts, each block once, least recently used evicted first), in MiB; 0
+    /// turns it off.
     #[arg(long, env = "DECIDE_PREFIX_CACHE_MIB", default_value_t = 2048)]
     pub prefix_cache_mib: usize,
 
