@@ -229,16 +229,23 @@ impl<C: CachedPrefix> PrefixCache<C> {
     /// The longest stored prefix of `tokens` for this tenant: its KV cache (holding
     /// `positions()`, a multiple of [`BLOCK_TOKENS`]), or `None`.
     pub fn lookup(&mut self, salt: u64, tokens: &[u32]) -> Option<C> {
-        self.find(salt, tokens, true)
+        self.find(salt, tokens, true, 0)
+    }
+
+    /// [`PrefixCache::lookup`] (counted alike), returning the stored prefix only when it
+    /// holds more than `than` tokens: joining a long stored prefix's runs is a copy, not
+    /// worth making when the caller has as much already.
+    pub fn lookup_longer(&mut self, salt: u64, tokens: &[u32], than: usize) -> Option<C> {
+        self.find(salt, tokens, true, than + 1)
     }
 
     /// [`PrefixCache::lookup`] without counting it: for a prefix of prompts whose own
     /// lookups were counted already.
     pub fn peek(&mut self, salt: u64, tokens: &[u32]) -> Option<C> {
-        self.find(salt, tokens, false)
+        self.find(salt, tokens, false, 0)
     }
 
-    fn find(&mut self, salt: u64, tokens: &[u32], count: bool) -> Option<C> {
+    fn find(&mut self, salt: u64, tokens: &[u32], count: bool, at_least: usize) -> Option<C> {
         if self.budget_bytes == 0 {
             return None;
         }
@@ -251,7 +258,17 @@ impl<C: CachedPrefix> PrefixCache<C> {
             }
             return None;
         };
+        if count {
+            self.stats.hits += 1;
+            self.stats.hit_tokens += (reach.total * BLOCK_TOKENS) as u64;
+            self.stats.block_hits += reach.total as u64;
+            self.stats.block_misses += (keys.len() - reach.total) as u64;
+        }
         let path = self.path(reach.node);
+        self.touch(&path);
+        if reach.total * BLOCK_TOKENS < at_least {
+            return None;
+        }
         let last = self.node(reach.node);
         let mut parts: Vec<C> = path[..path.len() - 1]
             .iter()
@@ -262,16 +279,7 @@ impl<C: CachedPrefix> PrefixCache<C> {
         } else {
             last.kv.range(0, reach.blocks * BLOCK_TOKENS)?
         });
-        let found = C::chain(&parts)?;
-        self.touch(&path);
-        if !count {
-            return Some(found);
-        }
-        self.stats.hits += 1;
-        self.stats.hit_tokens += (reach.total * BLOCK_TOKENS) as u64;
-        self.stats.block_hits += reach.total as u64;
-        self.stats.block_misses += (keys.len() - reach.total) as u64;
-        Some(found)
+        C::chain(&parts)
     }
 
     /// How many leading tokens a short prompt shares with the previous short prompt of the

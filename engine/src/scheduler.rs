@@ -1340,11 +1340,13 @@ fn own_prefixes(cache: &mut PrefixCache, job: &Job, own: &mut [Option<Own>]) -> 
     }
     let shared = shared_prefix_len(&job.prompts);
     for (slot, prompt) in own.iter_mut().zip(&job.prompts) {
-        let found = cache.lookup(job.salt, &prompt.tokens[..prompt.tokens.len() - 1]);
-        *slot = found.filter(|found| found.len() > shared).map(|cache| Own {
-            cached: cache.len(),
-            cache,
-        });
+        let tokens = &prompt.tokens[..prompt.tokens.len() - 1];
+        *slot = cache
+            .lookup_longer(job.salt, tokens, shared)
+            .map(|cache| Own {
+                cached: cache.len(),
+                cache,
+            });
     }
     own.iter().all(Option::is_some)
 }

@@ -192,8 +192,15 @@ pub struct HealthSetup {
     /// What startup tuning measured (null when pinned, skipped or failed).
     #[schema(value_type = AnyJson, required = false)]
     pub tuning: Option<serde_json::Value>,
-    /// Startup steps still measuring in the background (`tuning`, `calibration`): the server
-    /// answers meanwhile with the setup and correction shown, and swaps in their results.
+    /// Which tuned setup this device serves and why (`--latency-target-ms`): `setup`,
+    /// `as_tuned`, `reason`, `forward`, `single_ms` and `permuted_ms` (one question over a new
+    /// input read once and permuted, timed at startup), `target_ms`; null until measured or
+    /// when not weighed.
+    #[schema(value_type = AnyJson, required = false)]
+    pub serving: Option<serde_json::Value>,
+    /// Startup steps still measuring in the background (`tuning`, `latency`, `calibration`):
+    /// the server answers meanwhile with the setup and correction shown, and swaps in their
+    /// results.
     pub pending: Vec<String>,
 }
 
