@@ -290,9 +290,12 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let base = key();
         assert!(load(&dir, &base).unwrap().is_none());
-        let written = save(&dir, &saved(base.clone())).unwrap();
+        // One value saved and compared: `saved` stamps the date, which may tick between
+        // two calls.
+        let original = saved(base.clone());
+        let written = save(&dir, &original).unwrap();
         let (loaded, path) = load(&dir, &base).unwrap().unwrap();
-        assert_eq!((loaded, path), (saved(base.clone()), written));
+        assert_eq!((loaded, path), (original, written));
         let changes: Vec<fn(&mut Key)> = vec![
             |k| k.model_sha256 = "m2".into(),
             |k| k.forward = "cuda bf16 fused".into(),
