@@ -269,7 +269,7 @@ fn serve_by_latency(state: &AppState, engine: &Engine) -> bool {
     else {
         return false;
     };
-    let task = state.reporter().start("latency", "reads", 2);
+    let task = state.reporter().start("latency", "reads", 6);
     let timing = match tune::latency::measure(engine, &saved.setup()) {
         Ok(timing) => timing,
         Err(cause) => {
