@@ -285,6 +285,12 @@ fn serve_by_latency(state: &AppState, engine: &Engine) -> bool {
     let changed = !serving.as_tuned;
     if changed {
         engine.set_setup(serving.setup(&saved));
+        // The tuned correction was fitted to the tuned setup's reads: until calibration has
+        // measured this one, answers are uncorrected (T = 1.0, source default).
+        if calibration_wanted(&state.config, false) {
+            let policy = engine.calibration().policy;
+            engine.set_calibration(calibration::CalibrationState::default_for(&policy));
+        }
     }
     state.set_serving(serving);
     changed
