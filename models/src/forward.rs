@@ -622,6 +622,21 @@ impl KvCache {
         }))
     }
 
+    /// This cache with `next`'s pieces after its own, never copied together, however many
+    /// there are: what a packed pass keeps per segment, for the prefix cache to cut its new
+    /// blocks from ([`KvCache::range`] copies only those). Joining there copied every
+    /// segment's whole prefix once it had more than [`KvCache::MAX_PIECES`] pieces, hundreds
+    /// of times a pass for a long option list. Candle's ops read any number of pieces (they
+    /// join them per pass, [`KvCache::whole`]); the fused path is never handed such a cache.
+    pub fn followed_by(&self, next: KvCache) -> KvCache {
+        let mut pieces = self.pieces.clone();
+        pieces.extend(next.pieces);
+        KvCache {
+            pieces,
+            len: self.len + next.len,
+        }
+    }
+
     /// This cache in one piece: a clone when it is, else its pieces copied together.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the fused path's (and the tests')
     pub(crate) fn in_one_piece(&self) -> Result<KvCache> {
@@ -1112,9 +1127,10 @@ impl Transformer {
                 let n = s.tokens.len();
                 let own = KvCache::new(layers.clone(), layers_len(&layers)?).range(row, row + n)?;
                 row += n;
-                let parts: Vec<KvCache> =
-                    s.prefix.iter().map(|&c| c.clone()).chain([own]).collect();
-                Ok(KvCache::chain(&parts)?.expect("a segment's own rows"))
+                Ok(match s.prefix {
+                    Some(prefix) => prefix.followed_by(own),
+                    None => own,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok((x, caches))
