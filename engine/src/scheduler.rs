@@ -1095,7 +1095,14 @@ fn read_batch(
             .iter()
             .map(|&(j, p)| batch[j].prompts[p].label_ids.as_slice())
             .collect();
-        let outcome = if worker.keep_rows {
+        // Jobs of many prompts (a long option list read in pieces, a wide classify) keep only
+        // their shared prefix: their prompts' own blocks are long, rarely asked again, and
+        // storing them split the tree's runs (a copy each) hundreds of times a batch.
+        let keep = worker.keep_rows
+            && pass
+                .iter()
+                .all(|&(j, _)| batch[j].prompts.len() <= MAX_KEPT_PROMPTS);
+        let outcome = if keep {
             worker
                 .call(|model| model.read_packed_keeping(&segments, &labels))
                 .map(|(reads, kept)| (reads, Some(kept)))
@@ -1361,6 +1368,10 @@ struct Own {
     cached: usize,
 }
 
+/// Most prompts of a job whose every prompt's blocks a pass keeps for the prefix cache (a
+/// request's questions times their permutation orders; more is an option list read in pieces).
+const MAX_KEPT_PROMPTS: usize = 32;
+
 /// Fewest tokens beyond its job's prefix a stem must have to be read on its own.
 const MIN_STEM_TOKENS: usize = 4;
 
@@ -1386,6 +1397,9 @@ fn read_stems(
     let mut total = 0;
     for (j, job) in batch.iter().enumerate() {
         let Some(prefix) = &prefixes[j] else { continue };
+        if job.prompts.len() > MAX_KEPT_PROMPTS {
+            continue;
+        }
         let tokens = |p: usize| job.prompts[p].tokens.as_slice();
         let mut p = 0;
         while p < job.prompts.len() {

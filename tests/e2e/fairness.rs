@@ -140,9 +140,15 @@ fn a_flooding_tenant_does_not_starve_a_sequential_one() {
         );
         assert!(r.answered >= 8, "tenant A was starved");
         ratios.push(ratio);
-        if ratio < 2.0 {
+        // Starving B means B waits behind A's 64 queued requests: about A's backlog time.
+        // Where reads got fast (AMX, the block prefix cache: B alone ~130 ms, during the flood
+        // ~390 ms, A ~6.8 requests/s; the f32 build before them: 780 ms, 1,108 ms, 0.2/s) the
+        // flood's own HTTP and rendering on 2 cores weigh more than B's read, so B's p95 is
+        // also held against a quarter of that backlog, which a first-come scheduler exceeds.
+        let backlog_ms = 64.0 / r.a_rate.max(1e-9) * 1e3;
+        if ratio < 2.0 || r.p_during < backlog_ms / 4.0 {
             return;
         }
     }
-    panic!("B's p95 during A's flood vs alone, per round: {ratios:.2?} (both 2.0 or more)");
+    panic!("B's p95 during A's flood vs alone, per round: {ratios:.2?} (both 2.0 or more, and more than a quarter of A's backlog)");
 }
