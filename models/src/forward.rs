@@ -431,11 +431,6 @@ struct KvPiece {
 }
 
 impl KvPiece {
-    /// Its first `len` positions, in memory of their own.
-    fn first(&self, len: usize) -> candle_core::Result<KvPiece> {
-        self.part(0, len)
-    }
-
     /// `len` positions from `start`, in memory of their own.
     fn part(&self, start: usize, len: usize) -> candle_core::Result<KvPiece> {
         let layers = self
@@ -550,27 +545,7 @@ impl KvCache {
     /// allocations on the host before the read was answered; the cut piece alone is a quarter
     /// of the bytes and 112 launches. Attention reads a cache's pieces where they lie.
     pub fn prefix(&self, len: usize) -> Result<KvCache> {
-        if len == 0 || len > self.len {
-            return Err(ModelError::Cache(format!(
-                "a prefix of {len} positions asked from a cache of {}",
-                self.len
-            )));
-        }
-        let mut pieces = Vec::with_capacity(self.pieces.len());
-        let mut at = 0;
-        for piece in &self.pieces {
-            if at == len {
-                break;
-            }
-            let take = piece.len.min(len - at);
-            pieces.push(if take == piece.len {
-                piece.clone()
-            } else {
-                piece.first(take)?
-            });
-            at += take;
-        }
-        Ok(KvCache { pieces, len })
+        self.range(0, len)
     }
 
     /// Positions `from..to` of this cache as a cache of their own (they keep their positions:

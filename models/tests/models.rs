@@ -927,21 +927,26 @@ fn cache_split_matches_full_read_qwen() {
 
 /// Dequantized f32 weights: same split invariance, and label probabilities close to the
 /// quantized kernels' (those round activations to 8 bits, so they are not identical).
-#[test]
-fn dequantized_weights_read_consistently() {
-    let Some(path) = model_path("smol") else {
-        return;
-    };
-    let q = load("smol").unwrap();
-    let f = Model::load_with(
-        &path,
+/// The model at `path` with its weights dequantized to f32.
+fn load_f32(path: &std::path::Path) -> Model {
+    Model::load_with(
+        path,
         &Device::Cpu,
         &LoadOptions {
             weights: WeightFormat::F32,
             ..Default::default()
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn dequantized_weights_read_consistently() {
+    let Some(path) = model_path("smol") else {
+        return;
+    };
+    let q = load("smol").unwrap();
+    let f = load_f32(&path);
     let p = q.render(&user(PROMPTS[1])).unwrap();
     let labels = q.label_ids(&p, &strings(&["A", "B", "C"])).unwrap();
     let rq = q.read(&p.tokens, &labels).unwrap();
@@ -986,15 +991,7 @@ fn amx_weights_read_close_to_f32() {
     let Some(path) = model_path("smol") else {
         return;
     };
-    let f = Model::load_with(
-        &path,
-        &Device::Cpu,
-        &LoadOptions {
-            weights: WeightFormat::F32,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let f = load_f32(&path);
     assert_eq!(a.info().forward, "cpu amx bf16");
     assert_eq!(f.info().forward, "cpu f32");
     let mut worst = 0f32;
