@@ -1060,6 +1060,21 @@ fn read_batch(
             rows: bounds.rows.min(cap),
             ..bounds
         };
+        // A prompt longer than a prefill chunk past its start would be a pass of its own
+        // that no deadline stops: its own stretch is prefilled a chunk per call first.
+        let (j, p) = rest[0];
+        match prefill_own_chunk(worker, batch, &prefixes, &mut own, (j, p), cap) {
+            Ok(false) => {}
+            Ok(true) => {
+                results[j].forward_passes += 1;
+                continue;
+            }
+            Err(error) => {
+                reads[j][p] = Some(Err(error));
+                rest.remove(0);
+                continue;
+            }
+        }
         let start = |j: usize, p: usize| -> Start<'_> {
             match &own[j][p] {
                 Some(own) => Start {
@@ -1149,6 +1164,46 @@ fn read_batch(
             .collect();
     }
     results
+}
+
+/// Prefills one chunk of prompt `(j, p)`'s own stretch, past its start (its own prefix or
+/// its job's), when that stretch is longer than one prefill call may be (the model's chunk,
+/// at most `cap` rows); the prompt then continues the longer prefix in [`Own`]. Whether it
+/// did. The cuts fall on the attention's key tiles as [`chunked_prefix`]'s do, and the
+/// read's last rows stay for its packed pass.
+fn prefill_own_chunk(
+    worker: &Worker<'_>,
+    batch: &[Job],
+    prefixes: &[Option<JobPrefix>],
+    own: &mut [Vec<Option<Own>>],
+    (j, p): (usize, usize),
+    cap: usize,
+) -> Result<bool, ModelError> {
+    let tokens = &batch[j].prompts[p].tokens;
+    let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
+    let (from, cached) = match &own[j][p] {
+        Some(own) => (own.cache.len(), own.cached),
+        None => (prefix.len, if p == 0 { prefix.hit } else { prefix.len }),
+    };
+    let chunk = prefill_rows(worker.model, tokens.len()).min(cap).max(1);
+    if tokens.len() - from <= chunk {
+        return Ok(false);
+    }
+    let mut end = from + chunk;
+    let tile = end / PREFILL_ALIGN * PREFILL_ALIGN;
+    if tile > from && prefill_aligned() {
+        end = tile;
+    }
+    let start = match &own[j][p] {
+        Some(own) => Some(&own.cache),
+        None => prefix.cache.as_ref(),
+    };
+    let filled = worker.call(|model| model.prefill(&tokens[from..end], start))?;
+    own[j][p] = Some(Own {
+        cache: filled,
+        cached,
+    });
+    Ok(true)
 }
 
 /// What [`job_prefix`] did for a job.
