@@ -177,6 +177,9 @@ variants() {
     saturation "saturation-$name"
     RUNS="${AB_RUNS:-short-c1 short-c64 long-first}" bash bench/side_by_side.sh decide "$url" "$W" "$OUT/side-$name"
     answers "$name"
+    # The prefix cache's and the passes' counters over the whole variant.
+    python3 -c "import urllib.request as u; print(u.urlopen('$url/metrics').read().decode())" >"$OUT/metrics-$name.txt" 2>&1
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory-$name.txt" 2>&1
     stop $server
   done
 }

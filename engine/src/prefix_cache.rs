@@ -245,6 +245,18 @@ impl<C: CachedPrefix> PrefixCache<C> {
         self.find(salt, tokens, false, 0)
     }
 
+    /// How many of `tokens` this tenant's stored blocks hold (a multiple of
+    /// [`BLOCK_TOKENS`]), without counting, touching or building anything, and without the
+    /// blocks still waiting to be stored: whether a read would store anything new.
+    pub fn held(&self, salt: u64, tokens: &[u32]) -> usize {
+        if self.budget_bytes == 0 {
+            return 0;
+        }
+        let keys = block_keys(salt, tokens);
+        self.reach(&keys, tokens)
+            .map_or(0, |reach| reach.total * BLOCK_TOKENS)
+    }
+
     fn find(&mut self, salt: u64, tokens: &[u32], count: bool, at_least: usize) -> Option<C> {
         if self.budget_bytes == 0 {
             return None;

@@ -565,13 +565,23 @@ struct Worker<'a> {
 
 /// Whether the packed passes of `model` keep every prompt's keys and values, so that the
 /// prefix cache holds each prompt's full blocks (the question's own tokens too, not only
-/// what a job's prompts share): on candle's ops, where cutting a prompt's rows out is a few
-/// copies beside a pass that costs about its rows. Not on decide's fused CUDA kernels: there
-/// each prompt's rows cost ~2 copies per layer, launches that would outnumber the pass's own
-/// at saturation (a pool the attention reads by block table is the way there, not done);
-/// there a job's shared prefix and a lone long prompt's blocks are stored, as before.
-fn keeps_rows(model: &Model, cache_bytes: usize) -> bool {
-    cache_bytes > 0 && !model.transformer().is_fused()
+/// what a job's prompts share): whenever there is a prefix cache. On candle's ops cutting a
+/// prompt's rows out is a few copies beside a pass that costs about its rows; on decide's
+/// fused CUDA kernels the cuts are views the attention reads in place (`KvCache::range`), so
+/// keeping costs no copy there. A pass keeps only where some prompt has a full block not
+/// stored yet ([`stores_new_blocks`]): a kept pass runs eagerly, not as a CUDA graph.
+/// `DECIDE_KEEP_ROWS=0` stores only what a job's prompts share and lone long prompts, as
+/// before (for A/B runs on a GPU).
+fn keeps_rows(cache_bytes: usize) -> bool {
+    cache_bytes > 0 && std::env::var("DECIDE_KEEP_ROWS").map_or(true, |v| v != "0")
+}
+
+/// Whether prompt `p` of `job` has a full block its tenant's cache does not hold yet (then
+/// the pass that reads it keeps its rows).
+fn stores_new_blocks(cache: &PrefixCache, job: &Job, p: usize) -> bool {
+    let tokens = &job.prompts[p].tokens;
+    let full = tokens.len() / BLOCK_TOKENS * BLOCK_TOKENS;
+    full > 0 && cache.held(job.salt, &tokens[..full]) < full
 }
 
 /// A read batch and its results, on their way to the answer thread.
@@ -627,7 +637,7 @@ fn supervise(
         faults: &faults,
         max_pass_tokens: config.max_pass_tokens,
         answers,
-        keep_rows: keeps_rows(model, config.prefix_cache_bytes),
+        keep_rows: keeps_rows(config.prefix_cache_bytes),
     };
     loop {
         match std::panic::catch_unwind(AssertUnwindSafe(|| work(&worker, config, queue))) {
@@ -1116,7 +1126,10 @@ fn read_batch(
         let keep = worker.keep_rows
             && pass
                 .iter()
-                .all(|&(j, _)| batch[j].prompts.len() <= MAX_KEPT_PROMPTS);
+                .all(|&(j, _)| batch[j].prompts.len() <= MAX_KEPT_PROMPTS)
+            && pass
+                .iter()
+                .any(|&(j, p)| stores_new_blocks(cache, &batch[j], p));
         let outcome = if keep {
             worker
                 .call(|model| model.read_packed_keeping(&segments, &labels))

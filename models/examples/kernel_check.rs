@@ -1,8 +1,10 @@
 //! Checks decide's fused CUDA kernels against the same math in candle's ops (f32), on
 //! random inputs, and times the attention kernel. Needs a GPU and a `cuda` build; no model.
 //!
-//!     kernel_check [--json FILE]
+//!     kernel_check [--json FILE] [--checks-only]
 //!
+//! `--checks-only`: the correctness checks alone, no timings (seconds instead of minutes of a
+//! lease).
 //! Prints, per case, the largest absolute difference from the reference and the reference's
 //! largest magnitude; exits 1 when a difference exceeds bf16 tolerance.
 
@@ -31,6 +33,10 @@ struct Case {
     prefixes: Vec<usize>,
     segments: Vec<(Option<usize>, usize)>,
     picks: Vec<u32>,
+    /// Whether each prefix is a view of positions cut from a longer cache (its kv heads
+    /// further apart than its length), as a kept prompt's rows and the prefix cache's runs
+    /// are on CUDA.
+    views: bool,
 }
 
 /// A segment's prefix index meaning every prefix: a cache held in pieces, each a prefix of
@@ -98,9 +104,13 @@ fn attention_case(
     let mut cols = Vec::new();
     let mut col = 0;
     for &len in &c.prefixes {
+        // A view: positions 11.. of a cache 37 positions longer.
+        let cut =
+            |t: Tensor| -> Res<Tensor> { Ok(if c.views { t.narrow(2, 11, len)? } else { t }) };
+        let held = if c.views { len + 37 } else { len };
         prefix_kv.push(vec![(
-            rand(&[1, kv, len, d], 1.0)?,
-            rand(&[1, kv, len, d], 1.0)?,
+            cut(rand(&[1, kv, held, d], 1.0)?)?,
+            cut(rand(&[1, kv, held, d], 1.0)?)?,
         )]);
         cols.push((col, len));
         col += len;
@@ -298,11 +308,13 @@ fn packed(name: &'static str, heads: Heads, picks: Vec<u32>) -> Case {
             (Some(0), 20),
         ],
         picks,
+        views: false,
     }
 }
 
 fn main() -> Res<()> {
     let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
+    let checks_only = std::env::args().any(|a| a == "--checks-only");
     let dev = Device::new_cuda(0)?;
     let mut failed = false;
     let mut report = Vec::new();
@@ -612,6 +624,7 @@ fn main() -> Res<()> {
             prefixes: vec![],
             segments: vec![(None, 1)],
             picks: vec![],
+            views: false,
         },
         Case {
             name: "prefill, 100 rows (d=128)",
@@ -619,6 +632,7 @@ fn main() -> Res<()> {
             prefixes: vec![],
             segments: vec![(None, 100)],
             picks: vec![],
+            views: false,
         },
         Case {
             name: "prefill, 100 rows (d=64)",
@@ -626,6 +640,7 @@ fn main() -> Res<()> {
             prefixes: vec![],
             segments: vec![(None, 100)],
             picks: vec![],
+            views: false,
         },
         Case {
             name: "suffix of 7 after 300 cached",
@@ -633,6 +648,7 @@ fn main() -> Res<()> {
             prefixes: vec![300],
             segments: vec![(Some(0), 7)],
             picks: vec![],
+            views: false,
         },
         packed("packed: 3 prefixes, 6 segments", q15, vec![]),
         packed("packed: 3 prefixes, 6 segments (d=64)", q05, vec![]),
@@ -648,6 +664,7 @@ fn main() -> Res<()> {
             prefixes: vec![1500],
             segments: vec![(Some(0), 777)],
             picks: vec![],
+            views: false,
         },
         Case {
             name: "3 rows after 4000 cached (split)",
@@ -655,6 +672,7 @@ fn main() -> Res<()> {
             prefixes: vec![4000],
             segments: vec![(Some(0), 3)],
             picks: vec![],
+            views: false,
         },
         Case {
             name: "2 x 40 rows after 3000 + 2000 (split)",
@@ -662,6 +680,7 @@ fn main() -> Res<()> {
             prefixes: vec![3000, 2000],
             segments: vec![(Some(1), 40), (Some(0), 40)],
             picks: vec![],
+            views: false,
         },
         Case {
             name: "rows 5, 150, 776 picked of 777 after 1500",
@@ -669,6 +688,7 @@ fn main() -> Res<()> {
             prefixes: vec![1500],
             segments: vec![(Some(0), 777)],
             picks: vec![5, 150, 776],
+            views: false,
         },
         Case {
             name: "last row picked of 3683 after 2600 (d=64)",
@@ -676,6 +696,7 @@ fn main() -> Res<()> {
             prefixes: vec![2600],
             segments: vec![(Some(0), 3683)],
             picks: vec![3682],
+            views: false,
         },
         Case {
             name: "300 rows after pieces 1500 + 1300 + 1100 of one cache",
@@ -683,6 +704,19 @@ fn main() -> Res<()> {
             prefixes: vec![1500, 1300, 1100],
             segments: vec![(Some(ALL_PREFIXES), 300)],
             picks: vec![],
+            views: false,
+        },
+        Case {
+            views: true,
+            ..packed("packed: 3 prefixes as views of longer caches", q15, vec![])
+        },
+        Case {
+            name: "300 rows after pieces 1500 + 1300 + 1100, views of longer caches",
+            heads: q15,
+            prefixes: vec![1500, 1300, 1100],
+            segments: vec![(Some(ALL_PREFIXES), 300)],
+            picks: vec![],
+            views: true,
         },
         Case {
             name: "300 rows after pieces 1500 + 1300 + 1100 + 900 + 700 (5: no maps)",
@@ -690,6 +724,7 @@ fn main() -> Res<()> {
             prefixes: vec![1500, 1300, 1100, 900, 700],
             segments: vec![(Some(ALL_PREFIXES), 300)],
             picks: vec![],
+            views: false,
         },
     ];
     for c in &cases {
@@ -708,6 +743,13 @@ fn main() -> Res<()> {
                 }
             }
         }
+    }
+
+    if checks_only {
+        if let Some(p) = json_path {
+            std::fs::write(&p, format!("[{}]\n", report.join(",\n")))?;
+        }
+        std::process::exit(i32::from(failed));
     }
 
     // Timing: causal prefill of n rows, short suffixes over one long cached prefix (many
@@ -804,6 +846,7 @@ fn main() -> Res<()> {
             prefixes,
             segments,
             picks: vec![],
+            views: false,
         };
         let runs = |b: &AttentionBlock| b.runs_on(&dev, heads.dim);
         for block in AttentionBlock::ALL.into_iter().filter(runs) {
@@ -843,6 +886,7 @@ fn main() -> Res<()> {
                 prefixes: lengths[..i].to_vec(),
                 segments: vec![(segment, n)],
                 picks: vec![],
+                views: false,
             };
             kernels::set_tensor_maps(true);
             let r = attention_case(&dev, &c, served, layout, true)?;
@@ -899,6 +943,7 @@ fn main() -> Res<()> {
             prefixes,
             segments,
             picks: vec![],
+            views: false,
         };
         kernels::set_tensor_maps(true);
         let layouts = (1..=6)

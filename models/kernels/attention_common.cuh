@@ -70,6 +70,10 @@ struct KeyTable {
     const unsigned long long* pv;
     const int* pstart;
     const int* plen;
+    // Per prefix, the rows from one kv head's keys to the next's: its length, or more where
+    // the prefix is a view of a longer cache (a prompt's rows cut from the pass that read
+    // them, or a run of blocks cut from a longer one, shared without a copy).
+    const int* pstride;
     int n_prefix;
     const bf16* k_own;
     const bf16* v_own;
@@ -109,7 +113,7 @@ struct KeyTable {
             v = v_own + off;
         } else {
             const int s = source;
-            const long off = ((long)kvh * plen[s] + (col0 - pstart[s])) * D + part * 8;
+            const long off = ((long)kvh * pstride[s] + (col0 - pstart[s])) * D + part * 8;
             k = reinterpret_cast<const bf16*>(pk[s]) + off;
             v = reinterpret_cast<const bf16*>(pv[s]) + off;
         }
@@ -138,7 +142,7 @@ struct KeyTable {
         }
         while (s + 1 < n_prefix && pstart[s + 1] <= col) ++s;
         if (s >= 0 && col < pstart[s] + plen[s]) {
-            const long off = ((long)kvh * plen[s] + (col - pstart[s])) * D + part * 8;
+            const long off = ((long)kvh * pstride[s] + (col - pstart[s])) * D + part * 8;
             kp = reinterpret_cast<const bf16*>(pk[s]) + off;
             vp = reinterpret_cast<const bf16*>(pv[s]) + off;
         }
@@ -172,7 +176,7 @@ __device__ __forceinline__ void for_key_rows(const KeyTable& keys, int col0, int
 // The prefix tables, copied to shared memory when they fit (the caller syncs before use).
 struct SharedPrefixTable {
     unsigned long long pk[ATT_SMEM_PREFIXES], pv[ATT_SMEM_PREFIXES];
-    int pstart[ATT_SMEM_PREFIXES], plen[ATT_SMEM_PREFIXES];
+    int pstart[ATT_SMEM_PREFIXES], plen[ATT_SMEM_PREFIXES], pstride[ATT_SMEM_PREFIXES];
 };
 
 __device__ __forceinline__ KeyTable stage_key_table(
@@ -180,19 +184,22 @@ __device__ __forceinline__ KeyTable stage_key_table(
     const unsigned long long* __restrict__ prefix_v, const int* __restrict__ prefix_start,
     const int* __restrict__ prefix_len, int n_prefix, const bf16* k_own, const bf16* v_own,
     int own_start, int own_rows, int kvh) {
-    KeyTable kt{prefix_k, prefix_v, prefix_start, prefix_len, n_prefix, k_own, v_own,
-                own_start, own_rows, kvh};
+    // prefix_len holds the lengths, then the head strides (KeyTable::pstride).
+    KeyTable kt{prefix_k, prefix_v, prefix_start, prefix_len, prefix_len + n_prefix, n_prefix,
+                k_own, v_own, own_start, own_rows, kvh};
     if (n_prefix <= ATT_SMEM_PREFIXES) {
         for (int i = threadIdx.x; i < n_prefix; i += blockDim.x) {
             t.pk[i] = prefix_k[i];
             t.pv[i] = prefix_v[i];
             t.pstart[i] = prefix_start[i];
             t.plen[i] = prefix_len[i];
+            t.pstride[i] = prefix_len[n_prefix + i];
         }
         kt.pk = t.pk;
         kt.pv = t.pv;
         kt.pstart = t.pstart;
         kt.plen = t.plen;
+        kt.pstride = t.pstride;
     }
     return kt;
 }

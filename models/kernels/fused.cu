@@ -335,8 +335,9 @@ extern "C" __global__ void silu_mul_bf16x8(const uint4* __restrict__ gu, uint4* 
 //
 // Queries q (M, H, D) bf16 (row stride q_stride elements). Key columns form one index space:
 //   - prefix s covers columns [prefix_start[s], prefix_start[s] + prefix_len[s]); its K and V
-//     are (KV, prefix_len[s], D) bf16 at prefix_k[s] / prefix_v[s] (device addresses),
-//     prefix_start ascending;
+//     are (KV, prefix_len[s], D) bf16 at prefix_k[s] / prefix_v[s] (device addresses), kv
+//     head h's rows starting h * prefix_len[n_prefix + s] rows in (its head stride: its
+//     length, or more for a view of a longer cache), prefix_start ascending;
 //   - this pass's own rows cover [own_start, own_start + own_rows), K and V (KV, own_rows, D)
 //     bf16. own_rows is M, or more when only some rows' queries are asked for (the last
 //     layer of a pass needs only the rows read out; every row's keys are still seen).

@@ -431,17 +431,31 @@ struct KvPiece {
 }
 
 impl KvPiece {
-    /// `len` positions from `start`, in memory of their own.
+    /// `len` positions from `start`: on CUDA a view of this piece's memory (the fused
+    /// attention reads a view in place, `kernels::kv_address`), elsewhere in memory of their
+    /// own.
+    ///
+    /// Why views on CUDA: a packed pass keeps every prompt's rows for the prefix cache, and
+    /// copying each prompt's rows out was ~2 copies per layer per prompt, launches that
+    /// outnumbered a saturated pass's own. The cost: a view holds all of the memory it was
+    /// cut from (a pass's keys and values, a longer run's) until every view of it is gone.
     fn part(&self, start: usize, len: usize) -> candle_core::Result<KvPiece> {
+        let shares = self
+            .layers
+            .first()
+            .is_some_and(|(k, _)| k.device().is_cuda());
+        let cut = |t: &Tensor| -> candle_core::Result<Tensor> {
+            let view = t.narrow(2, start, len)?;
+            if shares {
+                Ok(view)
+            } else {
+                own_copy(&view)
+            }
+        };
         let layers = self
             .layers
             .iter()
-            .map(|(k, v)| {
-                Ok((
-                    own_copy(&k.narrow(2, start, len)?)?,
-                    own_copy(&v.narrow(2, start, len)?)?,
-                ))
-            })
+            .map(|(k, v)| Ok((cut(k)?, cut(v)?)))
             .collect::<candle_core::Result<_>>()?;
         Ok(KvPiece { layers, len })
     }
@@ -536,9 +550,9 @@ impl KvCache {
 
     /// The cache of the first `len` positions: what a prefix cache keeps at a block boundary.
     /// The pieces wholly before `len` are shared (clones of their tensors); the piece `len`
-    /// falls inside is copied up to `len`, so the longer cache's memory past the cut can be
-    /// freed. A cache of one piece cut short is one copied piece, as it always was; its whole
-    /// length is a clone.
+    /// falls inside is cut as [`KvCache::range`] cuts (copied up to `len` on the CPU, so the
+    /// longer cache's memory past the cut can be freed; a view on CUDA). Its whole length is
+    /// a clone.
     ///
     /// Why not one copied piece always: after a 28k-token first read (four pieces, the last
     /// cut to a block boundary) joining them all copied ~800 MB and launched ~280 copies and
@@ -550,8 +564,9 @@ impl KvCache {
 
     /// Positions `from..to` of this cache as a cache of their own (they keep their positions:
     /// it continues a cache of `from` positions). A piece wholly inside the range is shared;
-    /// the parts of pieces the range cuts are copied. How the prefix cache keeps each run of
-    /// blocks once, whatever prompts share it.
+    /// the parts of pieces the range cuts are copied on the CPU and views on CUDA
+    /// (`KvPiece::part` says why). How the prefix cache keeps each run of blocks once,
+    /// whatever prompts share it.
     pub fn range(&self, from: usize, to: usize) -> Result<KvCache> {
         if from >= to || to > self.len {
             return Err(ModelError::Cache(format!(
@@ -599,10 +614,11 @@ impl KvCache {
 
     /// This cache with `next`'s pieces after its own, never copied together, however many
     /// there are: what a packed pass keeps per segment, for the prefix cache to cut its new
-    /// blocks from ([`KvCache::range`] copies only those). Joining there copied every
+    /// blocks from ([`KvCache::range`] cuts only those). Joining there copied every
     /// segment's whole prefix once it had more than [`KvCache::MAX_PIECES`] pieces, hundreds
     /// of times a pass for a long option list. Candle's ops read any number of pieces (they
-    /// join them per pass, [`KvCache::whole`]); the fused path is never handed such a cache.
+    /// join them per pass, [`KvCache::whole`]); the fused attention reads every piece through
+    /// its address tables (tensor maps serve the first four).
     pub fn followed_by(&self, next: KvCache) -> KvCache {
         let mut pieces = self.pieces.clone();
         pieces.extend(next.pieces);

@@ -247,8 +247,8 @@ pub fn load_attention(device: &Device, dim: usize) -> Result<()> {
 
 mod tensor_maps;
 pub use tensor_maps::set_tensor_maps;
-use tensor_maps::MAPPED_PREFIXES;
 use tensor_maps::{GateUpMaps, KeyMaps};
+use tensor_maps::{MappedPrefix, MAPPED_PREFIXES};
 
 /// The CUDA device of a tensor.
 pub(crate) fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
@@ -313,6 +313,36 @@ pub(crate) fn address(t: &Tensor, dtype: DType) -> Result<u64> {
         _ => bail!("fused kernel input has an unsupported storage type"),
     };
     Ok(base + (layout.start_offset() * dtype.size_in_bytes()) as u64)
+}
+
+/// The device address of a cached prefix's keys or values `(1, kv, len, dim)` bf16, and the
+/// rows from one kv head's to the next's: `len` for a tensor of its own, more for a view of
+/// positions cut from a longer one ([`crate::KvCache::range`] on CUDA shares them), which
+/// the attention reads in place.
+pub(crate) fn kv_address(t: &Tensor) -> Result<(u64, usize)> {
+    if t.is_contiguous() {
+        return Ok((address(t, DType::BF16)?, t.dim(2)?));
+    }
+    let layout = t.layout();
+    let (dims, strides) = (layout.dims(), layout.stride());
+    let dim = dims.get(3).copied().unwrap_or(0);
+    if dims.len() != 4 || strides[3] != 1 || strides[2] != dim || strides[1] % dim.max(1) != 0 {
+        bail!("a cached prefix is neither contiguous nor a range of positions of one: {dims:?} strides {strides:?}");
+    }
+    // The view's first element and its heads' stride; `address` of the whole storage.
+    let (storage, _) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        bail!("fused kernel input is not on CUDA");
+    };
+    let CudaStorageSlice::BF16(slice) = &cs.slice else {
+        bail!("a cached prefix is {:?}, expected BF16", t.dtype());
+    };
+    let stream = cs.device().cuda_stream();
+    let base = slice.device_ptr(&stream).0;
+    Ok((
+        base + (layout.start_offset() * DType::BF16.size_in_bytes()) as u64,
+        strides[1] / dim,
+    ))
 }
 
 /// Wraps a freshly written device buffer as a tensor.
@@ -854,9 +884,9 @@ pub struct KeySources {
     /// First key column of the pass's own rows.
     own_start: usize,
     /// With at most [`MAPPED_PREFIXES`] prefixes and `prefix_maps`: per layer, each
-    /// prefix's K and V addresses and length, for the warp-specialized kernel's tensor maps
-    /// ([`KeyMaps`]); empty otherwise.
-    mapped_prefixes: Vec<Vec<(u64, u64, usize)>>,
+    /// prefix's K and V addresses, length and head stride, for the warp-specialized kernel's
+    /// tensor maps ([`KeyMaps`]); empty otherwise.
+    mapped_prefixes: Vec<Vec<MappedPrefix>>,
 }
 
 impl KeySources {
@@ -880,11 +910,17 @@ impl KeySources {
         let stream = dev.cuda_stream();
         let n = prefixes.len();
         let mapped_prefixes = if prefix_maps && (1..=MAPPED_PREFIXES).contains(&n) {
-            // The tables hold layer after layer, each with its prefixes in order.
+            // The tables hold layer after layer, each with its prefixes in order; `lens` the
+            // lengths, then the head strides.
             (0..layers)
                 .map(|layer| {
                     (0..n)
-                        .map(|p| (k_table[layer * n + p], v_table[layer * n + p], cols[p].1))
+                        .map(|p| MappedPrefix {
+                            k: k_table[layer * n + p],
+                            v: v_table[layer * n + p],
+                            rows: cols[p].1,
+                            head_rows: lens[n + p] as usize,
+                        })
                         .collect()
                 })
                 .collect()
@@ -938,19 +974,29 @@ impl KeySources {
         let n = prefixes.len();
         let mut k_table = Vec::with_capacity(layers * n.max(1));
         let mut v_table = Vec::with_capacity(layers * n.max(1));
+        // Per prefix, the rows between two kv heads' keys (the same in every layer).
+        let mut strides = vec![0i32; n];
         for layer in 0..layers {
-            for p in prefixes {
-                let (k, v) = &p[layer];
-                k_table.push(address(k, DType::BF16)?);
-                v_table.push(address(v, DType::BF16)?);
+            for (p, layers) in prefixes.iter().enumerate() {
+                let (k, v) = &layers[layer];
+                let (k_at, k_stride) = kv_address(k)?;
+                let (v_at, v_stride) = kv_address(v)?;
+                if k_stride != v_stride || (layer > 0 && strides[p] != k_stride as i32) {
+                    bail!("a cached prefix's keys and values differ in layout");
+                }
+                strides[p] = k_stride as i32;
+                k_table.push(k_at);
+                v_table.push(v_at);
             }
         }
         k_table.resize(k_table.len().max(1), 0);
         v_table.resize(v_table.len().max(1), 0);
         let mut starts: Vec<i32> = cols.iter().map(|&(c, _)| c as i32).collect();
+        // The lengths, then the head strides (`prefix_len` in fused.cu).
         let mut lens: Vec<i32> = cols.iter().map(|&(_, l)| l as i32).collect();
+        lens.extend(strides);
         starts.resize(starts.len().max(1), 0);
-        lens.resize(lens.len().max(1), 0);
+        lens.resize(lens.len().max(2), 0);
         Ok((k_table, v_table, starts, lens))
     }
 }

@@ -52,19 +52,37 @@ unsafe impl DeviceRepr for KeyMaps {}
 /// Key tile rows of the warp-specialized kernel (`WG_BN`): a tensor map's box height.
 const TMA_BOX_ROWS: usize = 128;
 
-/// A tensor map over K or V `(1, kv, rows, dim)` bf16 at device address `addr`, in boxes
+/// A cached prefix's keys and values at one layer, for [`KeyMaps`]: their device addresses,
+/// its positions, and the rows from one kv head's to the next's (more than `rows` for a view
+/// of a longer cache).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MappedPrefix {
+    pub k: u64,
+    pub v: u64,
+    pub rows: usize,
+    pub head_rows: usize,
+}
+
+/// A tensor map over K or V `(1, kv, rows, dim)` bf16 at device address `addr` (kv heads
+/// `head_rows` rows apart), in boxes
 /// of 64 columns x [`TMA_BOX_ROWS`] rows with the 128-byte swizzle (the kernel's tile
 /// layout). `None` where TMA cannot serve it (too few rows for one box, a misaligned
 /// address, a width other than 64 or 128) or the driver refuses: the kernel then copies
 /// those tiles itself.
-fn tensor_map(addr: u64, rows: usize, kv: usize, dim: usize) -> Option<[u64; 16]> {
+fn tensor_map(
+    addr: u64,
+    rows: usize,
+    head_rows: usize,
+    kv: usize,
+    dim: usize,
+) -> Option<[u64; 16]> {
     if rows < TMA_BOX_ROWS || !(dim == 64 || dim == 128) {
         return None;
     }
     encode(
         addr,
         &[dim as u64, rows as u64, kv as u64],
-        &[(dim * 2) as u64, (rows * dim * 2) as u64],
+        &[(dim * 2) as u64, (head_rows * dim * 2) as u64],
         &[64, TMA_BOX_ROWS as u32, 1],
     )
 }
@@ -132,12 +150,12 @@ impl GateUpMaps {
 
 impl KeyMaps {
     /// The maps for one launch: the own keys and values `(own, own_rows)` (device addresses
-    /// of K and V), and each of `prefixes` at this layer (K and V addresses, length; at most
-    /// [`MAPPED_PREFIXES`], the sources' own choice).
+    /// of K and V), and each of `prefixes` at this layer (at most [`MAPPED_PREFIXES`], the
+    /// sources' own choice).
     pub(super) fn new(
         own: (u64, u64),
         own_rows: usize,
-        prefixes: &[(u64, u64, usize)],
+        prefixes: &[MappedPrefix],
         heads: Heads,
     ) -> Self {
         let mut maps = KeyMaps {
@@ -150,13 +168,23 @@ impl KeyMaps {
         if !tensor_maps_on() {
             return maps;
         }
-        let map = |addr, rows| tensor_map(addr, rows, heads.kv, heads.dim);
-        if let (Some(k), Some(v)) = (map(own.0, own_rows), map(own.1, own_rows)) {
+        let map = |addr, rows, head_rows| tensor_map(addr, rows, head_rows, heads.kv, heads.dim);
+        let own_maps = (
+            map(own.0, own_rows, own_rows),
+            map(own.1, own_rows, own_rows),
+        );
+        if let (Some(k), Some(v)) = own_maps {
             (maps.k_own, maps.v_own) = (k, v);
             maps.present |= 1;
         }
-        for (p, &(kp, vp, rows)) in prefixes.iter().take(MAPPED_PREFIXES).enumerate() {
-            if let (Some(k), Some(v)) = (map(kp, rows), map(vp, rows)) {
+        for (p, prefix) in prefixes.iter().take(MAPPED_PREFIXES).enumerate() {
+            let MappedPrefix {
+                k: kp,
+                v: vp,
+                rows,
+                head_rows,
+            } = *prefix;
+            if let (Some(k), Some(v)) = (map(kp, rows, head_rows), map(vp, rows, head_rows)) {
                 (maps.k_prefix[p], maps.v_prefix[p]) = (k, v);
                 maps.present |= 2 << p;
             }
