@@ -10,7 +10,9 @@
 
 use candle_core::{DType, Device, IndexOp, Tensor};
 use decide_models::attention_plan::SHAPE_RULE_MAX_ROWS;
-use decide_models::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
+use decide_models::kernels::{
+    self, AttentionBlock, AttentionPlan, Heads, KeySources, PrefixAddresses,
+};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -131,7 +133,11 @@ fn attention_case(
         }
         row += rows;
     }
-    let prefixes: Vec<&[(Tensor, Tensor)]> = prefix_kv.iter().map(|p| p.as_slice()).collect();
+    let addresses: Vec<PrefixAddresses> = prefix_kv
+        .iter()
+        .map(|p| PrefixAddresses::of(p))
+        .collect::<candle_core::Result<_>>()?;
+    let prefixes: Vec<&PrefixAddresses> = addresses.iter().collect();
     let sources = KeySources::new(dev, &prefixes, &cols, own_start, 1, true)?;
     let (q_run, bounds_run) = if c.picks.is_empty() {
         (q.clone(), bounds.clone())

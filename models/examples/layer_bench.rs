@@ -15,7 +15,9 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use decide_models::attention_plan::SHAPE_RULE_MAX_ROWS;
-use decide_models::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
+use decide_models::kernels::{
+    self, AttentionBlock, AttentionPlan, Heads, KeySources, PrefixAddresses,
+};
 use decide_models::lt_gemm::{LtGemm, Plan};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -142,8 +144,8 @@ fn attention_ms(dev: &Device, m: usize, prefix: usize) -> Res<(f64, AttentionBlo
         rand(dev, &[1, kv, prefix, d], 1.0)?,
         rand(dev, &[1, kv, prefix, d], 1.0)?,
     )];
-    let prefixes: Vec<&[(Tensor, Tensor)]> = vec![pk.as_slice()];
-    let sources = KeySources::new(dev, &prefixes, &[(0, prefix)], prefix, 1, true)?;
+    let addresses = PrefixAddresses::of(&pk)?;
+    let sources = KeySources::new(dev, &[&addresses], &[(0, prefix)], prefix, 1, true)?;
     let bounds: Vec<u32> = (0..m)
         .flat_map(|j| [0, prefix, prefix, prefix + j + 1].map(|x| x as u32))
         .collect();

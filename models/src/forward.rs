@@ -428,9 +428,33 @@ fn layers_len(layers: &[(Tensor, Tensor)]) -> Result<usize> {
 struct KvPiece {
     layers: Vec<(Tensor, Tensor)>,
     len: usize,
+    /// On CUDA, where the fused attention finds these keys and values: worked out the first
+    /// time a pass reads the piece, shared by its clones (the prefix cache hands out clones).
+    #[cfg(feature = "cuda")]
+    addresses: std::sync::Arc<std::sync::OnceLock<crate::kernels::PrefixAddresses>>,
 }
 
 impl KvPiece {
+    fn new(layers: Vec<(Tensor, Tensor)>, len: usize) -> Self {
+        Self {
+            layers,
+            len,
+            #[cfg(feature = "cuda")]
+            addresses: Default::default(),
+        }
+    }
+
+    /// The device addresses of this piece's keys and values (for the fused attention).
+    #[cfg(feature = "cuda")]
+    fn addresses(&self) -> Result<&crate::kernels::PrefixAddresses> {
+        if let Some(found) = self.addresses.get() {
+            return Ok(found);
+        }
+        let made = crate::kernels::PrefixAddresses::of(&self.layers)
+            .map_err(|e| ModelError::Cache(e.to_string()))?;
+        Ok(self.addresses.get_or_init(|| made))
+    }
+
     /// `len` positions from `start`: on CUDA a view of this piece's memory (the fused
     /// attention reads a view in place, `kernels::kv_address`), elsewhere in memory of their
     /// own.
@@ -457,7 +481,7 @@ impl KvPiece {
             .iter()
             .map(|(k, v)| Ok((cut(k)?, cut(v)?)))
             .collect::<candle_core::Result<_>>()?;
-        Ok(KvPiece { layers, len })
+        Ok(KvPiece::new(layers, len))
     }
 }
 
@@ -470,7 +494,7 @@ impl KvCache {
     /// A cache of one piece: `layers` of `len` positions each.
     pub(crate) fn new(layers: Vec<(Tensor, Tensor)>, len: usize) -> Self {
         Self {
-            pieces: vec![KvPiece { layers, len }],
+            pieces: vec![KvPiece::new(layers, len)],
             len,
         }
     }
@@ -491,9 +515,27 @@ impl KvCache {
     }
 
     /// Each piece's layers and its positions, in position order.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the fused path's (and the tests')
+    #[cfg(test)]
     pub(crate) fn piece_layers(&self) -> impl Iterator<Item = (&[(Tensor, Tensor)], usize)> {
         self.pieces.iter().map(|p| (p.layers.as_slice(), p.len))
+    }
+
+    /// Each piece's device addresses and its positions, in position order (the fused
+    /// attention's key tables).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn piece_addresses(
+        &self,
+    ) -> impl Iterator<Item = Result<(&crate::kernels::PrefixAddresses, usize)>> {
+        self.pieces.iter().map(|p| Ok((p.addresses()?, p.len)))
+    }
+
+    /// What tells this cache's pieces apart (their first layer's key tensors and lengths):
+    /// equal for a cache and its clones, and for two caches chained from the same pieces.
+    pub(crate) fn identity(&self) -> Vec<(candle_core::TensorId, usize)> {
+        self.pieces
+            .iter()
+            .filter_map(|p| p.layers.first().map(|(k, _)| (k.id(), p.len)))
+            .collect()
     }
 
     /// The layers of a cache of one piece (what the candle path reads); a cache in several
@@ -510,7 +552,7 @@ impl KvCache {
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the fused path's (and the tests')
     pub(crate) fn with_piece(&self, layers: Vec<(Tensor, Tensor)>, len: usize) -> Self {
         let mut pieces = self.pieces.clone();
-        pieces.push(KvPiece { layers, len });
+        pieces.push(KvPiece::new(layers, len));
         Self {
             pieces,
             len: self.len + len,
@@ -1145,16 +1187,19 @@ impl Transformer {
         // The distinct prefixes (by identity: a clone of a cache is the same prefix), and which
         // one each segment continues.
         let mut prefixes: Vec<&KvCache> = Vec::new();
+        // By identity, then checked whole (a pass over a few hundred prompts, each with its
+        // own stored prefix, compared every pair before: O(n^2)).
+        let mut seen: std::collections::HashMap<Vec<(candle_core::TensorId, usize)>, usize> =
+            std::collections::HashMap::new();
         let mut shape = Vec::with_capacity(segments.len());
         for s in segments {
             let index = s.prefix.map(|c| {
-                prefixes
-                    .iter()
-                    .position(|p| p.same_as(c))
-                    .unwrap_or_else(|| {
-                        prefixes.push(c);
-                        prefixes.len() - 1
-                    })
+                let slot = seen.entry(c.identity()).or_insert(usize::MAX);
+                if *slot == usize::MAX || !prefixes[*slot].same_as(c) {
+                    prefixes.push(c);
+                    *slot = prefixes.len() - 1;
+                }
+                *slot
             });
             let p = s.prefix.map_or(0, |c| c.len);
             if p + s.tokens.len() > self.dims.context_length {
@@ -1203,7 +1248,7 @@ impl Transformer {
                 prefixes.iter().copied().zip(starts),
                 layout.rows_col,
                 self.attention_block(m, layout.rows_col + m),
-            );
+            )?;
             let flat: Vec<u32> = (0..m)
                 .flat_map(|r| bounds.iter().map(move |b| b[r]))
                 .collect();

@@ -315,11 +315,47 @@ pub(crate) fn address(t: &Tensor, dtype: DType) -> Result<u64> {
     Ok(base + (layout.start_offset() * dtype.size_in_bytes()) as u64)
 }
 
+/// Where a cached prefix's keys and values lie, per layer, for the attention's key tables:
+/// worked out once per piece of a cache ([`crate::KvCache`] keeps them with the piece), not
+/// per pass. With a prefix cache that keeps every prompt's blocks a saturated pass reads a
+/// few hundred prefixes, and asking each tensor for its address again every pass cost about
+/// as much host time as the pass's own launches.
+#[derive(Debug, Clone)]
+pub struct PrefixAddresses {
+    /// Per layer, the device addresses of K and V.
+    pub layers: Vec<(u64, u64)>,
+    /// The rows from one kv head's keys to the next's ([`kv_address`]).
+    pub head_rows: usize,
+}
+
+impl PrefixAddresses {
+    /// The addresses of every layer's `(K, V)` `(1, kv, len, dim)` bf16 on CUDA.
+    pub fn of(layers: &[(Tensor, Tensor)]) -> Result<Self> {
+        let mut head_rows = None;
+        let layers = layers
+            .iter()
+            .map(|(k, v)| {
+                let (k_at, k_rows) = kv_address(k)?;
+                let (v_at, v_rows) = kv_address(v)?;
+                if k_rows != v_rows || head_rows.is_some_and(|rows| rows != k_rows) {
+                    bail!("a cached prefix's keys and values differ in layout");
+                }
+                head_rows = Some(k_rows);
+                Ok((k_at, v_at))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            layers,
+            head_rows: head_rows.unwrap_or(0),
+        })
+    }
+}
+
 /// The device address of a cached prefix's keys or values `(1, kv, len, dim)` bf16, and the
 /// rows from one kv head's to the next's: `len` for a tensor of its own, more for a view of
 /// positions cut from a longer one ([`crate::KvCache::range`] on CUDA shares them), which
 /// the attention reads in place.
-pub(crate) fn kv_address(t: &Tensor) -> Result<(u64, usize)> {
+fn kv_address(t: &Tensor) -> Result<(u64, usize)> {
     if t.is_contiguous() {
         return Ok((address(t, DType::BF16)?, t.dim(2)?));
     }
@@ -890,14 +926,14 @@ pub struct KeySources {
 }
 
 impl KeySources {
-    /// `prefixes[p]` holds every layer's `(K, V)` of prefix `p`; `cols[p]` its first key
-    /// column. Own rows start at `own_start`. `prefix_maps`: whether launches may encode
+    /// `prefixes[p]` holds every layer's K and V addresses of prefix `p`
+    /// ([`PrefixAddresses`]); `cols[p]` its first key column. Own rows start at `own_start`. `prefix_maps`: whether launches may encode
     /// tensor maps over the prefixes (when there are at most [`MAPPED_PREFIXES`]); not for
     /// a CUDA graph, whose launches keep the maps of its capture while
     /// [`KeySources::write`] moves the prefixes.
     pub fn new(
         dev: &Device,
-        prefixes: &[&[(Tensor, Tensor)]],
+        prefixes: &[&PrefixAddresses],
         cols: &[(usize, usize)],
         own_start: usize,
         layers: usize,
@@ -940,11 +976,7 @@ impl KeySources {
 
     /// Writes the tables of other prefixes of the same count and layers (so a captured
     /// graph that reads these buffers can replay over them).
-    pub fn write(
-        &mut self,
-        prefixes: &[&[(Tensor, Tensor)]],
-        cols: &[(usize, usize)],
-    ) -> Result<()> {
+    pub fn write(&mut self, prefixes: &[&PrefixAddresses], cols: &[(usize, usize)]) -> Result<()> {
         if prefixes.len() != self.n_prefix {
             bail!(
                 "{} prefixes, the tables hold {}",
@@ -967,28 +999,27 @@ impl KeySources {
     /// Never empty (a zero-length copy is an invalid argument).
     #[allow(clippy::type_complexity)]
     fn tables(
-        prefixes: &[&[(Tensor, Tensor)]],
+        prefixes: &[&PrefixAddresses],
         cols: &[(usize, usize)],
         layers: usize,
     ) -> Result<(Vec<u64>, Vec<u64>, Vec<i32>, Vec<i32>)> {
         let n = prefixes.len();
         let mut k_table = Vec::with_capacity(layers * n.max(1));
         let mut v_table = Vec::with_capacity(layers * n.max(1));
-        // Per prefix, the rows between two kv heads' keys (the same in every layer).
-        let mut strides = vec![0i32; n];
         for layer in 0..layers {
-            for (p, layers) in prefixes.iter().enumerate() {
-                let (k, v) = &layers[layer];
-                let (k_at, k_stride) = kv_address(k)?;
-                let (v_at, v_stride) = kv_address(v)?;
-                if k_stride != v_stride || (layer > 0 && strides[p] != k_stride as i32) {
-                    bail!("a cached prefix's keys and values differ in layout");
-                }
-                strides[p] = k_stride as i32;
-                k_table.push(k_at);
-                v_table.push(v_at);
+            for p in prefixes {
+                let Some(&(k, v)) = p.layers.get(layer) else {
+                    bail!(
+                        "a cached prefix holds {} layers, the pass {layers}",
+                        p.layers.len()
+                    );
+                };
+                k_table.push(k);
+                v_table.push(v);
             }
         }
+        // Per prefix, the rows between two kv heads' keys (the same in every layer).
+        let strides = prefixes.iter().map(|p| p.head_rows as i32);
         k_table.resize(k_table.len().max(1), 0);
         v_table.resize(v_table.len().max(1), 0);
         let mut starts: Vec<i32> = cols.iter().map(|&(c, _)| c as i32).collect();

@@ -26,7 +26,7 @@ use super::matmuls::Projection;
 use super::{KvCache, Layer, Linear, RopeStyle, Transformer};
 use crate::attention_plan::SHAPE_RULE_MAX_ROWS;
 use crate::error::{ModelError, Result};
-use crate::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources};
+use crate::kernels::{self, AttentionBlock, AttentionPlan, Heads, KeySources, PrefixAddresses};
 use crate::switch::{Number, Switch};
 
 /// One decoder block's weights, projections concatenated so each runs as one matmul.
@@ -150,8 +150,8 @@ fn gate_up_interleaved(gate: &Tensor, up: &Tensor, block: usize) -> Result<Tenso
 
 /// What one fused pass attends over besides its own rows.
 pub(super) struct PassKeys<'a> {
-    /// Per distinct cached prefix, every layer's `(K, V)`.
-    pub prefixes: Vec<&'a [(Tensor, Tensor)]>,
+    /// Per piece of every distinct cached prefix, every layer's K and V addresses.
+    pub prefixes: Vec<&'a PrefixAddresses>,
     /// Per prefix: (first key column, length).
     pub cols: Vec<(usize, usize)>,
     /// First key column of the pass's own rows.
@@ -211,22 +211,23 @@ impl<'a> PassKeys<'a> {
         caches: impl IntoIterator<Item = (&'a KvCache, usize)>,
         own_start: usize,
         block: AttentionBlock,
-    ) -> Self {
+    ) -> Result<Self> {
         let mut prefixes = Vec::new();
         let mut cols = Vec::new();
         for (cache, mut col) in caches {
-            for (layers, len) in cache.piece_layers() {
-                prefixes.push(layers);
+            for piece in cache.piece_addresses() {
+                let (addresses, len) = piece?;
+                prefixes.push(addresses);
                 cols.push((col, len));
                 col += len;
             }
         }
-        Self {
+        Ok(Self {
             prefixes,
             cols,
             own_start,
             block,
-        }
+        })
     }
 }
 
@@ -535,7 +536,7 @@ impl Transformer {
             cache.map(|c| (c, 0)),
             held,
             self.attention_block(n, held + n),
-        );
+        )?;
         let picks: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
         let (picked, own) = self.fused_pass(
             &self.fused,
