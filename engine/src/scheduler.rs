@@ -66,9 +66,13 @@ mod rejoin;
 use fair::{FairQueue, Mode};
 use rejoin::Rejoin;
 
-/// Most rows (tokens) in one packed pass. Bounds activations and attention scores of a pass;
-/// more is read in several passes.
-pub const MAX_PASS_TOKENS: usize = 2048;
+/// Most rows (tokens) in one packed pass on candle's ops (the CPU). Bounds activations and
+/// attention scores of a pass; more is read in several passes. A pass is what a request's
+/// deadline cannot interrupt, so on the CPU it is as long as a prefill chunk
+/// ([`PREFILL_CHECK_ROWS`]): with 2048, a field-schema request of 12 fields of 30 choices kept
+/// SmolLM2 on 2 cores busy 4.5 s past its 504 and another request waited as long (the e2e
+/// `stalls` test); the matmuls run at the same rate on 512 rows.
+pub const MAX_PASS_TOKENS: usize = 512;
 
 /// [`MAX_PASS_TOKENS`] for a model on decide's fused CUDA kernels, which materialise no
 /// attention scores: every pass costs ~250 kernel launches whatever its size, and larger

@@ -318,8 +318,9 @@ pub(crate) fn address(t: &Tensor, dtype: DType) -> Result<u64> {
 /// Where a cached prefix's keys and values lie, per layer, for the attention's key tables:
 /// worked out once per piece of a cache ([`crate::KvCache`] keeps them with the piece), not
 /// per pass. With a prefix cache that keeps every prompt's blocks a saturated pass reads a
-/// few hundred prefixes, and asking each tensor for its address again every pass cost about
-/// as much host time as the pass's own launches.
+/// few hundred prefixes, ~28 x 2 tensors each; asked again every pass, they kept the worker's
+/// thread busy (with hashed prefix dedup this took a batch of ~180 short prompts on an H100
+/// from 25.7 to 21.9 ms, bench/reports/h100-keep-rows-22).
 #[derive(Debug, Clone)]
 pub struct PrefixAddresses {
     /// Per layer, the device addresses of K and V.
@@ -927,7 +928,8 @@ pub struct KeySources {
 
 impl KeySources {
     /// `prefixes[p]` holds every layer's K and V addresses of prefix `p`
-    /// ([`PrefixAddresses`]); `cols[p]` its first key column. Own rows start at `own_start`. `prefix_maps`: whether launches may encode
+    /// ([`PrefixAddresses`]); `cols[p]` its first key column. Own rows start at `own_start`.
+    /// `prefix_maps`: whether launches may encode
     /// tensor maps over the prefixes (when there are at most [`MAPPED_PREFIXES`]); not for
     /// a CUDA graph, whose launches keep the maps of its capture while
     /// [`KeySources::write`] moves the prefixes.

@@ -528,7 +528,8 @@ pub struct Config {
     pub max_batch_tokens: usize,
 
     /// Most rows (uncached prompt tokens) of one forward pass; a batch with more is read in
-    /// several. 0 (auto): 2048 on CPU, 8192 with decide's CUDA kernels.
+    /// several. 0 (auto): 512 on CPU (a pass is what a deadline cannot stop), 8192 with
+    /// decide's CUDA kernels.
     #[arg(long, env = "DECIDE_MAX_PASS_TOKENS", default_value_t = 0)]
     pub max_pass_tokens: usize,
 
