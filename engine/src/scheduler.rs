@@ -1198,9 +1198,14 @@ fn prefill_own_chunk(
 ) -> Result<bool, ModelError> {
     let tokens = &batch[j].prompts[p].tokens;
     let prefix = prefixes[j].as_ref().expect("only jobs with a prefix");
-    let (from, cached) = match &own[j][p] {
-        Some(own) => (own.cache.len(), own.cached),
-        None => (prefix.len, if p == 0 { prefix.hit } else { prefix.len }),
+    // Where the prompt starts: its own prefix or its job's, and how much of it counts as cached.
+    let (start, from, cached) = match &own[j][p] {
+        Some(own) => (Some(&own.cache), own.cache.len(), own.cached),
+        None => (
+            prefix.cache.as_ref(),
+            prefix.len,
+            if p == 0 { prefix.hit } else { prefix.len },
+        ),
     };
     let chunk = prefill_rows(worker.model, tokens.len()).min(cap).max(1);
     if tokens.len() - from <= chunk {
@@ -1211,10 +1216,6 @@ fn prefill_own_chunk(
     if tile > from && prefill_aligned() {
         end = tile;
     }
-    let start = match &own[j][p] {
-        Some(own) => Some(&own.cache),
-        None => prefix.cache.as_ref(),
-    };
     let filled = worker.call(|model| model.prefill(&tokens[from..end], start))?;
     own[j][p] = Some(Own {
         cache: filled,

@@ -318,6 +318,23 @@ fn packed(name: &'static str, heads: Heads, picks: Vec<u32>) -> Case {
     }
 }
 
+/// 300 rows after a cache held in three pieces (1500 + 1300 + 1100); with `views`, each
+/// piece a view of a longer cache.
+fn three_pieces(name: &'static str, views: bool) -> Case {
+    Case {
+        name,
+        heads: Heads {
+            q: 12,
+            kv: 2,
+            dim: 128,
+        },
+        prefixes: vec![1500, 1300, 1100],
+        segments: vec![(Some(ALL_PREFIXES), 300)],
+        picks: vec![],
+        views,
+    }
+}
+
 fn main() -> Res<()> {
     let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
     let checks_only = std::env::args().any(|a| a == "--checks-only");
@@ -704,26 +721,18 @@ fn main() -> Res<()> {
             picks: vec![3682],
             views: false,
         },
-        Case {
-            name: "300 rows after pieces 1500 + 1300 + 1100 of one cache",
-            heads: q15,
-            prefixes: vec![1500, 1300, 1100],
-            segments: vec![(Some(ALL_PREFIXES), 300)],
-            picks: vec![],
-            views: false,
-        },
+        three_pieces(
+            "300 rows after pieces 1500 + 1300 + 1100 of one cache",
+            false,
+        ),
         Case {
             views: true,
             ..packed("packed: 3 prefixes as views of longer caches", q15, vec![])
         },
-        Case {
-            name: "300 rows after pieces 1500 + 1300 + 1100, views of longer caches",
-            heads: q15,
-            prefixes: vec![1500, 1300, 1100],
-            segments: vec![(Some(ALL_PREFIXES), 300)],
-            picks: vec![],
-            views: true,
-        },
+        three_pieces(
+            "300 rows after pieces 1500 + 1300 + 1100, views of longer caches",
+            true,
+        ),
         Case {
             name: "300 rows after pieces 1500 + 1300 + 1100 + 900 + 700 (5: no maps)",
             heads: q15,
