@@ -354,25 +354,30 @@ fn main() -> Res<()> {
         ));
     };
 
-    // qkv_rope against split + bias + candle's rope.
-    // d = 6 runs the one-pair-per-thread kernel (the others two pairs per thread).
-    for (interleaved, hq, hkv, d) in [
-        (false, 12, 2, 128),
-        (true, 9, 3, 64),
-        (false, 3, 1, 6),
-        (true, 3, 1, 6),
+    // qkv_rope against split + bias + candle's rope, and with q/k norm (Qwen3) against
+    // candle's rms_norm before it. d = 6 and partial rotary (r < d, Phi-4-mini's 0.75) run
+    // the one-pair-per-thread kernel (the others two pairs per thread).
+    for (interleaved, hq, hkv, d, r, qk_norm) in [
+        (false, 12, 2, 128, 128, false),
+        (true, 9, 3, 64, 64, false),
+        (false, 3, 1, 6, 6, false),
+        (true, 3, 1, 6, 6, false),
+        (false, 24, 8, 128, 96, false),
+        (true, 4, 2, 64, 48, false),
+        (false, 16, 8, 128, 128, true),
+        (false, 4, 2, 64, 64, true),
     ] {
         let m = 37;
         let width = (hq + 2 * hkv) * d;
         let qkv = Tensor::randn(0f32, 1f32, (m, width), &dev)?.to_dtype(DType::BF16)?;
         let bias = Tensor::randn(0f32, 0.5f32, width, &dev)?;
         let ctx = 4096;
-        let theta = Tensor::arange(0u32, (d / 2) as u32, &dev)?.to_dtype(DType::F32)?;
-        let theta = (theta * (-2.0 * (10_000f64).ln() / d as f64))?.exp()?;
+        let theta = Tensor::arange(0u32, (r / 2) as u32, &dev)?.to_dtype(DType::F32)?;
+        let theta = (theta * (-2.0 * (10_000f64).ln() / r as f64))?.exp()?;
         let angles = Tensor::arange(0u32, ctx as u32, &dev)?
             .to_dtype(DType::F32)?
             .reshape((ctx, 1))?
-            .broadcast_mul(&theta.reshape((1, d / 2))?)?;
+            .broadcast_mul(&theta.reshape((1, r / 2))?)?;
         let (cos, sin) = (angles.cos()?, angles.sin()?);
         let pos: Vec<u32> = (0..m as u32).map(|i| (i * 97 + 5) % ctx as u32).collect();
         let pos_t = Tensor::new(pos.as_slice(), &dev)?;
@@ -381,25 +386,63 @@ fn main() -> Res<()> {
             kv: hkv,
             dim: d,
         };
-        let (q, k, v) =
-            kernels::qkv_rope(&qkv, Some(&bias), (&cos, &sin), &pos_t, heads, interleaved)?;
+        let norms = (
+            Tensor::randn(1f32, 0.3f32, d, &dev)?,
+            Tensor::randn(1f32, 0.3f32, d, &dev)?,
+        );
+        let eps = 1e-6;
+        let (q, k, v) = if qk_norm {
+            // The bias before the norm; qkv_rope then adds the values' alone.
+            let normed = qkv.copy()?;
+            kernels::qk_norm(&normed, Some(&bias), (&norms.0, &norms.1), heads, eps)?;
+            let qk = (hq + hkv) * d;
+            let v_bias = Tensor::cat(
+                &[
+                    Tensor::zeros(qk, DType::F32, &dev)?,
+                    bias.narrow(0, qk, hkv * d)?,
+                ],
+                0,
+            )?;
+            kernels::qkv_rope(
+                &normed,
+                Some(&v_bias),
+                (&cos, &sin),
+                &pos_t,
+                heads,
+                interleaved,
+            )?
+        } else {
+            kernels::qkv_rope(&qkv, Some(&bias), (&cos, &sin), &pos_t, heads, interleaved)?
+        };
         let x = qkv.to_dtype(DType::F32)?.broadcast_add(&bias)?;
         let (c, s) = (cos.index_select(&pos_t, 0)?, sin.index_select(&pos_t, 0)?);
         let part = |from: usize, n: usize, rotate: bool| -> Res<Tensor> {
-            let t = x
+            let mut t = x
                 .narrow(1, from * d, n * d)?
                 .reshape((1, m, n, d))?
                 .transpose(1, 2)?
                 .contiguous()?;
-            Ok(if !rotate {
-                t
-            } else if interleaved {
-                candle_nn::rotary_emb::rope_i(&t, &c, &s)?
+            if qk_norm && rotate {
+                let w = if from == 0 { &norms.0 } else { &norms.1 };
+                t = candle_nn::ops::rms_norm(&t, w, eps)?;
+            }
+            if !rotate {
+                return Ok(t);
+            }
+            let lead = t.narrow(3, 0, r)?.contiguous()?;
+            let rotated = if interleaved {
+                candle_nn::rotary_emb::rope_i(&lead, &c, &s)?
             } else {
-                candle_nn::rotary_emb::rope(&t, &c, &s)?
-            })
+                candle_nn::rotary_emb::rope(&lead, &c, &s)?
+            };
+            Ok(Tensor::cat(&[&rotated, &t.narrow(3, r, d - r)?], 3)?.contiguous()?)
         };
-        let tag = if interleaved { "interleaved" } else { "half" };
+        let style = if interleaved { "interleaved" } else { "half" };
+        let tag = match (r < d, qk_norm) {
+            (true, _) => format!("{style}, rotary {r}"),
+            (_, true) => format!("{style}, q/k norm"),
+            _ => style.to_string(),
+        };
         let want_q = part(0, hq, true)?.squeeze(0)?.transpose(0, 1)?; // (m, hq, d)
         check(
             format!("qkv_rope q ({tag}, d={d})"),

@@ -20,8 +20,10 @@
 // qkv_rope: qkv (M, H + 2*KV heads, D) bf16, the output of h @ [Wq | Wk | Wv].
 // Adds the bias (f32, nullable), rotates q and k by the position of each row, and writes
 //   q (M, H, D), k (KV, M, D), v (KV, M, D), all bf16.
-// interleaved: rotary pairs (2i, 2i+1) (GGUF llama); else (i, i + D/2) (qwen2, NEOX).
-// The formulas are candle's rope / rope_i kernels.
+// interleaved: rotary pairs (2i, 2i+1) (GGUF llama); else (i, i + R/2) (qwen2, NEOX).
+// Only a head's first R elements rotate (R = D but for partial rotary, Phi-4-mini's 0.75);
+// the rest pass through. The formulas are candle's rope / rope_i kernels (the tables are
+// (positions, R/2)).
 // Where row r's head `slot` of the fused projection goes: q (M, H, D), else k or v
 // (KV, M, D).
 __device__ __forceinline__ bf16* qkv_destination(bf16* q, bf16* k, bf16* v, long r, int slot,
@@ -38,8 +40,8 @@ extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
                                          const uint32_t* __restrict__ positions,
                                          bf16* __restrict__ q, bf16* __restrict__ k,
                                          bf16* __restrict__ v, int M, int H, int KV, int D,
-                                         int interleaved) {
-    const int half = D / 2;
+                                         int interleaved, int R) {
+    const int half = D / 2, rotary_half = R / 2;
     const int slots = H + 2 * KV;
     const long total = (long)M * slots * half;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total;
@@ -49,8 +51,10 @@ extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
         const int slot = (int)(t % slots);
         const int r = (int)(t / slots);
         const bf16* src = qkv + ((long)r * slots + slot) * D;
-        const int i0 = interleaved ? 2 * p : p;
-        const int i1 = interleaved ? 2 * p + 1 : p + half;
+        // Pairs past R/2 are the elements [R, D), two by two, passed through.
+        const bool rotary_pair = p < rotary_half;
+        const int i0 = interleaved || !rotary_pair ? 2 * p : p;
+        const int i1 = interleaved || !rotary_pair ? 2 * p + 1 : p + rotary_half;
         float x0 = __bfloat162float(src[i0]);
         float x1 = __bfloat162float(src[i1]);
         if (bias) {
@@ -58,8 +62,8 @@ extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
             x1 += bias[slot * D + i1];
         }
         bf16* dst = qkv_destination(q, k, v, r, slot, M, H, KV, D);
-        if (slot < H + KV) {
-            const long at = (long)positions[r] * half + p;
+        if (slot < H + KV && rotary_pair) {
+            const long at = (long)positions[r] * rotary_half + p;
             const float c = cos_table[at], s = sin_table[at];
             const float y0 = x0 * c - x1 * s;
             const float y1 = x0 * s + x1 * c;
@@ -79,7 +83,7 @@ extern "C" __global__ void qkv_rope_bf16(const bf16* __restrict__ qkv,
 // ceil(M / ROW_GROUP).
 #define ROW_GROUP 4
 
-// qkv_rope_bf16x2: qkv_rope for D % 4 == 0, two rotary pairs per thread with 4- and 8-byte
+// qkv_rope_bf16x2: qkv_rope for D % 4 == 0 and R = D, two rotary pairs per thread with 4- and 8-byte
 // accesses, ROW_GROUP token rows per grid row (rows beyond the grid's height in steps of
 // it). The scalar kernel above spends its time on 64-bit index division and 2-byte
 // accesses: 0.077 ms for 8192 rows of q15 on an H200, ~870 GB/s (layer_bench). Same
@@ -166,6 +170,48 @@ extern "C" __global__ void qkv_rope_bf16x2(const bf16* __restrict__ qkv,
                 *reinterpret_cast<__nv_bfloat162*>(dst + p + half) =
                     __floats2bfloat162_rn(y1.x, y1.y);
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// qk_norm: Qwen3's per-head RMSNorm of the queries and keys, in place in the fused QKV
+// projection's output (M, H + 2*KV heads, D) bf16, before qkv_rope rotates them: head slot s
+// < H + KV of row r becomes y / sqrt(mean(y^2) + eps) * w, y = qkv[r, s] (+ the slot's bias,
+// f32, nullable: the bias comes before the norm, so qkv_rope is then given v's alone), w =
+// q_w for query heads and k_w for key heads (f32, (D)); candle's rms_norm formula, f32
+// inside. One warp per (row, head), D <= 256 (8 values a lane).
+extern "C" __global__ void qk_norm_bf16(bf16* __restrict__ qkv, const float* __restrict__ bias,
+                                        const float* __restrict__ q_w,
+                                        const float* __restrict__ k_w, int M, int H, int KV,
+                                        int D, float eps) {
+    const int slots = H + 2 * KV, normed = H + KV;
+    const int lane = threadIdx.x & 31;
+    const long warps = ((long)gridDim.x * blockDim.x) >> 5;
+    for (long item = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5; item < (long)M * normed;
+         item += warps) {
+        const int r = (int)(item / normed), s = (int)(item % normed);
+        bf16* x = qkv + ((long)r * slots + s) * D;
+        const float* w = s < H ? q_w : k_w;
+        const float* b = bias ? bias + (long)s * D : nullptr;
+        float y[8];
+        float squares = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int i = lane + 32 * j;
+            y[j] = 0.f;
+            if (i < D) {
+                y[j] = __bfloat162float(x[i]) + (b ? b[i] : 0.f);
+                squares += y[j] * y[j];
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o);
+        const float scale = 1.f / sqrtf(squares / D + eps);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int i = lane + 32 * j;
+            if (i < D) x[i] = __float2bfloat16(y[j] * scale * w[i]);
         }
     }
 }

@@ -722,6 +722,11 @@ pub struct Transformer {
     /// CUDA graphs of short fused passes.
     #[cfg(feature = "cuda")]
     graphs: graphs::PassGraphs,
+    /// The sliding window every fused layer attends within (Mistral's; the fused path runs
+    /// a family only when all its layers share one, [`Arch::fused_blocker`]): each pass's
+    /// row bounds are narrowed to it on the host, so the kernels need nothing of their own.
+    #[cfg(feature = "cuda")]
+    fused_window: Option<usize>,
     /// The projections' tuned matmuls (`None`: candle's matmul, [`Matmuls::Cublas`]).
     #[cfg(feature = "cuda")]
     matmuls: Option<matmuls::TunedMatmuls>,
@@ -968,6 +973,12 @@ impl Transformer {
             fused: fused_layers,
             #[cfg(feature = "cuda")]
             graphs: graphs::PassGraphs::default(),
+            #[cfg(feature = "cuda")]
+            fused_window: arch
+                .layers
+                .first()
+                .and_then(|l| l.window)
+                .filter(|_| use_fused),
             #[cfg(feature = "cuda")]
             matmuls: tuned,
             out_norm,
@@ -1249,9 +1260,10 @@ impl Transformer {
                 layout.rows_col,
                 self.attention_block(m, layout.rows_col + m),
             )?;
-            let flat: Vec<u32> = (0..m)
+            let mut flat: Vec<u32> = (0..m)
                 .flat_map(|r| bounds.iter().map(move |b| b[r]))
                 .collect();
+            window_flat(&mut flat, &positions, self.fused_window);
             return self.fused_pass(
                 &self.fused,
                 &tokens,
@@ -1700,12 +1712,35 @@ fn causal_mask(
 fn windowed(bounds: &[Vec<u32>; 4], positions: &[u32], window: usize) -> [Vec<u32>; 4] {
     let mut out = bounds.clone();
     for (r, &pos) in positions.iter().enumerate() {
-        let lo = (pos as usize + 1).saturating_sub(window) as u32;
-        let prefix_len = bounds[1][r] - bounds[0][r];
-        out[0][r] = (bounds[0][r] + lo).min(bounds[1][r]);
-        out[2][r] = (bounds[2][r] + lo.saturating_sub(prefix_len)).min(bounds[3][r]);
+        let row = window_row([0, 1, 2, 3].map(|i| bounds[i][r]), pos, window);
+        for (o, b) in out.iter_mut().zip(row) {
+            o[r] = b;
+        }
     }
     out
+}
+
+/// One row's bounds `[b0, b1, b2, b3]` (as [`windowed`] reads them) narrowed to `window`.
+fn window_row(b: [u32; 4], pos: u32, window: usize) -> [u32; 4] {
+    let lo = (pos as usize + 1).saturating_sub(window) as u32;
+    let prefix_len = b[1] - b[0];
+    [
+        (b[0] + lo).min(b[1]),
+        b[1],
+        (b[2] + lo.saturating_sub(prefix_len)).min(b[3]),
+        b[3],
+    ]
+}
+
+/// Flat bounds (4 per row, the fused attention's layout) narrowed to `window` where the
+/// model's layers all slide one ([`Transformer::fused_window`]).
+#[cfg(feature = "cuda")]
+fn window_flat(bounds: &mut [u32], positions: &[u32], window: Option<usize>) {
+    let Some(window) = window else { return };
+    for (row, &pos) in bounds.chunks_exact_mut(4).zip(positions) {
+        let b = [row[0], row[1], row[2], row[3]];
+        row.copy_from_slice(&window_row(b, pos, window));
+    }
 }
 
 /// Additive mask `(rows, kv)` from per-row key-column bands: row r sees the columns in

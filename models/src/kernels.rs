@@ -429,7 +429,9 @@ pub struct Heads {
 
 /// Splits the fused projection `qkv` `(M, (q + 2 kv) * dim)` bf16 into queries `(M, q, dim)`,
 /// keys and values `(1, kv, M, dim)`, adding `bias` (f32, `((q + 2 kv) * dim)`) and rotating
-/// queries and keys by `positions` (u32, `(M)`) with the `(context, dim / 2)` f32 tables.
+/// queries and keys by `positions` (u32, `(M)`) with the `(context, rotary / 2)` f32 tables:
+/// a head's first `rotary` elements rotate (all of them but for partial rotary, Phi-4-mini),
+/// the rest pass through.
 pub fn qkv_rope(
     qkv: &Tensor,
     bias: Option<&Tensor>,
@@ -446,6 +448,10 @@ pub fn qkv_rope(
             "qkv_rope: {width} columns and {} positions for {m} rows",
             positions.dims1()?
         );
+    }
+    let rotary = 2 * cos.dim(1)?;
+    if rotary == 0 || rotary > d || rotary % 2 != 0 {
+        bail!("qkv_rope: tables for {rotary} rotary elements of {d}-wide heads");
     }
     let stream = dev.cuda_stream();
     let q_out = unsafe { dev.alloc::<bf16>(m * h * d)? };
@@ -468,8 +474,8 @@ pub fn qkv_rope(
         i32::from(interleaved),
     );
     // Two rotary pairs per thread where the widths and addresses allow 4- and 8-byte
-    // accesses (every model here), else one.
-    let vectored = d % 4 == 0 && inputs.0 % 8 == 0;
+    // accesses and the whole head rotates (every model here but Phi-4-mini), else one.
+    let vectored = d % 4 == 0 && inputs.0 % 8 == 0 && rotary == d;
     let (func, cfg) = if vectored {
         let cfg = per_row((h + 2 * kv) * d / 4, m.div_ceil(ROW_GROUP));
         (function(&dev, "qkv_rope_bf16x2", 0)?, cfg)
@@ -489,12 +495,57 @@ pub fn qkv_rope(
         .arg(&dims.2)
         .arg(&dims.3)
         .arg(&dims.4);
+    let rotary = rotary as i32;
+    if !vectored {
+        b.arg(&rotary);
+    }
     unsafe { b.launch(cfg) }.w()?;
     Ok((
         tensor(q_out, &dev, (m, h, d)),
         tensor(k_out, &dev, (1, kv, m, d)),
         tensor(v_out, &dev, (1, kv, m, d)),
     ))
+}
+
+/// Qwen3's per-head RMSNorm of the queries and keys, in place in the fused projection `qkv`
+/// `(M, (q + 2 kv) * dim)` bf16 (a matmul's fresh output, which nothing else holds), before
+/// [`qkv_rope`]: each query head times `q_weight`, each key head times `k_weight` (f32,
+/// `(dim)`), after adding `bias`'s query and key parts (the bias comes before the norm; give
+/// [`qkv_rope`] only the values' then).
+pub fn qk_norm(
+    qkv: &Tensor,
+    bias: Option<&Tensor>,
+    (q_weight, k_weight): (&Tensor, &Tensor),
+    heads: Heads,
+    eps: f32,
+) -> Result<()> {
+    let dev = cuda_device(qkv)?;
+    let (m, width) = qkv.dims2()?;
+    let Heads { q: h, kv, dim: d } = heads;
+    if width != (h + 2 * kv) * d || d > 256 || q_weight.dims1()? != d || k_weight.dims1()? != d {
+        bail!("qk_norm: {width} columns for {h} + 2 x {kv} heads {d} wide, norms of {d}");
+    }
+    let args = (
+        address(qkv, DType::BF16)?,
+        bias.map(|b| address(b, DType::F32))
+            .transpose()?
+            .unwrap_or(0),
+        address(q_weight, DType::F32)?,
+        address(k_weight, DType::F32)?,
+    );
+    let dims = (m as i32, h as i32, kv as i32, d as i32);
+    let func = function(&dev, "qk_norm_bf16", 0)?;
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&func);
+    b.arg(&args.0).arg(&args.1).arg(&args.2).arg(&args.3);
+    b.arg(&dims.0)
+        .arg(&dims.1)
+        .arg(&dims.2)
+        .arg(&dims.3)
+        .arg(&eps);
+    // One warp per normed head.
+    unsafe { b.launch(elementwise(32 * m * (h + kv))) }.w()?;
+    Ok(())
 }
 
 /// `x + delta` for the f32 residual stream `x` `(M, hidden)` and a block's bf16 output

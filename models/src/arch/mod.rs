@@ -294,12 +294,14 @@ impl Arch {
     }
 
     /// Why decide's fused CUDA kernels cannot run this family (they implement the
-    /// Llama/Qwen2 block: pre-norms, SwiGLU, full attention over whole heads, one RoPE table);
+    /// Llama/Qwen2/Qwen3 block: pre-norms, optional q/k norm, SwiGLU, one RoPE table over all
+    /// or the leading part of each head, one attention window or none, heads 64 or 128 wide);
     /// `None` when they can.
     pub fn fused_blocker(&self) -> Option<String> {
         let mut why = Vec::new();
-        if self.qk_norm {
-            why.push("q/k norm");
+        let heads = format!("{}-wide heads (built: 64, 128)", self.head_dim);
+        if !matches!(self.head_dim, 64 | 128) {
+            why.push(heads.as_str());
         }
         if self.sandwich_norms {
             why.push("post-norms");
@@ -310,14 +312,15 @@ impl Arch {
         if self.embed_scale.is_some() {
             why.push("scaled embeddings");
         }
-        if self.layers.iter().any(|l| l.window.is_some()) {
-            why.push("sliding windows");
+        if self
+            .layers
+            .iter()
+            .any(|l| l.window != self.layers[0].window)
+        {
+            why.push("sliding windows on some layers only");
         }
         if self.ropes.len() > 1 {
             why.push("per-layer RoPE bases");
-        }
-        if self.rotary_dim != self.head_dim {
-            why.push("partial rotary");
         }
         if self.score_div != (self.head_dim as f64).sqrt() {
             why.push("attention scale");
@@ -678,7 +681,51 @@ mod tests {
             names("blk.3.ffn_norm.weight").as_deref(),
             Some("model.layers.3.pre_feedforward_layernorm.weight")
         );
-        assert!(a.fused_blocker().unwrap().contains("sliding windows"));
+        let why = a.fused_blocker().unwrap();
+        assert!(
+            why.contains("sliding windows on some layers") && why.contains("256-wide heads"),
+            "{why}"
+        );
+    }
+
+    /// The families whose blocks the fused kernels implement: Qwen3 (q/k norm, heads wider
+    /// than hidden / heads), Phi-4-mini (partial rotary, heads 128 wide), Mistral (one
+    /// window on every layer); Phi-3.5 (heads 96 wide) is not.
+    #[test]
+    fn fused_path_families() {
+        let qwen3_8b = config(
+            r#"{"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                "rms_norm_eps": 1e-6, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+                "use_sliding_window": false, "sliding_window": null}"#,
+        );
+        let phi4_mini = config(
+            r#"{"model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 32,
+                "num_attention_heads": 24, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+                "rope_theta": 10000.0, "partial_rotary_factor": 0.75, "sliding_window": 262144}"#,
+        );
+        let mistral = config(
+            r#"{"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 32768, "rope_theta": 10000.0,
+                "sliding_window": 4096}"#,
+        );
+        for (name, c) in [
+            ("qwen3", qwen3_8b),
+            ("phi4-mini", phi4_mini),
+            ("mistral", mistral),
+        ] {
+            let (a, _) = from_hf(&c).unwrap();
+            assert_eq!(a.fused_blocker(), None, "{name}");
+        }
+        let (a, _) = from_hf(&config(
+            r#"{"model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 4096, "rope_theta": 10000.0}"#,
+        ))
+        .unwrap();
+        assert!(a.fused_blocker().unwrap().contains("96-wide heads"));
     }
 
     #[test]

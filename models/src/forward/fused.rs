@@ -4,10 +4,11 @@
 //! Why a second path: built from candle's ops, a layer was ~40 kernel launches (casts to and
 //! from f32 around each matmul, copies that assemble keys, a mask and a score matrix per
 //! head), so a short read was bound by launch overhead and a long one by the f32 scores.
-//! Here a layer is 9 launches: residual add + RMSNorm, one QKV matmul, `qkv_rope`,
-//! `attention`, the output matmul, residual add + RMSNorm, one gate/up matmul, `silu_mul`,
-//! the down matmul (8 on Hopper for passes of [`FUSED_GATE_UP_MIN_ROWS`] rows or more,
-//! where one kernel computes the gate/up projection and its SwiGLU gate together). With
+//! Here a layer is 9 launches: residual add + RMSNorm, one QKV matmul, `qkv_rope` (after
+//! Qwen3's `qk_norm`), `attention`, the output matmul, residual add + RMSNorm, one gate/up
+//! matmul, `silu_mul`, the down matmul (8 on Hopper for passes of [`FUSED_GATE_UP_MIN_ROWS`]
+//! rows or more, where one kernel computes the gate/up projection and its SwiGLU gate
+//! together). With
 //! `DECIDE_RESIDUAL_IN_GEMM=1` (not yet measured: [`FusedLayer`]), the output and down
 //! matmuls add their products to the stream in cuBLAS's epilogue (f32, unrounded), so the
 //! norms after them only read the stream. The residual stream stays f32 as on the
@@ -35,8 +36,14 @@ pub(super) struct FusedLayer {
     attn_norm: Tensor,
     /// `(hidden, (n_head + 2 n_kv_head) head_dim)`: `[Wq | Wk | Wv]` transposed.
     wqkv: Tensor,
-    /// The concatenated q/k/v biases (f32), when the model has any.
+    /// The concatenated q/k/v biases (f32), when the model has any; with `qk_norm`, the
+    /// values' alone (the queries' and keys' come before their norm, in `norm_bias`).
     bqkv: Option<Tensor>,
+    /// Qwen3's per-head q and k RMSNorm weights (f32, `(head_dim)` each), applied between
+    /// the QKV projection and RoPE ([`kernels::qk_norm`]).
+    qk_norm: Option<(Tensor, Tensor)>,
+    /// With `qk_norm`, the concatenated biases the norm adds first (`None`: no bias).
+    norm_bias: Option<Tensor>,
     wo: Tensor,
     ffn_norm: Tensor,
     /// `(2 ffn, hidden)`: the gate and up weights' rows (one per output column), alternating
@@ -104,6 +111,31 @@ impl FusedLayer {
         } else {
             None
         };
+        let qk_norm = match (&layer.q_norm, &layer.k_norm) {
+            (Some(q), Some(k)) => Some((q.to_dtype(DType::F32)?, k.to_dtype(DType::F32)?)),
+            (None, None) => None,
+            _ => {
+                return Err(ModelError::Compute(
+                    "a layer with a q norm and no k norm, or the reverse".into(),
+                ))
+            }
+        };
+        // With q/k norms the queries' and keys' biases go in before the norm, the values'
+        // in qkv_rope.
+        let (bqkv, norm_bias) = match (&qk_norm, bqkv) {
+            (Some(_), Some(b)) => {
+                let qk = q_width + kv_width;
+                let v_only = Tensor::cat(
+                    &[
+                        Tensor::zeros(qk, DType::F32, b.device())?,
+                        b.narrow(0, qk, kv_width)?,
+                    ],
+                    0,
+                )?;
+                (Some(v_only), Some(b))
+            }
+            (_, b) => (b, None),
+        };
         Ok(Self {
             attn_norm: layer.attn_norm.to_dtype(DType::F32)?,
             wqkv: Tensor::cat(
@@ -111,6 +143,8 @@ impl FusedLayer {
                 1,
             )?,
             bqkv,
+            qk_norm,
+            norm_bias,
             wo: dense(&layer.wo)?,
             ffn_norm: layer.ffn_norm.to_dtype(DType::F32)?,
             wgu: gate_up_interleaved(&gate, &up, gate_up_block)?,
@@ -381,6 +415,10 @@ impl Transformer {
         for (i, l) in layers.iter().enumerate() {
             let h = stream.norm(&l.attn_norm)?;
             let qkv = self.project(Projection::Qkv, &h, &l.wqkv)?;
+            if let Some((q_weight, k_weight)) = &l.qk_norm {
+                let weights = (q_weight, k_weight);
+                kernels::qk_norm(&qkv, l.norm_bias.as_ref(), weights, heads, self.eps)?;
+            }
             let (q, k, v) = kernels::qkv_rope(
                 &qkv,
                 l.bqkv.as_ref(),
@@ -529,9 +567,10 @@ impl Transformer {
         let n = tokens.len();
         let held = cache.map_or(0, |c| c.len);
         let positions: Vec<u32> = (start_pos..start_pos + n).map(|p| p as u32).collect();
-        let bounds: Vec<u32> = (0..n)
+        let mut bounds: Vec<u32> = (0..n)
             .flat_map(|j| [0, held as u32, held as u32, (held + j + 1) as u32])
             .collect();
+        super::window_flat(&mut bounds, &positions, self.fused_window);
         let keys = PassKeys::new(
             cache.map(|c| (c, 0)),
             held,
