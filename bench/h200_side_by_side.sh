@@ -97,24 +97,8 @@ fi
 ( while sleep 0.5; do echo "$(date +%s.%N) $(head -n 1 /proc/stat)"; done ) >"$OUT/host-cpu.txt" 2>/dev/null &
 host_cpu=$!
 
-wait_ready() {  # wait_ready URL PID SECONDS
-  for _ in $(seq 1 "$3"); do
-    python3 -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || { echo "server exited during start-up"; return 1; }
-    sleep 1
-  done
-  echo "server not ready after $3 s"
-  return 1
-}
-
-stop() {  # stop PID: TERM, then KILL the process and whatever it started
-  local kids
-  kids=$(pgrep -P "$1" 2>/dev/null)
-  kill -TERM "$1" 2>/dev/null
-  for _ in $(seq 1 40); do kill -0 "$1" 2>/dev/null || break; sleep 0.5; done
-  kill -KILL "$1" $kids 2>/dev/null
-  wait "$1" 2>/dev/null
-}
+# wait_ready URL PID SECONDS, stop PID
+. "$(dirname "$0")/servers.sh"
 
 url=http://127.0.0.1:8125
 start_decide() {  # start_decide LOG BINARY [VAR=VALUE...] [FLAGS...]: decide on q15 as measured, FLAGS added, VARs in its environment

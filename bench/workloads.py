@@ -78,7 +78,8 @@ def options255() -> dict:
 class Scenarios:
     """Builds each scenario's unit, asks decide for its prompts once, and writes both files."""
 
-    def __init__(self, url: str, out: Path, extra: dict, units: int) -> None:
+    def __init__(self, url: str, out: Path, extra: dict, units: int, vllm_model: str = "q15") -> None:
+        self.vllm_model = vllm_model
         self.url = url.rstrip("/")
         self.out = out
         self.extra = extra
@@ -130,7 +131,7 @@ class Scenarios:
                     vllm_lines.append({
                         "method": "POST", "path": "/v1/completions", "group": f"unit-{u}",
                         "decisions": 1 if r == 0 else 0,
-                        "body": {"model": "q15", "prompt": read["token_ids"], "max_tokens": 1,
+                        "body": {"model": self.vllm_model, "prompt": read["token_ids"], "max_tokens": 1,
                                  "temperature": 0.0, "logprobs": 20,
                                  "logprob_token_ids": ids, "cache_salt": key}})
         for server, lines in (("decide", decide_lines), ("vllm", vllm_lines)):
@@ -151,10 +152,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small inputs (a CPU check of the harness)")
     parser.add_argument("--extra", default="{}", help="JSON merged into every decide request's extra")
     parser.add_argument("--units", type=int, default=64, help="units of a cold scenario (distinct keys)")
+    parser.add_argument("--vllm-model", default="q15", help="the model name vLLM serves (--served-model-name)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    s = Scenarios(args.url, out, json.loads(args.extra), args.units)
+    s = Scenarios(args.url, out, json.loads(args.extra), args.units, args.vllm_model)
     multi_state = long_state(150 if args.quick else MULTI_WORDS)
     long_text = long_state(300 if args.quick else LONG_WORDS)
     s.write("short", SHORT_STATE, [question(i) for i in range(16 if args.quick else 256)], cold=False, split=True)

@@ -107,6 +107,13 @@ impl Prompter {
         })
     }
 
+    /// The tokenizer as a Hugging Face `tokenizer.json` (tokenizers' own serialization of
+    /// the pipeline decide built): with the chat template, what a Hugging Face directory of
+    /// the same model needs (`models/examples/hf_tokenizer.rs`).
+    pub fn tokenizer_json(&self) -> Result<String> {
+        self.tokenizer.to_json()
+    }
+
     /// Number of tokens of the vocabulary (`tokenizer.ggml.tokens`).
     pub fn vocab_len(&self) -> usize {
         self.tokenizer.len()

@@ -145,6 +145,13 @@ struct ThreadTokenizer {
 }
 
 impl GgufTokenizer {
+    /// The whole pipeline (control tokens included) as a `tokenizer.json`.
+    pub fn to_json(&self) -> Result<String> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| ModelError::Tokenizer(format!("cannot write tokenizer.json: {e}")))
+    }
+
     /// Builds the tokenizer from `tokenizer.ggml.{model,pre,tokens,merges,token_type}`.
     pub fn from_gguf(g: &Gguf) -> Result<Self> {
         let tok_err = |m: String| ModelError::Tokenizer(format!("{}: {m}", g.path.display()));
