@@ -125,11 +125,14 @@ def main():
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
     path = a.out / "model.safetensors"
-    with open(path, "wb") as f:
+    # Renamed when whole: a server started meanwhile never finds half a file.
+    partial = path.with_suffix(".partial")
+    with open(partial, "wb") as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for chunk in weights(specs, a.seed):
             f.write(chunk)
+    partial.rename(path)
     params = offset // 2
     print(json.dumps({"shape": a.shape, "dir": str(a.out), "parameters": params,
                       "bytes": path.stat().st_size, "seconds": round(time.time() - t0, 1)}))

@@ -12,7 +12,9 @@
 #   SHAPE:  qwen3-8b (Qwen3-8B: q/k norm, 36 layers, 151,936-row head; Qwen2.5's tokenizer and
 #           ChatML template) or llama31-8b (Llama-3.1-8B: Llama 3.1 RoPE scaling, 128,256-row
 #           head; SmolLM2's tokenizer and template).
-#   make:   bench/random_checkpoint.py writes /tmp/gpu/shapes/SHAPE (~16 GB, once per machine).
+#   make:   bench/random_checkpoint.py writes /tmp/gpu/shapes/SHAPE (~16 GB, once per machine;
+#           may run in the background of an earlier call, `OUT=/tmp/gpu/out-bg nohup ... &`:
+#           a later phase waits for it).
 #   decide: (make first if needed) decide serves it (CUDA, bf16, one read per question, no
 #           startup tuning or calibration, the self-check's mass bound off: random weights put
 #           no mass on any label); /health (which path runs it: `forward`), the workload
@@ -47,10 +49,18 @@ export RUNS=${RUNS:-short-c1 short-c64 multi64-cold multi64-warm}
 [ -d /tmp/peer/site ] && export PYTHONPATH=/tmp/peer/site
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 
-make_checkpoint() {
-  [ -f "$DIR/model.safetensors" ] && return 0
+make_checkpoint() {  # once per machine; waits for a make still running (started in an earlier call's background)
+  for _ in $(seq 1 600); do
+    [ -f "$DIR/model.safetensors" ] && return 0
+    [ -f "$DIR.pid" ] && kill -0 "$(cat "$DIR.pid")" 2>/dev/null || break
+    sleep 1
+  done
+  mkdir -p "$(dirname "$DIR")"
+  echo $$ >"$DIR.pid"
   python3 bench/random_checkpoint.py "$shape" "$DIR" --tokenizer "$tokenizer" | tee "$OUT/checkpoint.json"
-  [ "${PIPESTATUS[0]}" = 0 ]
+  local rc=${PIPESTATUS[0]}
+  rm -f "$DIR.pid"
+  [ "$rc" = 0 ]
 }
 
 case $phase in
