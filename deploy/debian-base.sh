@@ -24,7 +24,9 @@ if ((${#need[@]})); then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+old_id=""
 if created="$(podman image inspect --format '{{.Created.Unix}}' "$image" 2>/dev/null)"; then
+    old_id="$(podman image inspect --format '{{.Id}}' "$image")"
     age_days=$((($(date +%s) - created) / 86400))
     if ((age_days < max_age_days)); then
         echo "debian-base: reusing $image (made $age_days day(s) ago)" >&2
@@ -85,4 +87,6 @@ rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/log/*.log
 tar -C "$root" --numeric-owner -c . |
     podman import --quiet --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --message "debootstrap --variant=minbase bookworm (deploy/debian-base.sh)" - "$image" >/dev/null
+# The one it replaces, unless an image still built on it keeps it.
+[[ -z "$old_id" ]] || podman rmi "$old_id" >/dev/null 2>&1 || true
 echo "debian-base: $image made in $((SECONDS - started)) s ($(podman image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}'))" >&2

@@ -68,10 +68,11 @@ trap cleanup EXIT
 strip --strip-debug -o target/image/decide "$binary"
 
 echo "== the base image"
+# The last run's image goes first, so that a base made anew can replace the one it was built on.
+podman rmi -f "$image" >/dev/null 2>&1 || true
 deploy/debian-base.sh "$base"
 
 echo "== podman build -f deploy/Dockerfile (BINARY=prebuilt, BASE_IMAGE=$base)"
-podman rmi -f "$image" >/dev/null 2>&1 || true
 build_started=$(date +%s.%N)
 podman build --isolation chroot --format docker --layers=false --quiet \
     -f deploy/Dockerfile --build-arg BINARY=prebuilt --build-arg DECIDE_BINARY=target/image/decide \
