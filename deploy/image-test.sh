@@ -19,9 +19,11 @@
 #                                     isolation needs none, and shares the host's network, so
 #                                     apt-get in the Dockerfile reaches Debian's mirror
 #   podman run --runtime runc         runc runs containers on hybrid cgroups; crun does not
-#   --ulimit nofile=..,nproc=..       podman's default limits (1048576 files, 32768 processes)
-#                                     exceed this machine's hard limits, which root cannot raise
-#                                     here (no CAP_SYS_RESOURCE): they are lowered to fit
+#   --ulimit nofile=..,nproc=..       podman's default limits (1048576 open files, and a process
+#                                     limit) are refused here: root has no CAP_SYS_RESOURCE to
+#                                     raise limits. Open files: the machine's hard limit (20000
+#                                     here); processes: at most 32768 (the hard limit itself,
+#                                     96367, was refused too)
 #   --network host                    the server listens on a free loopback port, so the test's
 #                                     traffic stays on 127.0.0.1 (no bridge, no NAT)
 #   --format docker                   keeps the HEALTHCHECK, which the OCI format drops
