@@ -4,8 +4,9 @@
 # crate, the end-to-end tests against the real binary (tests/e2e; traces go to an OTLP receiver
 # the test starts), the client SDKs and MCP client, a short soak under faults (bench/soak.py),
 # schemathesis against /openapi.json, three replicas on a shared Postgres behind HAProxy
-# (scripts/replicas-test.sh), the deployment manifests against the Kubernetes schemas
-# (deploy/validate.sh), the book (scripts/docs.sh: mdbook build, internal links, the generated
+# (scripts/replicas-test.sh), the deployment manifests and Helm chart against the Kubernetes schemas
+# (deploy/validate.sh), the CPU container image built with podman and answering a decision
+# (deploy/image-test.sh), the book (scripts/docs.sh: mdbook build, internal links, the generated
 # configuration reference against the binary's --help), then every fuzz target for a short while (scripts/fuzz.sh, 30 s each;
 # DECIDE_FUZZ_SECONDS to change it). Every step runs even when one before it failed; ends with
 # one summary line counting every test that ran, then the steps that failed (exit 1) if any.
@@ -51,8 +52,10 @@ step "the API contract: schemathesis against /openapi.json (20 examples per oper
     scripts/schemathesis.sh 20
 step "replicas: three SmolLM2 replicas on one Postgres store behind HAProxy (scripts/replicas-test.sh)" \
     scripts/replicas-test.sh
-step "deployment: Kubernetes manifests against the schemas (deploy/validate.sh)" \
+step "deployment: Kubernetes manifests and the Helm chart against the schemas (deploy/validate.sh)" \
     deploy/validate.sh
+step "the CPU image: deploy/Dockerfile built with podman, run, answering a decision (deploy/image-test.sh)" \
+    deploy/image-test.sh
 step "docs: the book builds with no broken internal link and the configuration reference is current (scripts/docs.sh)" \
     scripts/docs.sh
 step "fuzz targets: every parser a client reaches (scripts/fuzz.sh)" \
