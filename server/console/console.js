@@ -123,8 +123,22 @@
     } catch (_) { sessionStorage.removeItem('decide-console-keys'); }
   }
 
+  /** Forgets what the previous keys showed, so nothing read with them stays on the page. */
+  function resetViews() {
+    state.tenants = [];
+    state.tenantId = null;
+    state.usage = [];
+    for (const id of ['plugins', 'tenants', 'keys-table', 'reliability-table']) clear($(id).querySelector('tbody'));
+    for (const id of ['calibration-status', 'usage', 'usage-chart', 'model', 'queue']) clear($(id));
+    for (const id of ['metrics', 'tenant-limits']) $(id).textContent = '';
+    for (const id of ['versions', 'reliability', 'new-key', 'limits-form', 'result-body']) $(id).hidden = true;
+    $('result-empty').hidden = false;
+    for (const pre of document.querySelectorAll('.snippet pre')) pre.textContent = '';
+  }
+
   async function connect() {
     clearError();
+    resetViews();
     state.apiKey = $('api-key').value.trim();
     state.adminKey = $('admin-key').value.trim();
     if ($('remember').checked) {
@@ -152,6 +166,7 @@
         showError(error);
         setStatus(`Not connected: ${error.status === 401 ? 'the API key was refused' : 'the server did not list the question types'}. Server: ${state.health.status}.`);
       }
+      refreshView();
       return;
     }
     renderTypes(tools.tools);
@@ -820,7 +835,7 @@
     const keys = [['requests', '#2457c5'], ['decisions', '#1f7a3a'], ['rate_limited', '#b42318']];
     const top = Math.max(1, ...samples.flatMap((s) => keys.map(([k]) => s[k] - samples[0][k])));
     const x = (t) => pad + ((t - t0) / Math.max(1, t1 - t0)) * (w - pad - 10);
-    const y = (v) => h - pad - (v / top) * (h - pad - 10);
+    const y = (v) => h - pad - (v / top) * (h - pad - 28);
     const chart = svg('svg', { viewBox: `0 0 ${w} ${h}`, width: String(w), height: String(h), role: 'img', 'aria-label': `Requests, decisions and rate-limited requests since the console opened: ${keys.map(([k]) => `${k} ${samples[samples.length - 1][k] - samples[0][k]}`).join(', ')}` });
     chart.append(svg('line', { x1: String(pad), y1: String(y(0)), x2: String(w - 10), y2: String(y(0)), stroke: '#d8dde3' }));
     chart.append(svg('text', { x: String(pad - 4), y: String(y(top) + 4), 'text-anchor': 'end', 'font-size': '11', fill: '#5b6470', text: String(top) }));

@@ -84,7 +84,8 @@ def shoot(driver, name):
     """A screenshot of the whole page (the window grown to the page's height)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1400, min(max(height, 800), 4000))
+    # The window's height includes its frame: a little more than the page, so all of it shows.
+    driver.set_window_size(1400, min(max(height + 140, 800), 4000))
     driver.execute_script("window.scrollTo(0, 0)")
     driver.save_screenshot(str(SHOTS / f"{name}.png"))
     driver.set_window_size(1400, 1000)
@@ -174,18 +175,22 @@ def test_the_console_in_a_browser(server, browser):
 
     # The operator's view.
     tab(browser, "operator")
-    wait(browser).until(lambda d: "console-team" in d.find_element(By.ID, "tenants").text)
+    wait(browser).until(lambda d: "console-team" in d.find_element(By.ID, "tenants").text
+                        and "decide_ready 1" in d.find_element(By.ID, "metrics").get_attribute("textContent"))
     model = browser.find_element(By.ID, "model").text
     assert "correction (calibration)" in model and "setup" in model, model
     assert browser.find_element(By.ID, "queue").text.startswith("Queued requests"), browser.find_element(By.ID, "queue").text
     shoot(browser, "operator")
 
-    # A wrong key: the server's 401 message, shown.
+    # A wrong key: the server's 401 message, shown, and nothing read with the old keys stays.
+    tab(browser, "playground")
     connect(browser, "dk_0000000000000000000000000000000000000000000000", "")
     wait(browser).until(EC.visibility_of_element_located((By.ID, "error")))
     error = browser.find_element(By.ID, "error").text
     assert "401" in error and "not valid" in error, error
     assert "refused" in browser.find_element(By.ID, "status").text
+    assert not browser.find_element(By.ID, "result-body").is_displayed()
+    assert not browser.find_elements(By.CSS_SELECTOR, "#tenants tbody tr")
     shoot(browser, "wrong-key")
     # Nothing the page asked for failed but that 401 (no missing file, no blocked script).
     logs = [entry for entry in browser.get_log("browser")
