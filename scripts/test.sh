@@ -2,7 +2,8 @@
 # Runs every test on a fresh machine: installs what the tests need (the wasm target, the small
 # test model SmolLM2-135M, and Qwen2.5-0.5B for the default model's tokenizer), then the guest plugins' shared-logic tests, the unit tests of every
 # crate, the end-to-end tests against the real binary (tests/e2e; traces go to an OTLP receiver
-# the test starts), the client SDKs and MCP client, a short soak under faults (bench/soak.py),
+# the test starts), the client SDKs and MCP client, the web console in headless Chromium
+# (scripts/browser-test.sh), a short soak under faults (bench/soak.py),
 # schemathesis against /openapi.json, three replicas on a shared Postgres behind HAProxy
 # (scripts/replicas-test.sh), the deployment manifests and Helm chart against the Kubernetes schemas
 # (deploy/validate.sh), the CPU container image built with podman and answering a decision
@@ -46,6 +47,8 @@ step "host, models and end-to-end tests" \
     cargo test --release --workspace --no-fail-fast
 step "client SDKs (openai, typesafe-sdk, the MCP client over stdio and /mcp) against the release binary" \
     python3 -m pytest -q tests/python
+step "web console: /console in Debian's headless Chromium with Selenium (scripts/browser-test.sh; screenshots in target/console-screenshots/)" \
+    scripts/browser-test.sh
 step "soak: clients over every endpoint under plugin swaps, misbehaving plugins, hang-ups and bad bodies (30 s)" \
     python3 bench/soak.py --clients 4 --seconds 30
 step "the API contract: schemathesis against /openapi.json (20 examples per operation)" \

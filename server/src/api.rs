@@ -38,6 +38,8 @@ pub fn router(state: SharedState) -> Router {
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .merge(crate::tenancy::admin_http::routes(state.clone()))
         .merge(crate::mcp::http::routes(state.clone()))
+        // Static, keyless, and not in /openapi.json (see `console.rs` for why).
+        .merge(crate::console::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(

@@ -244,7 +244,7 @@ pub(crate) async fn method_not_allowed(
 pub(crate) async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        Json(json!({"error": {"message": "no such endpoint; see /v1/decisions, /v1/systemone, /v1/systemone/batch, /v1/classify, /v1/fields, /v1/models, /mcp, /health", "type": "invalid_request_error", "param": null, "code": "not_found"}})),
+        Json(json!({"error": {"message": "no such endpoint; see /v1/decisions, /v1/systemone, /v1/systemone/batch, /v1/classify, /v1/fields, /v1/models, /mcp, /health, /console", "type": "invalid_request_error", "param": null, "code": "not_found"}})),
     )
         .into_response()
 }

@@ -13,10 +13,11 @@
 //! [`state`] is what its handlers share, [`endpoints`] the small ones; [`server`] loads everything
 //! and serves; [`mcp`] is the same decisions as Model Context Protocol tools (stdio and `/mcp`);
 //! [`error`] maps every failure to HTTP in one place; [`telemetry`] sets up logs and OTLP traces;
-//! [`config`] is every flag.
+//! [`config`] is every flag; [`console`] serves the web console at `/console`.
 
 pub mod api;
 pub mod config;
+pub mod console;
 pub mod doctor;
 pub mod drain;
 pub mod endpoints;

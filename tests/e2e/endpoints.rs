@@ -262,6 +262,48 @@ fn models_and_health_endpoints() {
     assert!(cpu > 0.0, "process_cpu_seconds_total {cpu}");
 }
 
+/// `/console` is static and keyless, with a policy that keeps its script and requests on
+/// this origin; anything else under it is the API's JSON 404 or 405, never a 5xx; and it is
+/// not in the API document.
+#[test]
+fn the_console_is_served_static_and_its_wrong_requests_are_json_4xx() {
+    // Keys on: the page needs none; the API calls it makes carry the typed key.
+    let server = Server::start(&["--api-key", "console-key", "--admin-key", "console-admin"]);
+    for (path, kind) in [
+        ("/console", "text/html"),
+        ("/console/", "text/html"),
+        ("/console/console.js", "text/javascript"),
+        ("/console/console.css", "text/css"),
+    ] {
+        let reply = server.get_anonymous(path);
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        let header = |name: &str| reply.headers[name].to_str().unwrap_or_default().to_string();
+        assert!(header("content-type").starts_with(kind), "{path}");
+        assert!(header("content-security-policy").contains("script-src 'self'"));
+        assert_eq!(header("x-content-type-options"), "nosniff");
+    }
+    let head = reqwest::blocking::Client::new()
+        .head(format!("{}/console", server.base))
+        .send()
+        .expect("HEAD");
+    assert_eq!(head.status().as_u16(), 200);
+    let missing = server.get_anonymous("/console/../../etc/passwd");
+    assert_eq!(missing.status, 404, "{}", missing.body);
+    let missing = server.get_anonymous("/console/app.js");
+    assert_eq!(missing.status, 404);
+    assert_eq!(
+        missing.body["error"]["code"], "not_found",
+        "{}",
+        missing.body
+    );
+    let post = server.send_as("POST", "/console", "console-key", Some(&json!({})));
+    assert_eq!(post.status, 405, "{}", post.body);
+    assert_eq!(post.body["error"]["code"], "method_not_allowed");
+    let document = server.get("/openapi.json");
+    let paths = document.body["paths"].as_object().unwrap();
+    assert!(paths.keys().all(|p| !p.starts_with("/console")));
+}
+
 #[test]
 fn questions_read_together_over_a_shared_prefix_equal_questions_read_alone() {
     let server = Server::ready(&[]);

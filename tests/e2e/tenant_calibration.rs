@@ -143,6 +143,26 @@ fn a_tenants_uploaded_questions_calibrate_its_answers_only_and_survive_a_restart
     assert!(result["used"].as_u64().unwrap() >= 50, "{done}");
     assert!(result["temperature"].as_f64().unwrap() > 0.0, "{done}");
     assert_eq!(result["policy"], "temperature");
+    // The reliability diagram behind the two ECEs: every answer in one bin of each.
+    for side in ["reliability_raw", "reliability_calibrated"] {
+        let bins = result[side].as_array().expect(side);
+        let counted: u64 = bins.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+        assert_eq!(counted, result["used"].as_u64().unwrap(), "{side}: {done}");
+        for bin in bins {
+            let (low, confidence) = (
+                bin["low"].as_f64().unwrap(),
+                bin["confidence"].as_f64().unwrap(),
+            );
+            assert!(
+                low <= confidence && confidence <= bin["high"].as_f64().unwrap(),
+                "{bin}"
+            );
+            assert!(
+                (0.0..=1.0).contains(&bin["accuracy"].as_f64().unwrap()),
+                "{bin}"
+            );
+        }
+    }
 
     assert_eq!(temperature_source(&server, &a.key), "tenant");
     assert_ne!(temperature_source(&server, &b.key), "tenant");

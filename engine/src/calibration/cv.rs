@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ece::{self, Interval, Rng, Top, SEED};
+use super::ece::{self, Interval, ReliabilityBin, Rng, Top, SEED};
 use crate::plugins::{Calibration, LabelledScores, PluginCallError};
 
 /// Folds of the cross-validation.
@@ -117,6 +117,13 @@ pub struct PolicyReport {
     pub log_loss_calibrated: Option<f64>,
     /// The keep rule's verdict: calibrated interval's top below the raw interval's bottom.
     pub keep: bool,
+    /// The reliability diagram of the raw answers and of the held-out calibrated ones (the
+    /// bins the two ECEs are computed over), so a reader sees where the correction moved
+    /// confidence, not only by how much the ECE changed.
+    #[serde(default)]
+    pub reliability_raw: Vec<ReliabilityBin>,
+    #[serde(default)]
+    pub reliability_calibrated: Option<Vec<ReliabilityBin>>,
     /// Why nothing was fitted, when a fit failed (an edge fit, a plugin failure).
     pub error: Option<String>,
     /// Folds whose fit the policy rejected (their held-out answers use T = 1.0), with why.
@@ -167,6 +174,8 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
         log_loss_raw: log_loss(&raw, samples),
         log_loss_calibrated: None,
         keep: false,
+        reliability_raw: ece::reliability(&raw_tops),
+        reliability_calibrated: None,
         error: None,
         rejected_folds: Vec::new(),
     };
@@ -183,6 +192,7 @@ pub fn evaluate(policy: &Calibration, samples: &[Sample]) -> PolicyReport {
             report.ece_raw = intervals[0];
             report.ece_calibrated = Some(intervals[1]);
             report.accuracy_calibrated = Some(accuracy(&tops));
+            report.reliability_calibrated = Some(ece::reliability(&tops));
             let right = |t: &Top| f64::from(u8::from(t.correct));
             let calibrated: Vec<f64> = tops.iter().map(right).collect();
             let base: Vec<f64> = raw_tops.iter().map(right).collect();

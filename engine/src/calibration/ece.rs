@@ -66,6 +66,49 @@ pub fn ece(tops: &[Top]) -> f64 {
     ece_of(tops, 0..tops.len())
 }
 
+/// One bin of a reliability diagram: the answers whose top probability fell in
+/// `[low, high)` (the last bin includes 1.0), how many there were, their mean stated
+/// confidence and the share of them that was right. The ECE is the count-weighted mean of
+/// `|accuracy - confidence|` over these bins; a person reads the same thing as the distance
+/// of each bar from the diagonal, which is why the bins are kept next to the ECE.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReliabilityBin {
+    /// Lower edge of the bin's confidence range.
+    pub low: f64,
+    /// Upper edge (exclusive, but 1.0 belongs to the last bin).
+    pub high: f64,
+    /// Answers in the bin.
+    pub count: usize,
+    /// Their mean top-option probability.
+    pub confidence: f64,
+    /// The share of them whose top option was the expected one.
+    pub accuracy: f64,
+}
+
+/// The reliability diagram of `tops`: the [`BINS`] equal-width bins the ECE uses, only those
+/// holding at least one answer, lowest first.
+pub fn reliability(tops: &[Top]) -> Vec<ReliabilityBin> {
+    let mut count = [0usize; BINS];
+    let mut confidence = [0f64; BINS];
+    let mut correct = [0f64; BINS];
+    for top in tops {
+        let bin = ((top.confidence * BINS as f64).floor() as usize).min(BINS - 1);
+        count[bin] += 1;
+        confidence[bin] += top.confidence;
+        correct[bin] += f64::from(u8::from(top.correct));
+    }
+    (0..BINS)
+        .filter(|&b| count[b] > 0)
+        .map(|b| ReliabilityBin {
+            low: b as f64 / BINS as f64,
+            high: (b + 1) as f64 / BINS as f64,
+            count: count[b],
+            confidence: confidence[b] / count[b] as f64,
+            accuracy: correct[b] / count[b] as f64,
+        })
+        .collect()
+}
+
 /// A point estimate with its 95% interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Interval {
@@ -189,6 +232,32 @@ mod tests {
         assert!(ece(&fair).abs() < 1e-12);
         assert_eq!(Top::of(&[0.2, 0.5, 0.3], 1), top(0.5, true));
         assert_eq!(Top::of(&[0.5, 0.5], 1), top(0.5, false));
+    }
+
+    #[test]
+    fn reliability_bins_are_the_eces_bins() {
+        let tops = [
+            top(0.95, true),
+            top(0.95, false),
+            top(0.55, true),
+            top(1.0, true),
+        ];
+        let bins = reliability(&tops);
+        assert_eq!(bins.len(), 2);
+        assert_eq!((bins[0].low, bins[0].high, bins[0].count), (0.5, 0.6, 1));
+        assert!((bins[0].confidence - 0.55).abs() < 1e-12 && bins[0].accuracy == 1.0);
+        // 1.0 belongs to the last bin.
+        assert_eq!((bins[1].low, bins[1].count), (0.9, 3));
+        assert!((bins[1].confidence - (0.95 + 0.95 + 1.0) / 3.0).abs() < 1e-12);
+        assert!((bins[1].accuracy - 2.0 / 3.0).abs() < 1e-12);
+        // The ECE is the count-weighted gap over these bins.
+        let weighted: f64 = bins
+            .iter()
+            .map(|b| b.count as f64 * (b.accuracy - b.confidence).abs())
+            .sum::<f64>()
+            / tops.len() as f64;
+        assert!((weighted - ece(&tops)).abs() < 1e-12);
+        assert!(reliability(&[]).is_empty());
     }
 
     #[test]

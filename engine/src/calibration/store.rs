@@ -276,6 +276,8 @@ mod tests {
                 log_loss_raw: 0.7,
                 log_loss_calibrated: Some(0.6),
                 keep: true,
+                reliability_raw: vec![],
+                reliability_calibrated: None,
                 error: None,
                 rejected_folds: vec![],
             }],

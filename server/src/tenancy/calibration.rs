@@ -27,7 +27,12 @@ use super::limits::TenantLimiter;
 use super::now_s;
 use super::store::Store;
 use super::usage::Counters;
-use crate::calibration::{self, cv, ece::Interval, questions::QuestionSet, CalibrationState};
+use crate::calibration::{
+    self, cv,
+    ece::{Interval, ReliabilityBin},
+    questions::QuestionSet,
+    CalibrationState,
+};
 use crate::cancel::Cancel;
 use crate::error::ApiError;
 use crate::pipeline::{Engine, RequestScope, TemperatureSource};
@@ -52,6 +57,15 @@ pub struct Fitted {
     pub ece_raw: Interval,
     pub ece_calibrated: Option<Interval>,
     pub accuracy_raw: f64,
+    /// The reliability diagram behind the two ECEs: per confidence bin (10 equal-width bins
+    /// of the top option's probability, only those holding answers), the answers' mean
+    /// stated confidence and their accuracy, for the raw reads and for the held-out
+    /// calibrated ones (what the fitted parameters give on questions they were not fitted
+    /// on). Empty for a fit stored before the bins were kept: fit again to see them.
+    #[serde(default)]
+    pub reliability_raw: Vec<ReliabilityBin>,
+    #[serde(default)]
+    pub reliability_calibrated: Option<Vec<ReliabilityBin>>,
     pub questions_sha256: String,
     pub fitted_at: u64,
 }
@@ -366,6 +380,8 @@ fn fit(
         ece_raw: report.ece_raw,
         ece_calibrated: report.ece_calibrated,
         accuracy_raw: report.accuracy_raw,
+        reliability_raw: report.reliability_raw,
+        reliability_calibrated: report.reliability_calibrated,
         questions_sha256: set.sha256.clone(),
         fitted_at: now_s(),
     })
