@@ -356,3 +356,40 @@ impl Prompter {
         toks
     }
 }
+
+/// Writes the tokenizer and chat template of the GGUF file at `gguf` as a Hugging Face
+/// directory's `tokenizer.json` and `tokenizer_config.json` in `dir` (created if missing), so
+/// that a checkpoint made from or beside the same model reads text as the GGUF does, in decide
+/// and in vLLM alike (`examples/hf_tokenizer.rs`, `examples/gguf_to_hf.rs`). Returns the
+/// [`Prompter`] they were written from.
+pub fn write_hf_tokenizer(gguf: &Path, dir: &Path) -> Result<Prompter> {
+    let g = Gguf::open(gguf)?;
+    let prompter = Prompter::from_gguf(&g, model_name(&g, gguf))?;
+    let token = |key: &str| -> Option<String> {
+        let id = u32::try_from(g.usize_opt(key)?).ok()?;
+        prompter.token_str(id).map(str::to_string)
+    };
+    let config = serde_json::json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "chat_template": g.str_opt("tokenizer.chat_template"),
+        "bos_token": token("tokenizer.ggml.bos_token_id"),
+        "eos_token": token("tokenizer.ggml.eos_token_id"),
+        "add_bos_token": prompter.adds_bos(),
+        "model_max_length": 131072,
+    });
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| ModelError::Load {
+            path,
+            reason: format!("cannot write: {e}"),
+        })
+    };
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::Load {
+        path: dir.to_path_buf(),
+        reason: format!("cannot create: {e}"),
+    })?;
+    write("tokenizer.json", prompter.tokenizer_json()?)?;
+    let config = serde_json::to_string_pretty(&config).expect("a JSON value serializes");
+    write("tokenizer_config.json", config)?;
+    Ok(prompter)
+}

@@ -137,6 +137,12 @@ pub struct EvalArgs {
     #[arg(long)]
     pub report: Option<PathBuf>,
 
+    /// Write every question's answer here as JSON lines (readout, id, expected and top
+    /// option, probabilities, option mass; per-order tops with --permute), to compare runs
+    /// question by question.
+    #[arg(long)]
+    pub answers: Option<PathBuf>,
+
     #[command(flatten)]
     pub config: Config,
 }

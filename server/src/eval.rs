@@ -7,7 +7,8 @@
 //! readouts agree on the top answer, and with `--permute K` the label-order bias: each question
 //! re-asked under K cyclic option orders in one batched read, how often the top answer changes,
 //! the accuracy under each order, and the accuracy of the averaged distribution (the
-//! `permutation` readout).
+//! `permutation` readout). `--answers FILE` writes every question's answer as JSON lines, to
+//! compare two runs (two formats of one model, say) question by question.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -22,8 +23,9 @@ use crate::progress::Reporter;
 use crate::readout::{self, permutation::argmax, Choice, Detail};
 use crate::server;
 
-/// One question's outcome under one readout: top option and read details, or why not.
-type Asked = Result<(usize, f32, Detail), String>;
+/// One question's outcome under one readout: top option, option mass, read details and the
+/// probabilities, or why not.
+type Asked = Result<(usize, f32, Detail, Vec<f64>), String>;
 
 /// Runs the evaluation, prints the figures and writes the JSON report when asked.
 pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
@@ -94,10 +96,13 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     }
     report.insert("agreement".into(), Value::Object(agreement));
     if args.permute > 0 {
-        report.insert(
-            "permute".into(),
-            permute(&engine, &set.questions, &expected, args.permute, &progress),
-        );
+        let (figures, asked) = permute(&engine, &set.questions, &expected, args.permute, &progress);
+        report.insert("permute".into(), figures);
+        results.push((Choice::Permutation, asked));
+    }
+    if let Some(path) = &args.answers {
+        write_answers(path, &set.questions, &expected, &results)?;
+        println!("answers written to {}", path.display());
     }
     if let Some(path) = &args.report {
         let body = json!({"model": served, "questions": set.origin, "count": set.questions.len(),
@@ -116,7 +121,7 @@ fn permute(
     expected: &[usize],
     k: usize,
     progress: &Reporter,
-) -> Value {
+) -> (Value, Vec<Asked>) {
     let options = readout::Options {
         choice: Choice::Permutation,
         permutations: k,
@@ -129,7 +134,9 @@ fn permute(
     let mut answered = 0;
     let mut per_order: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
     for (result, &want) in asked.iter().zip(expected) {
-        let Ok((_, _, detail)) = result else { continue };
+        let Ok((_, _, detail, _)) = result else {
+            continue;
+        };
         let tops = detail.shift_top.clone().unwrap_or_default();
         answered += 1;
         if tops.iter().any(|&t| t != tops[0]) {
@@ -152,8 +159,33 @@ fn permute(
         orders.iter().map(|a| format!("{a:.3}")).collect::<Vec<_>>().join(", "),
         averaged.accuracy
     );
-    json!({"k": k, "answered": answered, "flips": flips, "flip_rate": flip_rate,
-           "accuracy_per_order": orders, "accuracy_averaged": averaged.accuracy, "seconds": seconds})
+    let figures = json!({"k": k, "answered": answered, "flips": flips, "flip_rate": flip_rate,
+           "accuracy_per_order": orders, "accuracy_averaged": averaged.accuracy, "seconds": seconds});
+    (figures, asked)
+}
+
+/// `--answers`: one JSON line per question and readout (`permutation` with `--permute`).
+fn write_answers(
+    path: &std::path::Path,
+    questions: &[LabelledQuestion],
+    expected: &[usize],
+    results: &[(Choice, Vec<Asked>)],
+) -> anyhow::Result<()> {
+    let mut lines = String::new();
+    for (choice, asked) in results {
+        for ((q, &want), result) in questions.iter().zip(expected).zip(asked) {
+            let line = match result {
+                Ok((top, mass, detail, probabilities)) => json!({
+                    "readout": choice.as_str(), "id": q.id, "expected": want, "top": top,
+                    "option_mass": mass, "read": detail.readout, "shift_top": detail.shift_top,
+                    "probabilities": probabilities}),
+                Err(why) => json!({"readout": choice.as_str(), "id": q.id, "expected": want,
+                                   "refused": why}),
+            };
+            lines += &(line.to_string() + "\n");
+        }
+    }
+    std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Asks every question with `options`; questions about one state share a request.
@@ -202,6 +234,7 @@ fn ask_all(
                             argmax(&answer.probabilities),
                             answer.option_mass,
                             answer.readout,
+                            answer.probabilities,
                         )),
                         Outcome::Refusal(refusal) => Err(refusal.message),
                     };
@@ -284,7 +317,7 @@ struct Figures {
 fn accuracy(asked: &[Asked], expected: &[usize]) -> Figures {
     let (mut correct, mut answered, mut mass) = (0, 0, 0.0);
     for (result, &want) in asked.iter().zip(expected) {
-        if let Ok((top, option_mass, _)) = result {
+        if let Ok((top, option_mass, _, _)) = result {
             answered += 1;
             mass += f64::from(*option_mass);
             if *top == want {
@@ -304,7 +337,7 @@ fn accuracy(asked: &[Asked], expected: &[usize]) -> Figures {
 /// Which readout each answered question was read with (auto's picks), counted.
 fn picked(asked: &[Asked]) -> Value {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, _, detail) in asked.iter().flatten() {
+    for (_, _, detail, _) in asked.iter().flatten() {
         *counts.entry(detail.readout).or_default() += 1;
     }
     json!(counts)
@@ -314,7 +347,7 @@ fn agree(a: &[Asked], b: &[Asked]) -> (usize, usize) {
     let mut same = 0;
     let mut both = 0;
     for (x, y) in a.iter().zip(b) {
-        if let (Ok((x, _, _)), Ok((y, _, _))) = (x, y) {
+        if let (Ok((x, _, _, _)), Ok((y, _, _, _))) = (x, y) {
             both += 1;
             if x == y {
                 same += 1;

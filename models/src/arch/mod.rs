@@ -104,6 +104,17 @@ pub fn supported() -> String {
     )
 }
 
+/// The Hugging Face `model_type` of the family whose GGUF `general.architecture` is
+/// `gguf_arch`, and its weight naming (canonical GGUF tensor name to Hugging Face name): what
+/// the directory loader reads, for a converter that writes a GGUF model as a directory
+/// (`examples/gguf_to_hf.rs`). `None` for an architecture with no family here.
+pub fn hf_naming(gguf_arch: &str) -> Option<(&'static str, fn(&str) -> Option<String>)> {
+    FAMILIES
+        .iter()
+        .find(|f| f.gguf_arch == gguf_arch)
+        .map(|f| (f.hf_types[0], f.hf_name))
+}
+
 /// Refuses a GGUF file whose `general.architecture` has no family here.
 pub(crate) fn check_gguf_arch(g: &Gguf) -> Result<()> {
     let arch = g.str("general.architecture")?;
