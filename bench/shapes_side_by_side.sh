@@ -94,26 +94,7 @@ vllm)
   [ -f "$P/site/.landed" ] || { echo "vLLM is not landed"; exit 2; }
   [ -f "$W/vllm-short.jsonl" ] || { echo "no workloads: run the decide phase first"; exit 2; }
   [ -f "$DIR/config.json" ] || { echo "no checkpoint directory: run make first"; exit 2; }
-  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-  # flashinfer is not carried; without this vLLM 0.26 fails at start in its sampler check
-  export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
-  export VLLM_CACHE_ROOT=$P/cache/vllm TRITON_CACHE_DIR=$P/cache/triton TORCHINDUCTOR_CACHE_DIR=$P/cache/inductor
-  export XDG_CACHE_HOME=$P/cache/xdg HF_HOME=$P/cache/hf
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-  url=http://127.0.0.1:8011
-  # --max-logprobs 256: the 255-option question asks for its 255 label ids (logprob_token_ids)
-  args=(serve "$DIR" --host 127.0.0.1 --port 8011 --served-model-name "$shape" --dtype bfloat16
-        --load-format dummy --enable-prefix-caching --max-logprobs 256 --max-model-len 32768
-        --gpu-memory-utilization 0.85 --generation-config vllm --seed 0 --disable-uvicorn-access-log)
-  echo "python3 -m vllm.entrypoints.cli.main ${args[*]}" | tee "$OUT/vllm-command.txt"
-  ( cd /tmp && exec python3 -m vllm.entrypoints.cli.main "${args[@]}" ) >"$OUT/vllm.log" 2>&1 &
-  server=$!
-  wait_ready "$url/v1/models" $server 400 || { tail -40 "$OUT/vllm.log"; stop $server; exit 3; }
-  echo "vLLM ready after $SECONDS s"
-  bash bench/side_by_side.sh vllm "$url" "$W" "$OUT/side"
-  nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$OUT/gpu-memory-vllm.txt" 2>&1
-  stop $server
-  tail -c 1000000 "$OUT/vllm.log" >"$OUT/vllm.log.tail" && mv "$OUT/vllm.log.tail" "$OUT/vllm.log"
+  vllm_side_by_side "$DIR" "$shape" 400 --load-format dummy
   ;;
 *) echo "phase: make, decide or vllm"; exit 2 ;;
 esac

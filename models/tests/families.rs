@@ -121,16 +121,7 @@ fn all_logits(m: &Model, ids: &[u32]) -> Tensor {
 }
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
+    max_abs(&(a - b).unwrap())
 }
 
 fn max_abs(a: &Tensor) -> f32 {
