@@ -765,7 +765,10 @@
   async function refreshTenantAdmin() {
     show($('tenant-admin'), state.admin);
     show($('tenant-keys-note'), !state.admin);
-    if (!state.admin) return;
+    if (!state.admin) {
+      await sampleUsage();
+      return;
+    }
     const select = clear($('tenant-select'));
     for (const tenant of state.tenants) select.append(el('option', { value: tenant.id, text: `${tenant.name} (${tenant.id})` }));
     select.append(el('option', { value: 'default', text: 'default (requests without a tenant key)' }));
@@ -803,18 +806,25 @@
     await sampleUsage();
   }
 
-  /** Samples the tenant's usage (the admin API keeps totals since the start; the console
-   * keeps the samples it took while open, which is what "over time" draws). */
+  /** Samples a tenant's usage: with the admin key the selected tenant's (the admin API),
+   * else the API key's own (GET /v1/usage, which also says what is left of each rate now).
+   * The server keeps totals since the start; the console keeps the samples it took while
+   * open, which is what "over time" draws. */
   async function sampleUsage() {
-    if (!state.admin || !state.tenantId) return;
-    const got = await api('GET', `/admin/v1/tenants/${state.tenantId}/usage`, { key: 'admin' }).catch(() => null);
+    const own = !state.admin;
+    if (!own && !state.tenantId) return;
+    const got = own
+      ? await api('GET', '/v1/usage').catch(() => null)
+      : await api('GET', `/admin/v1/tenants/${state.tenantId}/usage`, { key: 'admin' }).catch(() => null);
     if (!got) return;
+    const id = own ? got.data.tenant_id : state.tenantId;
     const usage = got.data.usage;
-    const series = state.usage.filter((s) => s.id === state.tenantId);
+    const series = state.usage.filter((s) => s.id === id);
     if (series.length !== state.usage.length) state.usage = series;
-    state.usage.push({ id: state.tenantId, t: Date.now(), ...usage });
+    state.usage.push({ id, t: Date.now(), ...usage });
     if (state.usage.length > 120) state.usage.shift();
-    renderRateLimits(state.tenants.find((t) => t.id === state.tenantId), usage);
+    const tenant = own ? { limits: got.data.limits || {} } : state.tenants.find((t) => t.id === id);
+    renderRateLimits(tenant, usage, own ? got.data.rate_limits : null);
     const list = clear($('usage'));
     for (const [k, v] of Object.entries(usage)) list.append(el('dt', { text: k }), el('dd', { text: String(v) }));
     renderUsageChart();
@@ -847,10 +857,9 @@
     box.append(chart);
   }
 
-  /** The tenant's rates and how often they refused it. What remains of each rate right now
-   * is in the x-ratelimit-* headers of every decision response (no endpoint reports it
-   * alone), so this shows the configured rates and the refusals counted over time. */
-  function renderRateLimits(tenant, usage) {
+  /** The tenant's rates and how often they refused it, and with `now` (GET /v1/usage's
+   * rate_limits: the x-ratelimit-* figures) what is left of each rate at this moment. */
+  function renderRateLimits(tenant, usage, now) {
     const box = $('ratelimit-state');
     const rates = ['requests_per_minute', 'decisions_per_minute', 'input_tokens_per_minute', 'concurrent_requests', 'queued_requests']
       .filter((k) => tenant && tenant.limits[k] !== undefined && tenant.limits[k] !== null)
@@ -858,6 +867,13 @@
     box.textContent = `${rates.length ? `Rates: ${rates.join(', ')}` : "Rates: the server's defaults (its --tenant-* flags)"}; `
       + `requests refused by a rate, concurrency or queue limit since the start: ${usage.rate_limited}. `
       + 'Each decision response carries x-ratelimit-limit-*, -remaining-* and -reset-* headers with what is left now.';
+    const left = Object.entries(now || {}).filter(([k]) => k.startsWith('x-ratelimit-remaining-'));
+    if (left.length) {
+      box.textContent += ` Left now: ${left.map(([k, v]) => {
+        const kind = k.slice('x-ratelimit-remaining-'.length);
+        return `${kind} ${v} of ${now[`x-ratelimit-limit-${kind}`]} (full in ${now[`x-ratelimit-reset-${kind}`]})`;
+      }).join(', ')}.`;
+    }
   }
 
   // ---- operator view -----------------------------------------------------------------------
@@ -1012,7 +1028,7 @@
       button.addEventListener('click', () => copy(button.parentElement.querySelector('pre').textContent, button));
     }
     // Usage over time: one sample every 5 s while the tenant view shows it.
-    setInterval(() => { if (currentView === 'view-tenant' && state.admin && !document.hidden) sampleUsage(); }, 5000);
+    setInterval(() => { if (currentView === 'view-tenant' && !document.hidden) sampleUsage(); }, 5000);
     connect();
   }
 

@@ -33,6 +33,7 @@ pub fn router(state: SharedState) -> Router {
                 .put(tenant_calibration::upload)
                 .delete(tenant_calibration::remove),
         )
+        .route("/v1/usage", get(crate::tenancy::usage_http::own_usage))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(crate::openapi::openapi_json))

@@ -182,6 +182,16 @@ def test_the_console_in_a_browser(server, browser):
     assert browser.find_element(By.ID, "queue").text.startswith("Queued requests"), browser.find_element(By.ID, "queue").text
     shoot(browser, "operator")
 
+    # The tenant's key alone: its own usage and what is left of its rates (GET /v1/usage).
+    connect(browser, server.key, "")
+    wait(browser).until(EC.text_to_be_present_in_element((By.ID, "status"), "Connected"))
+    tab(browser, "tenant")
+    wait(browser).until(EC.text_to_be_present_in_element((By.ID, "ratelimit-state"), "Left now: requests"))
+    usage = browser.find_element(By.ID, "usage").text
+    assert "decisions" in usage and "input_tokens" in usage, usage
+    assert not browser.find_element(By.ID, "tenant-admin").is_displayed()
+    shoot(browser, "tenant-own")
+
     # A wrong key: the server's 401 message, shown, and nothing read with the old keys stays.
     tab(browser, "playground")
     connect(browser, "dk_0000000000000000000000000000000000000000000000", "")

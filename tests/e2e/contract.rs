@@ -478,6 +478,8 @@ fn real_responses_match_the_openapi_document() {
         403,
     );
     c.expect("get", "/v1/calibration", s.get("/v1/calibration"), 403);
+    // No tenants yet: the default tenant's own usage.
+    c.expect("get", "/v1/usage", s.get("/v1/usage"), 200);
 
     // The admin API.
     let admin = Some(ADMIN);
@@ -870,6 +872,20 @@ fn real_responses_match_the_openapi_document() {
         versions,
         send(s, "get", &format!("{at_plugin}/versions"), key, None, &[]),
         404,
+    );
+
+    // The tenant's own usage, by its key; none without one.
+    c.expect(
+        "get",
+        "/v1/usage",
+        send(s, "get", "/v1/usage", key, None, &[]),
+        200,
+    );
+    c.expect(
+        "get",
+        "/v1/usage",
+        send(s, "get", "/v1/usage", None, None, &[]),
+        401,
     );
 
     // The tenant's calibration: none, a file too small, a fit started and one refused while

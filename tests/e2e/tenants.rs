@@ -1,7 +1,7 @@
 //! Tenants over the admin API and the `decide tenants` CLI: the lifecycle of a tenant and its
 //! keys, what a key answers (and what a revoked or unknown one gets, in each wire format's
-//! own 401), usage in the admin API and `/metrics`, the admin guard, validation, and that
-//! tenants and keys survive a restart on the same `--data-dir`.
+//! own 401), usage in the admin API, `/v1/usage` and `/metrics`, the admin guard,
+//! validation, and that tenants and keys survive a restart on the same `--data-dir`.
 
 use std::path::Path;
 use std::process::Command;
@@ -139,6 +139,26 @@ fn tenant_lifecycle_over_http_and_the_cli_survives_a_restart() {
     assert_eq!(openai.status, 200, "{}", openai.body);
     let jev = server.post_as("/v1/systemone", &key, &jev_decision());
     assert_eq!(jev.status, 200, "{}", jev.body);
+
+    // The tenant's own usage and rates by its own key (not counted as a request: the admin
+    // API's count below is still 2); no key, no usage.
+    let own = server.send_as("GET", "/v1/usage", &key, None);
+    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(own.body["tenant_id"], id.as_str());
+    assert_eq!(own.body["usage"]["requests"], 2, "{}", own.body);
+    assert_eq!(own.body["limits"]["requests_per_minute"], 600);
+    assert_eq!(
+        own.body["rate_limits"]["x-ratelimit-limit-requests"], "600",
+        "{}",
+        own.body
+    );
+    let left: u32 = own.body["rate_limits"]["x-ratelimit-remaining-requests"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{}", own.body));
+    assert!(left <= 600);
+    assert_eq!(own.headers["x-ratelimit-limit-requests"], "600");
+    assert_eq!(server.get_anonymous("/v1/usage").status, 401);
 
     // List, show, update (given fields replace, null clears).
     let listed = admin(&server, "GET", "/tenants", None);

@@ -97,7 +97,7 @@ where
 
 /// Adds `(name, value)` headers to a response (names and values that are not valid HTTP
 /// are skipped: they are ours, and always valid).
-fn add_headers(response: &mut axum::response::Response, headers: &[(String, String)]) {
+pub(crate) fn add_headers(response: &mut axum::response::Response, headers: &[(String, String)]) {
     for (name, value) in headers {
         if let (Ok(name), Ok(value)) = (
             axum::http::HeaderName::from_bytes(name.as_bytes()),

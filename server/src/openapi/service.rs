@@ -295,6 +295,23 @@ pub struct TenantUsage {
     pub usage: UsageReport,
 }
 
+/// `GET /v1/usage`: the caller's own tenant.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OwnUsage {
+    /// The caller's tenant, or `default` (a server without tenants, or the operator's
+    /// `--api-key`).
+    pub tenant_id: String,
+    /// Since the server started (this replica's own counts).
+    pub usage: UsageReport,
+    /// The tenant's own limits as the admin API set them (`null`: the default tenant, which
+    /// has the server's flags); a limit left out has the server's default.
+    pub limits: Option<crate::tenancy::store::TenantLimits>,
+    /// What each of the tenant's rates allows, has left now and when it is full again: the
+    /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens,decisions}` headers every
+    /// decision response carries (also sent as headers here); empty when it has no rate.
+    pub rate_limits: std::collections::BTreeMap<String, String>,
+}
+
 /// `POST /admin/v1/tenants`. Unknown fields are refused (400).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -484,6 +501,18 @@ pub enum CalibrationStatusResponses {
         description = "Not a tenant's key: the server's own calibration is the operator's."
     )]
     Forbidden(OpenAiError),
+}
+
+/// The statuses of `GET /v1/usage`.
+#[derive(IntoResponses)]
+pub enum OwnUsageResponses {
+    #[response(
+        status = 200,
+        description = "The caller's usage since the server started and its rate limits now."
+    )]
+    Ok(OwnUsage),
+    #[response(status = 401, description = "The key is missing or not valid.")]
+    Unauthorized(OpenAiError),
 }
 
 /// The statuses of `PUT /v1/calibration`.
