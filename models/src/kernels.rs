@@ -450,7 +450,7 @@ pub fn qkv_rope(
         );
     }
     let rotary = 2 * cos.dim(1)?;
-    if rotary == 0 || rotary > d || rotary % 2 != 0 {
+    if rotary == 0 || rotary > d {
         bail!("qkv_rope: tables for {rotary} rotary elements of {d}-wide heads");
     }
     let stream = dev.cuda_stream();
