@@ -10,8 +10,8 @@
 //! rows or more, where one kernel computes the gate/up projection and its SwiGLU gate
 //! together). With `DECIDE_RESIDUAL_IN_GEMM=1` (not yet measured: [`FusedLayer`]), the
 //! output and down matmuls add their products to the stream in cuBLAS's epilogue (f32,
-//! unrounded), so the norms after them only read the stream. The residual stream stays f32 as on the
-//! candle-op path, so rounding does not pile up over the layers (a bf16 stream, as in Hugging
+//! unrounded), so the norms after them only read the stream. The residual stream stays f32
+//! as on the candle-op path, so rounding does not pile up over the layers (a bf16 stream, as in Hugging
 //! Face's bf16 models, made packed and lone reads of one prompt differ ~300x more on q15), and
 //! keys are read where they lie (cached prefixes are never copied into a pass).
 //!
