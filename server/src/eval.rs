@@ -23,9 +23,17 @@ use crate::progress::Reporter;
 use crate::readout::{self, permutation::argmax, Choice, Detail};
 use crate::server;
 
-/// One question's outcome under one readout: top option, option mass, read details and the
-/// probabilities, or why not.
-type Asked = Result<(usize, f32, Detail, Vec<f64>), String>;
+/// One question's outcome under one readout, or why it was not answered.
+type Asked = Result<Answered, String>;
+
+/// What a readout answered to one question.
+struct Answered {
+    /// The most probable option.
+    top: usize,
+    option_mass: f32,
+    detail: Detail,
+    probabilities: Vec<f64>,
+}
 
 /// Runs the evaluation, prints the figures and writes the JSON report when asked.
 pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
@@ -134,7 +142,7 @@ fn permute(
     let mut answered = 0;
     let mut per_order: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
     for (result, &want) in asked.iter().zip(expected) {
-        let Ok((_, _, detail, _)) = result else {
+        let Ok(Answered { detail, .. }) = result else {
             continue;
         };
         let tops = detail.shift_top.clone().unwrap_or_default();
@@ -175,10 +183,10 @@ fn write_answers(
     for (choice, asked) in results {
         for ((q, &want), result) in questions.iter().zip(expected).zip(asked) {
             let line = match result {
-                Ok((top, mass, detail, probabilities)) => json!({
-                    "readout": choice.as_str(), "id": q.id, "expected": want, "top": top,
-                    "option_mass": mass, "read": detail.readout, "shift_top": detail.shift_top,
-                    "probabilities": probabilities}),
+                Ok(a) => json!({
+                    "readout": choice.as_str(), "id": q.id, "expected": want, "top": a.top,
+                    "option_mass": a.option_mass, "read": a.detail.readout,
+                    "shift_top": a.detail.shift_top, "probabilities": a.probabilities}),
                 Err(why) => json!({"readout": choice.as_str(), "id": q.id, "expected": want,
                                    "refused": why}),
             };
@@ -230,12 +238,12 @@ fn ask_all(
             Ok(decided) => {
                 for (&i, outcome) in indices.iter().zip(decided.outcomes) {
                     out[i] = match outcome {
-                        Outcome::Answer(answer) => Ok((
-                            argmax(&answer.probabilities),
-                            answer.option_mass,
-                            answer.readout,
-                            answer.probabilities,
-                        )),
+                        Outcome::Answer(answer) => Ok(Answered {
+                            top: argmax(&answer.probabilities),
+                            option_mass: answer.option_mass,
+                            detail: answer.readout,
+                            probabilities: answer.probabilities,
+                        }),
                         Outcome::Refusal(refusal) => Err(refusal.message),
                     };
                 }
@@ -317,7 +325,10 @@ struct Figures {
 fn accuracy(asked: &[Asked], expected: &[usize]) -> Figures {
     let (mut correct, mut answered, mut mass) = (0, 0, 0.0);
     for (result, &want) in asked.iter().zip(expected) {
-        if let Ok((top, option_mass, _, _)) = result {
+        if let Ok(Answered {
+            top, option_mass, ..
+        }) = result
+        {
             answered += 1;
             mass += f64::from(*option_mass);
             if *top == want {
@@ -337,7 +348,7 @@ fn accuracy(asked: &[Asked], expected: &[usize]) -> Figures {
 /// Which readout each answered question was read with (auto's picks), counted.
 fn picked(asked: &[Asked]) -> Value {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, _, detail, _) in asked.iter().flatten() {
+    for Answered { detail, .. } in asked.iter().flatten() {
         *counts.entry(detail.readout).or_default() += 1;
     }
     json!(counts)
@@ -347,9 +358,9 @@ fn agree(a: &[Asked], b: &[Asked]) -> (usize, usize) {
     let mut same = 0;
     let mut both = 0;
     for (x, y) in a.iter().zip(b) {
-        if let (Ok((x, _, _, _)), Ok((y, _, _, _))) = (x, y) {
+        if let (Ok(x), Ok(y)) = (x, y) {
             both += 1;
-            if x == y {
+            if x.top == y.top {
                 same += 1;
             }
         }
